@@ -1,0 +1,1 @@
+"""Kafka's wire protocol, sans-IO: message codec, headers, framing, records, errors."""

@@ -1,0 +1,127 @@
+"""Kafka's variable-length integers and other primitive helpers shared by the codec and records.
+
+Reading functions take ``(buf, pos)`` and return ``(value, new_pos)``; they raise
+``DecodeError`` on truncated or over-long input, never ``IndexError``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import DecodeError
+
+INT8 = struct.Struct(">b")
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+UINT16 = struct.Struct(">H")
+UINT32 = struct.Struct(">I")
+FLOAT64 = struct.Struct(">d")
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    """An unsigned LEB128 varint of at most 5 bytes (Kafka's UNSIGNED_VARINT, 32 bits)."""
+    result = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise DecodeError("truncated varint", offset=pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise DecodeError("varint longer than 5 bytes", offset=pos)
+
+
+def read_uvarlong(buf, pos: int) -> tuple[int, int]:
+    """An unsigned LEB128 varint of at most 10 bytes (64 bits)."""
+    result = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise DecodeError("truncated varlong", offset=pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise DecodeError("varlong longer than 10 bytes", offset=pos)
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """A zigzag-encoded signed varint (VARINT)."""
+    b = buf[pos] if pos < len(buf) else 0x80
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    n, pos = read_uvarint(buf, pos)
+    return (n >> 1) ^ -(n & 1), pos
+
+
+def read_varlong(buf, pos: int) -> tuple[int, int]:
+    """A zigzag-encoded signed varlong (VARLONG)."""
+    b = buf[pos] if pos < len(buf) else 0x80
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    n, pos = read_uvarlong(buf, pos)
+    return (n >> 1) ^ -(n & 1), pos
+
+
+def _build_uvarint_table(limit: int) -> list[bytes]:
+    table = []
+    for n in range(limit):
+        out = bytearray()
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+        table.append(bytes(out))
+    return table
+
+
+# Encodings of the small unsigned values, which are most of what Kafka writes (lengths, deltas).
+_UVARINT_SMALL = _build_uvarint_table(1 << 14)
+
+
+def uvarint(n: int) -> bytes:
+    """Encode an unsigned varint."""
+    if n < 16384:
+        if n < 0:
+            raise ValueError(f"unsigned varint cannot hold {n}")
+        return _UVARINT_SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def varint(n: int) -> bytes:
+    """Encode a zigzag signed varint (32-bit range)."""
+    if not -0x80000000 <= n <= 0x7FFFFFFF:
+        raise ValueError(f"varint out of range: {n}")
+    return uvarint((n << 1) ^ (n >> 31))
+
+
+def varlong(n: int) -> bytes:
+    """Encode a zigzag signed varlong (64-bit range)."""
+    if not -0x8000000000000000 <= n <= 0x7FFFFFFFFFFFFFFF:
+        raise ValueError(f"varlong out of range: {n}")
+    return uvarint((n << 1) ^ (n >> 63))
+
+
+def varint_size(n: int) -> int:
+    """Bytes ``varint(n)`` takes (zigzag)."""
+    z = (n << 1) ^ (n >> 63)
+    size = 1
+    while z >= 0x80:
+        z >>= 7
+        size += 1
+    return size
