@@ -1,0 +1,36 @@
+# Every target builds its own virtual environment first, so each works on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kwire-installed
+
+.PHONY: demo test lint pytest bench generate clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# kwire's main job, on this machine (grows with the project; see README).
+demo: $(STAMP)
+	$(VENV)/bin/kwire protocol list
+	$(VENV)/bin/kwire protocol show Metadata --version 12
+
+# Every test, plus the lint and the generated-code drift check.
+test: lint pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests tools benchmarks
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_protocol.py
+
+generate: $(STAMP)
+	$(PY) tools/gen_protocol.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,44 @@
+"""The ``kwire`` command: one argparse tree, one module per command group."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kwire import __version__
+
+from . import protocol_cmd
+
+# Each command module exposes register(subparsers); its parsers set ``func`` to a handler that
+# takes the parsed arguments and returns an exit code.
+COMMAND_MODULES = [protocol_cmd]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kwire",
+        description="Kafka's wire protocol in Python: codec, client, broker, analyzer.",
+    )
+    parser.add_argument("--version", action="version", version=f"kwire {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # Output piped into head(1) and closed early: not an error worth a traceback.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,618 @@
+"""Compile message specs into Python classes and version-specialised encode/decode functions.
+
+An interpreter that walks the schema for every field of every message is slow in Python.  Instead,
+for each (message, version) pair this module writes the Python source of straight-line functions
+(one decoder and one encoder per struct), with runs of fixed-width fields merged into one
+``struct`` call, and compiles it once.  The functions are cached per message and version.
+
+Error reporting costs almost nothing on the fast path: each generated function keeps the name of
+the field it is reading in a local and, on failure, raises ``DecodeError``/``EncodeError`` with
+that name; enclosing functions prepend their own field, so the error names the whole path.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from functools import cache
+from typing import Any
+
+from .errors import DecodeError, EncodeError, ProtocolError
+from .primitives import INT8, INT16, INT32, read_uvarint, uvarint
+from .schema import FIXED_TYPES, FieldSpec, MessageSpec, StructSpec
+
+_DECODE_FAILURES = (struct.error, IndexError, ValueError, OverflowError, TypeError, KeyError, MemoryError)
+_ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, OverflowError, KeyError)
+
+_MISSING: Any = object()
+
+# Unpackers of primitive arrays by element count: building the format string and looking it up
+# in struct's cache for every array costs more than decoding a short array.
+_CACHED_ARRAY_LEN = 64
+_ARRAY_UNPACKERS = {fmt: [struct.Struct(f">{n}{fmt}").unpack_from for n in range(_CACHED_ARRAY_LEN)]
+                    for fmt, _ in FIXED_TYPES.values() if fmt != "16s"}
+
+
+def _array_unpacker(fmt: str, n: int):
+    return struct.Struct(f">{n}{fmt}").unpack_from
+
+
+class Struct:
+    """Base of every generated message and struct class."""
+
+    __slots__ = ()
+    _spec: StructSpec
+    _attrs: tuple[str, ...]
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return NotImplemented
+        return all(getattr(self, a) == getattr(other, a) for a in self._attrs) and (
+            (self.unknown_tags or None) == (other.unknown_tags or None)  # type: ignore[attr-defined]
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{a}={getattr(self, a)!r}" for a in self._attrs)
+        return f"{type(self).__name__}({parts})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain Python values: nested structs become dicts, lists stay lists."""
+        out = {a: _plain(getattr(self, a)) for a in self._attrs}
+        if self.unknown_tags:  # type: ignore[attr-defined]
+            out["unknown_tags"] = dict(self.unknown_tags)  # type: ignore[attr-defined]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        """The inverse of ``to_dict`` (missing keys take their defaults; unknown keys are an error)."""
+        fields = {f.attr: f for f in cls._spec.fields}
+        kwargs = {}
+        for key, value in data.items():
+            if key == "unknown_tags":
+                kwargs[key] = {int(t): bytes(v) for t, v in value.items()} if value else None
+                continue
+            f = fields.get(key)
+            if f is None:
+                raise ValueError(f"{cls.__name__} has no field {key!r}")
+            if f.struct is not None and value is not None:
+                sub = f.struct.python_class()
+                value = [sub.from_dict(x) for x in value] if f.is_array else sub.from_dict(value)
+            elif f.element == "uuid" and isinstance(value, str):
+                value = uuid.UUID(value)
+            kwargs[key] = value
+        return cls(**kwargs)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Struct):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def build_struct_class(spec: StructSpec, base: type = Struct, extra: dict | None = None) -> type:
+    """A ``__slots__`` class with a keyword-only ``__init__`` giving every field its default."""
+    attrs = tuple(f.attr for f in spec.fields)
+    for a in attrs:
+        if hasattr(base, a):
+            raise ValueError(f"{spec.owner}.{spec.name}: field {a!r} shadows a method of {base.__name__}")
+    ns: dict[str, Any] = {"_MISSING": _MISSING}
+    params, body = [], []
+    for i, f in enumerate(spec.fields):
+        if f.is_array or f.struct is not None:
+            default = f.default()
+            if default is None:
+                params.append(f"{f.attr}=None")
+                body.append(f"    self.{f.attr} = {f.attr}")
+            else:
+                params.append(f"{f.attr}=_MISSING")
+                maker = "list" if f.is_array else f"_cls{i}"
+                if not f.is_array:
+                    ns[f"_cls{i}"] = f.struct.python_class()
+                body.append(f"    self.{f.attr} = {maker}() if {f.attr} is _MISSING else {f.attr}")
+        else:
+            ns[f"_d{i}"] = f.default()
+            params.append(f"{f.attr}=_d{i}")
+            body.append(f"    self.{f.attr} = {f.attr}")
+    params.append("unknown_tags=None")
+    body.append("    self.unknown_tags = unknown_tags")
+    src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<kwire {spec.name}.__init__>", "exec"), ns)
+    members: dict[str, Any] = {
+        "__slots__": (*attrs, "unknown_tags"),
+        "__init__": ns["__init__"],
+        "_spec": spec,
+        "_attrs": attrs,
+        "__module__": "kwire.protocol.messages",
+        "__qualname__": spec.name,
+    }
+    if extra:
+        members.update(extra)
+    cls = type(spec.name, (base,), members)
+    for f in spec.fields:
+        if f.struct is not None and not hasattr(cls, f.struct.name):
+            setattr(cls, f.struct.name, f.struct.python_class())
+    return cls
+
+
+def _decode_failure(exc: Exception, field: str | None, pos: int) -> DecodeError:
+    if isinstance(exc, (struct.error, IndexError)):
+        reason = "truncated: the data ends inside this field"
+    elif isinstance(exc, UnicodeDecodeError):
+        reason = "invalid UTF-8 in a string"
+    elif isinstance(exc, MemoryError):
+        reason = "a length prefix asks for more memory than is available"
+    else:
+        reason = str(exc) or type(exc).__name__
+    return DecodeError(reason, path=[field] if field else [], offset=pos)
+
+
+def _encode_failure(exc: Exception, field: str | None) -> EncodeError:
+    return EncodeError(f"cannot encode value: {exc}", path=[field] if field else [])
+
+
+class _Writer:
+    """Accumulates generated source for one (message, version)."""
+
+    def __init__(self, message: MessageSpec, version: int):
+        self.message = message
+        self.version = version
+        self.flexible = message.is_flexible(version)
+        self.lines: list[str] = []
+        self.ns: dict[str, Any] = {
+            "DecodeError": DecodeError,
+            "EncodeError": EncodeError,
+            "_DF": _DECODE_FAILURES,
+            "_EF": _ENCODE_FAILURES,
+            "_dfail": _decode_failure,
+            "_efail": _encode_failure,
+            "_ruv": read_uvarint,
+            "_uv": uvarint,
+            "_i8": INT8.unpack_from,
+            "_i16": INT16.unpack_from,
+            "_i32": INT32.unpack_from,
+            "_p8": INT8.pack,
+            "_p16": INT16.pack,
+            "_p32": INT32.pack,
+            "_unpack_n": _array_unpacker,
+            "_new": object.__new__,
+            "_pack": struct.pack,
+            "_UUID": uuid.UUID,
+            "_str": str,
+            "_bytes": bytes,
+        }
+        self.done: dict[int, tuple[str, str]] = {}
+        self.counter = 0
+
+    def const(self, value: Any) -> str:
+        name = f"_c{self.counter}"
+        self.counter += 1
+        self.ns[name] = value
+        return name
+
+    def tmp(self, stem: str = "t") -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    # ---------------------------------------------------------------- decoding
+
+    def read_uvarint(self, out: list[str], ind: str, target: str) -> None:
+        out.append(f"{ind}{target} = buf[pos]")
+        out.append(f"{ind}if {target} < 0x80:")
+        out.append(f"{ind}    pos += 1")
+        out.append(f"{ind}else:")
+        out.append(f"{ind}    {target}, pos = _ruv(buf, pos)")
+
+    def read_length(self, out: list[str], ind: str, target: str, compact: bool, width: str) -> None:
+        """A length prefix into target; -1 means null in both encodings."""
+        if compact:
+            self.read_uvarint(out, ind, target)
+            out.append(f"{ind}{target} -= 1")
+        else:
+            out.append(f"{ind}{target} = _i{width}(buf, pos)[0]")
+            out.append(f"{ind}pos += {int(width) // 8}")
+
+    def null_or_fail(self, out: list[str], ind: str, f: FieldSpec, target: str, what: str) -> None:
+        if f.is_nullable(self.version):
+            out.append(f"{ind}{target} = None")
+        else:
+            out.append(f"{ind}raise DecodeError('null {what} in a field that is not nullable in this version')")
+
+    def read_value(self, out: list[str], ind: str, f: FieldSpec, target: str) -> None:
+        """Statements reading field f (its whole value, array or not) into target."""
+        v = self.version
+        compact = f.is_flexible(v, self.flexible)
+        if f.is_array:
+            n = self.tmp("n")
+            self.read_length(out, ind, n, compact, "32")
+            out.append(f"{ind}if {n} < 0:")
+            self.null_or_fail(out, ind + "    ", f, target, "array")
+            out.append(f"{ind}else:")
+            self.read_elements(out, ind + "    ", f, target, n)
+            return
+        if f.struct is not None:
+            dec = self.struct_functions(f.struct)[0]
+            if f.is_nullable(v):
+                m = self.tmp("m")
+                out.append(f"{ind}{m} = _i8(buf, pos)[0]")
+                out.append(f"{ind}pos += 1")
+                out.append(f"{ind}if {m} < 0:")
+                out.append(f"{ind}    {target} = None")
+                out.append(f"{ind}else:")
+                out.append(f"{ind}    {target}, pos = {dec}(buf, pos)")
+            else:
+                out.append(f"{ind}{target}, pos = {dec}(buf, pos)")
+            return
+        self.read_scalar(out, ind, f, f.element, target, compact)
+
+    def read_scalar(self, out: list[str], ind: str, f: FieldSpec, t: str, target: str, compact: bool) -> None:
+        if t in FIXED_TYPES:
+            fmt, size = FIXED_TYPES[t]
+            s = self.const(struct.Struct(">" + fmt).unpack_from)
+            out.append(f"{ind}{target} = {s}(buf, pos)[0]")
+            out.append(f"{ind}pos += {size}")
+            if t == "uuid":
+                out.append(f"{ind}{target} = _UUID(bytes={target})")
+            return
+        n = self.tmp("n")
+        self.read_length(out, ind, n, compact, "16" if t == "string" else "32")
+        out.append(f"{ind}if {n} < 0:")
+        self.null_or_fail(out, ind + "    ", f, target, t)
+        out.append(f"{ind}else:")
+        end = self.tmp("end")
+        out.append(f"{ind}    {end} = pos + {n}")
+        out.append(f"{ind}    if {end} > blen:")
+        out.append(f"{ind}        raise DecodeError('{t} of %d bytes is longer than the %d bytes left' % ({n}, blen - pos))")
+        if t == "string":
+            out.append(f"{ind}    {target} = _str(buf[pos:{end}], 'utf-8')")
+        else:
+            out.append(f"{ind}    {target} = _bytes(buf[pos:{end}])")
+        out.append(f"{ind}    pos = {end}")
+
+    def read_elements(self, out: list[str], ind: str, f: FieldSpec, target: str, n: str) -> None:
+        t = f.element
+        # Every element takes at least one byte, except in structs with no fields: a count above
+        # the bytes left is forged, and checking it first bounds the loop by the input's size.
+        check = [f"{ind}if {n} > blen - pos:",
+                 f"{ind}    raise DecodeError('array of %d elements is longer than the %d bytes left' % ({n}, blen - pos))"]
+        if f.struct is not None:
+            out.extend(check)
+            dec = self.struct_functions(f.struct)[0]
+            app, item, i = self.tmp("app"), self.tmp("it"), self.tmp("i")
+            out.append(f"{ind}{target} = []")
+            out.append(f"{ind}{app} = {target}.append")
+            out.append(f"{ind}for {i} in range({n}):")
+            out.append(f"{ind}    {item}, pos = {dec}(buf, pos)")
+            out.append(f"{ind}    {app}({item})")
+        elif t in FIXED_TYPES and t != "uuid":
+            fmt, size = FIXED_TYPES[t]
+            arrays = self.const(_ARRAY_UNPACKERS[fmt])
+            # unpack_from checks the length itself; a long array is checked before its format is built.
+            out.append(f"{ind}if {n} < {_CACHED_ARRAY_LEN}:")
+            out.append(f"{ind}    {target} = list({arrays}[{n}](buf, pos))")
+            out.append(f"{ind}else:")
+            out.append(f"{ind}    if {n} * {size} > blen - pos:")
+            out.append(f"{ind}        raise DecodeError('array of %d elements is longer than the %d bytes left' % ({n}, blen - pos))")
+            out.append(f"{ind}    {target} = list(_unpack_n('{fmt}', {n})(buf, pos))")
+            out.append(f"{ind}pos += {n} * {size}")
+        else:
+            out.extend(check)
+            item, i = self.tmp("it"), self.tmp("i")
+            out.append(f"{ind}{target} = []")
+            out.append(f"{ind}for {i} in range({n}):")
+            # Elements of arrays are never null in Kafka's schemas.
+            elem = _ElementSpec(f)
+            self.read_scalar(out, ind + "    ", elem, t, item, f.is_flexible(self.version, self.flexible))
+            out.append(f"{ind}    {target}.append({item})")
+
+    def decoder(self, spec: StructSpec, name: str) -> list[str]:
+        v = self.version
+        cls = self.const(spec.python_class())
+        out = [f"def {name}(buf, pos):", "    blen = len(buf)", f"    o = _new({cls})", "    field = None", "    try:"]
+        ind = "        "
+        regular = [f for f in spec.fields if f.present(v) and not f.is_tagged(v)]
+        tagged = sorted((f for f in spec.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag)
+        # Fields this version lacks get their defaults, so every slot is set.
+        wire = {f.attr for f in regular} | ({f.attr for f in tagged} if self.flexible else set())
+        for f in spec.fields:
+            if f.attr not in wire:
+                out.append(f"{ind}o.{f.attr} = {self.default_expr(f)}")
+        if not self.flexible:
+            out.append(f"{ind}o.unknown_tags = None")
+        i = 0
+        while i < len(regular):
+            f = regular[i]
+            if f.element in FIXED_TYPES and not f.is_array and f.struct is None:
+                run = [f]
+                while (i + len(run) < len(regular) and regular[i + len(run)].element in FIXED_TYPES
+                       and not regular[i + len(run)].is_array and regular[i + len(run)].struct is None):
+                    run.append(regular[i + len(run)])
+                fmt = ">" + "".join(FIXED_TYPES[g.element][0] for g in run)
+                st = struct.Struct(fmt)
+                out.append(f"{ind}field = {f.attr!r}")
+                targets = ", ".join(f"o.{g.attr}" for g in run)
+                out.append(f"{ind}{targets}{',' if len(run) == 1 else ''} = {self.const(st.unpack_from)}(buf, pos)")
+                out.append(f"{ind}pos += {st.size}")
+                for g in run:
+                    if g.element == "uuid":
+                        out.append(f"{ind}o.{g.attr} = _UUID(bytes=o.{g.attr})")
+                i += len(run)
+                continue
+            out.append(f"{ind}field = {f.attr!r}")
+            self.read_value(out, ind, f, f"o.{f.attr}")
+            i += 1
+        if self.flexible:
+            for f in tagged:
+                out.append(f"{ind}o.{f.attr} = {self.default_expr(f)}")
+            out.append(f"{ind}field = '(tagged fields)'")
+            # Almost every struct carries no tagged fields: one byte, zero.
+            out.append(f"{ind}if buf[pos] == 0:")
+            out.append(f"{ind}    pos += 1")
+            out.append(f"{ind}    o.unknown_tags = None")
+            out.append(f"{ind}else:")
+            ind = ind + "    "
+            self.read_uvarint(out, ind, "ntags")
+            out.append(f"{ind}ut = None")
+            out.append(f"{ind}if ntags > blen - pos:")
+            out.append(f"{ind}    raise DecodeError('%d tagged fields in %d bytes' % (ntags, blen - pos))")
+            out.append(f"{ind}for _ in range(ntags):")
+            ind2 = ind + "    "
+            self.read_uvarint(out, ind2, "tag")
+            self.read_uvarint(out, ind2, "tsize")
+            out.append(f"{ind2}tend = pos + tsize")
+            out.append(f"{ind2}if tend > blen:")
+            out.append(f"{ind2}    raise DecodeError('tagged field %d of %d bytes is longer than the %d bytes left' % (tag, tsize, blen - pos))")
+            kw = "if"
+            for f in tagged:
+                out.append(f"{ind2}{kw} tag == {f.tag}:")
+                out.append(f"{ind2}    field = {f.attr!r}")
+                self.read_value(out, ind2 + "    ", f, f"o.{f.attr}")
+                out.append(f"{ind2}    if pos != tend:")
+                out.append(f"{ind2}        raise DecodeError('tagged field size %d does not match its content' % tsize)")
+                kw = "elif"
+            if tagged:
+                out.append(f"{ind2}else:")
+                out.append(f"{ind2}    if ut is None:")
+                out.append(f"{ind2}        ut = {{}}")
+                out.append(f"{ind2}    ut[tag] = _bytes(buf[pos:tend])")
+            else:
+                out.append(f"{ind2}if ut is None:")
+                out.append(f"{ind2}    ut = {{}}")
+                out.append(f"{ind2}ut[tag] = _bytes(buf[pos:tend])")
+            out.append(f"{ind2}pos = tend")
+            out.append(f"{ind}o.unknown_tags = ut")
+            ind = ind[:-4]
+        out.append(f"{ind}pass")
+        out.append("    except DecodeError as e:")
+        out.append("        if field:")
+        out.append("            e.path.insert(0, field)")
+        out.append("            if e.offset is None:")
+        out.append("                e.offset = pos")
+        out.append("        raise")
+        out.append("    except _DF as e:")
+        out.append("        raise _dfail(e, field, pos) from None")
+        out.append("    return o, pos")
+        return out
+
+    def default_expr(self, f: FieldSpec) -> str:
+        """An expression giving a fresh default for f in generated code."""
+        if f.is_array:
+            return "None" if f.default_text == "null" else "[]"
+        if f.struct is not None:
+            if f.default_text == "null":
+                return "None"
+            return f"{self.const(f.struct.python_class())}()"
+        return self.const(f.default())
+
+    # ---------------------------------------------------------------- encoding
+
+    def write_value(self, out: list[str], ind: str, f: FieldSpec, value: str, dst: str) -> None:
+        v = self.version
+        compact = f.is_flexible(v, self.flexible)
+        if f.is_array:
+            out.append(f"{ind}if {value} is None:")
+            self.write_null(out, ind + "    ", f, dst, compact, "array", b"\xff\xff\xff\xff")
+            out.append(f"{ind}else:")
+            ind2 = ind + "    "
+            if compact:
+                out.append(f"{ind2}{dst} += _uv(len({value}) + 1)")
+            else:
+                out.append(f"{ind2}{dst} += _p32(len({value}))")
+            t = f.element
+            if f.struct is not None:
+                enc = self.struct_functions(f.struct)[1]
+                item = self.tmp("it")
+                out.append(f"{ind2}for {item} in {value}:")
+                out.append(f"{ind2}    {enc}({item}, {dst})")
+            elif t in FIXED_TYPES and t != "uuid":
+                fmt = FIXED_TYPES[t][0]
+                out.append(f"{ind2}{dst} += _pack('>%d{fmt}' % len({value}), *{value})")
+            else:
+                item = self.tmp("it")
+                out.append(f"{ind2}for {item} in {value}:")
+                self.write_scalar(out, ind2 + "    ", _ElementSpec(f), t, item, dst, compact)
+            return
+        if f.struct is not None:
+            enc = self.struct_functions(f.struct)[1]
+            if f.is_nullable(v):
+                out.append(f"{ind}if {value} is None:")
+                out.append(f"{ind}    {dst}.append(0xFF)")
+                out.append(f"{ind}else:")
+                out.append(f"{ind}    {dst}.append(1)")
+                out.append(f"{ind}    {enc}({value}, {dst})")
+            else:
+                out.append(f"{ind}if {value} is None:")
+                out.append(f"{ind}    raise EncodeError('null is not allowed for this struct in this version')")
+                out.append(f"{ind}{enc}({value}, {dst})")
+            return
+        self.write_scalar(out, ind, f, f.element, value, dst, compact)
+
+    def write_null(self, out: list[str], ind: str, f: FieldSpec, dst: str, compact: bool, what: str,
+                   legacy_null: bytes) -> None:
+        if not f.is_nullable(self.version):
+            out.append(f"{ind}raise EncodeError('null is not allowed for this {what} in this version')")
+        elif compact:
+            out.append(f"{ind}{dst}.append(0)")
+        else:
+            out.append(f"{ind}{dst} += {legacy_null!r}")
+
+    def write_scalar(self, out: list[str], ind: str, f: FieldSpec, t: str, value: str, dst: str,
+                     compact: bool) -> None:
+        if t in FIXED_TYPES:
+            fmt = FIXED_TYPES[t][0]
+            pack = self.const(struct.Struct(">" + fmt).pack)
+            arg = f"{value}.bytes" if t == "uuid" else value
+            out.append(f"{ind}{dst} += {pack}({arg})")
+            return
+        out.append(f"{ind}if {value} is None:")
+        self.write_null(out, ind + "    ", f, dst, compact, t, b"\xff\xff" if t == "string" else b"\xff\xff\xff\xff")
+        out.append(f"{ind}else:")
+        data = self.tmp("b")
+        if t == "string":
+            out.append(f"{ind}    {data} = {value}.encode()")
+        else:
+            out.append(f"{ind}    {data} = {value}")
+        if compact:
+            out.append(f"{ind}    {dst} += _uv(len({data}) + 1)")
+        elif t == "string":
+            out.append(f"{ind}    {dst} += _p16(len({data}))")
+        else:
+            out.append(f"{ind}    {dst} += _p32(len({data}))")
+        out.append(f"{ind}    {dst} += {data}")
+
+    def encoder(self, spec: StructSpec, name: str) -> list[str]:
+        v = self.version
+        out = [f"def {name}(o, out):", "    field = None", "    try:"]
+        ind = "        "
+        for f in spec.fields:
+            if not f.present(v) and not f.ignorable:
+                default = self.const(f.default())
+                out.append(f"{ind}if o.{f.attr} != {default}:")
+                out.append(f"{ind}    field = {f.attr!r}")
+                out.append(f"{ind}    raise EncodeError('has a value other than its default but is not in this "
+                           f"version (it is in versions {f.versions[0]}-{f.versions[1]})')")
+        regular = [f for f in spec.fields if f.present(v) and not f.is_tagged(v)]
+        tagged = sorted((f for f in spec.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag)
+        i = 0
+        while i < len(regular):
+            f = regular[i]
+            if f.element in FIXED_TYPES and not f.is_array and f.struct is None:
+                run = [f]
+                while (i + len(run) < len(regular) and regular[i + len(run)].element in FIXED_TYPES
+                       and not regular[i + len(run)].is_array and regular[i + len(run)].struct is None):
+                    run.append(regular[i + len(run)])
+                st = struct.Struct(">" + "".join(FIXED_TYPES[g.element][0] for g in run))
+                args = ", ".join(f"o.{g.attr}.bytes" if g.element == "uuid" else f"o.{g.attr}" for g in run)
+                out.append(f"{ind}field = {f.attr!r}")
+                out.append(f"{ind}out += {self.const(st.pack)}({args})")
+                i += len(run)
+                continue
+            out.append(f"{ind}field = {f.attr!r}")
+            out.append(f"{ind}x = o.{f.attr}")
+            self.write_value(out, ind, f, "x", "out")
+            i += 1
+        if self.flexible:
+            out.append(f"{ind}field = '(tagged fields)'")
+            out.append(f"{ind}ut = o.unknown_tags")
+            if tagged:
+                out.append(f"{ind}tags = []")
+                for f in tagged:
+                    default = self.const(f.default())
+                    out.append(f"{ind}field = {f.attr!r}")
+                    out.append(f"{ind}x = o.{f.attr}")
+                    out.append(f"{ind}if x != {default}:")
+                    out.append(f"{ind}    tb = bytearray()")
+                    self.write_value(out, ind + "    ", f, "x", "tb")
+                    out.append(f"{ind}    tags.append(({f.tag}, tb))")
+                out.append(f"{ind}if ut:")
+                out.append(f"{ind}    tags.extend(ut.items())")
+                out.append(f"{ind}    tags.sort(key=lambda kv: kv[0])")
+            else:
+                out.append(f"{ind}tags = sorted(ut.items()) if ut else ()")
+            out.append(f"{ind}if not tags:")
+            out.append(f"{ind}    out.append(0)")
+            out.append(f"{ind}else:")
+            out.append(f"{ind}    out += _uv(len(tags))")
+            out.append(f"{ind}    for tag, tb in tags:")
+            out.append(f"{ind}        out += _uv(tag)")
+            out.append(f"{ind}        out += _uv(len(tb))")
+            out.append(f"{ind}        out += tb")
+        out.append(f"{ind}pass")
+        out.append("    except EncodeError as e:")
+        out.append("        if field:")
+        out.append("            e.path.insert(0, field)")
+        out.append("        raise")
+        out.append("    except _EF as e:")
+        out.append("        raise _efail(e, field) from None")
+        return out
+
+    # ---------------------------------------------------------------- assembly
+
+    def struct_functions(self, spec: StructSpec) -> tuple[str, str]:
+        """Names of the decoder and encoder for spec, generating them on first use."""
+        key = id(spec)
+        if key not in self.done:
+            n = len(self.done)
+            names = (f"dec_{spec.name}_{n}", f"enc_{spec.name}_{n}")
+            self.done[key] = names
+            self.lines.extend(self.decoder(spec, names[0]))
+            self.lines.extend(self.encoder(spec, names[1]))
+        return self.done[key]
+
+
+class _ElementSpec:
+    """Stands in for a FieldSpec when reading or writing one element of a primitive array."""
+
+    def __init__(self, f: FieldSpec):
+        self.f = f
+
+    def is_nullable(self, v: int) -> bool:
+        return False
+
+
+class Codec:
+    """The compiled decoder and encoder of one message at one version."""
+
+    __slots__ = ("message", "version", "decode_from", "encode_into", "source")
+
+    def __init__(self, message: MessageSpec, version: int):
+        w = _Writer(message, version)
+        dec, enc = w.struct_functions(message.struct)
+        self.source = "\n".join(w.lines) + "\n"
+        exec(compile(self.source, f"<kwire {message.name} v{version}>", "exec"), w.ns)
+        self.message = message
+        self.version = version
+        self.decode_from = w.ns[dec]
+        self.encode_into = w.ns[enc]
+
+    def decode(self, data, pos: int = 0, *, strict: bool = True):
+        """Decode one message from data[pos:]; with strict, bytes left over are an error."""
+        try:
+            obj, end = self.decode_from(data, pos)
+        except ProtocolError as e:
+            e.what, e.version = self.message.name, self.version
+            raise
+        if strict and end != len(data):
+            raise DecodeError(f"{len(data) - end} bytes left over after the message", what=self.message.name,
+                              version=self.version, offset=end)
+        return obj, end
+
+    def encode(self, obj, out: bytearray | None = None) -> bytearray:
+        """Append the encoding of obj to out (a new bytearray if None) and return it."""
+        if out is None:
+            out = bytearray()
+        try:
+            self.encode_into(obj, out)
+        except ProtocolError as e:
+            e.what, e.version = self.message.name, self.version
+            raise
+        return out
+
+
+@cache
+def codec(message: MessageSpec, version: int) -> Codec:
+    """The compiled codec for a message at a version (compiled once, then cached)."""
+    return Codec(message, version)

@@ -1,0 +1,111 @@
+"""Whole Kafka frames: size prefix, request/response header, message body.
+
+The header version follows from (api key, api version): flexible versions use request header v2
+and response header v1, others v1 and v0.  Two exceptions, as in Kafka: ApiVersions responses
+always use response header v0 (a client must read the error before it knows what the broker
+speaks), and ControlledShutdown v0 uses request header v0 (no client id).
+
+Frame bodies passed to the decoders exclude the 4-byte size prefix (what ``FrameSplitter`` yields);
+the encoders return complete frames including it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import DecodeError, ProtocolError, UnsupportedVersionError
+from .messages import Request, Response, message_class, request_class, response_class
+from .schema import REQUEST_NAMES
+
+API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
+
+_SIZE = struct.Struct(">i")
+_HEADER_V1_FIXED = struct.Struct(">hhi")
+
+RequestHeader = message_class("RequestHeader")
+ResponseHeader = message_class("ResponseHeader")
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """The request header version a request of this api key and version carries."""
+    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    return 2 if request_class(api_key).SPEC.is_flexible(api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """The response header version a response of this api key and version carries."""
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if response_class(api_key).SPEC.is_flexible(api_version) else 0
+
+
+def encode_request(request: Request, version: int, correlation_id: int, client_id: str | None = "kwire") -> bytes:
+    """A complete request frame: size, header, body."""
+    body = type(request).codec(version)
+    header = RequestHeader(request_api_key=request.API_KEY, request_api_version=version,
+                           correlation_id=correlation_id, client_id=client_id)
+    out = bytearray(4)
+    RequestHeader.codec(request_header_version(request.API_KEY, version)).encode(header, out)
+    body.encode(request, out)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_request_header(frame) -> tuple[RequestHeader, int]:  # type: ignore[valid-type]
+    """The header of a request frame body and the offset where the request body starts.
+
+    Works for api keys and versions kwire does not know (so a broker can still answer them with
+    UNSUPPORTED_VERSION): those are read as header v1, the layout every Kafka client sends for
+    the fields that matter (api key, version, correlation id, client id).
+    """
+    if len(frame) < 8:
+        raise DecodeError(f"a request needs at least 8 bytes of header, got {len(frame)}", what="RequestHeader")
+    api_key, api_version, _ = _HEADER_V1_FIXED.unpack_from(frame, 0)
+    known = api_key in REQUEST_NAMES and request_class(api_key).SPEC.has_version(api_version)
+    hv = request_header_version(api_key, api_version) if known else 1
+    header, offset = RequestHeader.codec(hv).decode(frame, 0, strict=False)
+    return header, offset
+
+
+def decode_request(frame, *, strict: bool = True) -> tuple[RequestHeader, Request]:  # type: ignore[valid-type]
+    """Header and typed request from a frame body (no size prefix)."""
+    header, offset = decode_request_header(frame)
+    cls = request_class(header.request_api_key)
+    body = cls.codec(header.request_api_version)
+    try:
+        request, _ = body.decode(frame, offset, strict=strict)
+    except ProtocolError as e:
+        if e.offset is not None:
+            e.offset -= offset
+        raise
+    return header, request
+
+
+def encode_response(response: Response, version: int, correlation_id: int) -> bytes:
+    """A complete response frame: size, header, body."""
+    body = type(response).codec(version)
+    out = bytearray(4)
+    hv = response_header_version(response.API_KEY, version)
+    ResponseHeader.codec(hv).encode(ResponseHeader(correlation_id=correlation_id), out)
+    body.encode(response, out)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_response(frame, api_key: int, version: int, *, strict: bool = True) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]
+    """Header and typed response from a frame body, given the request's api key and version."""
+    cls = response_class(api_key)
+    if not cls.SPEC.has_version(version):
+        raise UnsupportedVersionError(f"no version {version}", what=cls.SPEC.name)
+    header, offset = ResponseHeader.codec(response_header_version(api_key, version)).decode(frame, 0, strict=False)
+    response, _ = cls.codec(version).decode(frame, offset, strict=strict)
+    return header, response
+
+
+def correlation_id_of_response(frame) -> int:
+    """The correlation id of a response frame body (the first field of every response header)."""
+    if len(frame) < 4:
+        raise DecodeError("a response needs at least 4 bytes", what="ResponseHeader")
+    return _SIZE.unpack_from(frame, 0)[0]
