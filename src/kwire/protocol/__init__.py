@@ -18,7 +18,7 @@ from .errors import (
     FrameTooLargeError,
     KafkaError,
     ProtocolError,
-    UnsupportedVersionError,
+    UnknownApiVersionError,
     error_name,
     raise_for_code,
 )
@@ -53,7 +53,7 @@ __all__ = [
     "RequestHeader",
     "Response",
     "ResponseHeader",
-    "UnsupportedVersionError",
+    "UnknownApiVersionError",
     "api_key_for",
     "api_name",
     "api_versions",

@@ -47,8 +47,11 @@ class EncodeError(ProtocolError):
     """A message could not be encoded (wrong value type, field missing in that version...)."""
 
 
-class UnsupportedVersionError(ProtocolError):
-    """An (api key, version) pair, or a message version, that kwire does not know."""
+class UnknownApiVersionError(ProtocolError):
+    """An api key, or a version of a message, that kwire does not know.
+
+    (Not to be confused with ``UnsupportedVersionError``, Kafka's error code 35 sent by brokers.)
+    """
 
 
 class FrameTooLargeError(DecodeError):
@@ -106,6 +109,8 @@ _exported = []
 for _code, _name, _retriable in ERRORS:
     if _code == 0:
         continue
+    if _class_name(_name) in globals():
+        raise RuntimeError(f"Kafka error {_name} would replace kwire's {_class_name(_name)}")
     _cls = type(_class_name(_name), (KafkaError,), {"code": _code, "name": _name, "retriable": _retriable,
                                                       "__module__": __name__})
     KafkaError._by_code[_code] = _cls
@@ -115,6 +120,6 @@ for _code, _name, _retriable in ERRORS:
 ERROR_CODES: dict[int, tuple[str, bool]] = {c: (n, r) for c, n, r in ERRORS}
 
 __all__ = [
-    "ProtocolError", "DecodeError", "EncodeError", "UnsupportedVersionError", "FrameTooLargeError",
+    "ProtocolError", "DecodeError", "EncodeError", "UnknownApiVersionError", "FrameTooLargeError",
     "CorruptRecordError", "KafkaError", "ERROR_CODES", "error_name", "raise_for_code", *_exported,
 ]

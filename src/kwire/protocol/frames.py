@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from .errors import DecodeError, ProtocolError, UnsupportedVersionError
+from .errors import DecodeError, ProtocolError, UnknownApiVersionError
 from .messages import Request, Response, message_class, request_class, response_class
 from .schema import REQUEST_NAMES
 
@@ -72,6 +72,9 @@ def decode_request_header(frame) -> tuple[RequestHeader, int]:  # type: ignore[v
 def decode_request(frame, *, strict: bool = True) -> tuple[RequestHeader, Request]:  # type: ignore[valid-type]
     """Header and typed request from a frame body (no size prefix)."""
     header, offset = decode_request_header(frame)
+    if header.request_api_key not in REQUEST_NAMES:
+        raise UnknownApiVersionError(
+            f"unknown api key {header.request_api_key} (version {header.request_api_version})", what="request")
     cls = request_class(header.request_api_key)
     body = cls.codec(header.request_api_version)
     try:
@@ -96,9 +99,11 @@ def encode_response(response: Response, version: int, correlation_id: int) -> by
 
 def decode_response(frame, api_key: int, version: int, *, strict: bool = True) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]
     """Header and typed response from a frame body, given the request's api key and version."""
+    if api_key not in REQUEST_NAMES:
+        raise UnknownApiVersionError(f"unknown api key {api_key} (version {version})", what="response")
     cls = response_class(api_key)
     if not cls.SPEC.has_version(version):
-        raise UnsupportedVersionError(f"no version {version}", what=cls.SPEC.name)
+        raise UnknownApiVersionError(f"no version {version}", what=cls.SPEC.name)
     header, offset = ResponseHeader.codec(response_header_version(api_key, version)).decode(frame, 0, strict=False)
     response, _ = cls.codec(version).decode(frame, offset, strict=strict)
     return header, response

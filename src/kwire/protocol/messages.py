@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ._schema import MESSAGES
 from .compiler import Codec, Struct, build_struct_class, codec
-from .errors import UnsupportedVersionError
+from .errors import UnknownApiVersionError
 from .schema import REQUEST_NAMES, RESPONSE_NAMES, MessageSpec, message_spec
 
 
@@ -33,10 +33,10 @@ class Message(Struct):
 
     @classmethod
     def codec(cls, version: int) -> Codec:
-        """The compiled codec for one version; UnsupportedVersionError for a version kwire lacks."""
+        """The compiled codec for one version; UnknownApiVersionError for a version kwire lacks."""
         spec = cls.SPEC
         if not spec.has_version(version):
-            raise UnsupportedVersionError(
+            raise UnknownApiVersionError(
                 f"no version {version} (kwire speaks {spec.min_version}-{spec.max_version})", what=spec.name)
         return codec(spec, version)
 
@@ -106,19 +106,19 @@ def message_class(name: str) -> type[Message]:
 
 
 def request_class(api_key: int) -> type[Request]:
-    """The request class for an api key; UnsupportedVersionError naming the key if unknown."""
+    """The request class for an api key; UnknownApiVersionError naming the key if unknown."""
     try:
         return message_class(REQUEST_NAMES[api_key])  # type: ignore[return-value]
     except KeyError:
-        raise UnsupportedVersionError(f"unknown api key {api_key}") from None
+        raise UnknownApiVersionError(f"unknown api key {api_key}") from None
 
 
 def response_class(api_key: int) -> type[Response]:
-    """The response class for an api key; UnsupportedVersionError naming the key if unknown."""
+    """The response class for an api key; UnknownApiVersionError naming the key if unknown."""
     try:
         return message_class(RESPONSE_NAMES[api_key])  # type: ignore[return-value]
     except KeyError:
-        raise UnsupportedVersionError(f"unknown api key {api_key}") from None
+        raise UnknownApiVersionError(f"unknown api key {api_key}") from None
 
 
 def __getattr__(name: str) -> type[Message]:

@@ -1,0 +1,806 @@
+"""Record batch v2 (magic 2): a lazy reader, in-place offset rewriting, and a builder.
+
+Layout (all big-endian)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32 |
+    attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64 |
+    producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32 | records...
+
+batchLength counts the bytes after itself.  The CRC-32C covers attributes..end, so a broker can
+assign baseOffset and partitionLeaderEpoch without recomputing it.  With compression, the
+records (not the header) are compressed as one payload.
+
+Each record::
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+    keyLength varint | key | valueLength varint | value | headerCount varint |
+    [headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue]...
+
+The hot loops below (``_decode_records`` and ``RecordBatchBuilder.append``/``extend``) inline
+Kafka's varints instead of calling ``kwire.protocol.primitives``: a Python call per varint
+costs more than decoding the rest of a small record.  They only ever take the slow,
+general helpers for the rare multi-byte cases.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+from crc32c import crc32c
+
+from ..errors import CorruptRecordError, DecodeError, EncodeError
+from ..primitives import (
+    INT32,
+    INT64,
+    UINT32,
+    read_varint,
+    read_varlong,
+    uvarint,
+    varint,
+    varlong,
+)
+from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
+from .record import ControlRecord, ControlRecordType, Record, TimestampType, control_key, end_txn_marker_value
+
+__all__ = [
+    "RecordBatch",
+    "RecordBatchBuilder",
+    "rewrite_base_offset",
+    "build_control_batch",
+    "HEADER_SIZE",
+]
+
+_WHAT = "record batch v2"
+
+# One struct for the whole fixed header: a single unpack/pack instead of thirteen.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = _HEADER.size  # 61
+# Bytes after batchLength that the header takes: the smallest valid batchLength.
+_MIN_BATCH_LENGTH = HEADER_SIZE - 12
+_LENGTH_OFFSET = 8
+_LEADER_EPOCH_OFFSET = 12
+_MAGIC_OFFSET = 16
+_CRC_OFFSET = 17
+_ATTRIBUTES_OFFSET = 21  # start of the CRC-covered bytes
+_COUNT_OFFSET = 57
+
+_FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+           "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+           "base_sequence", "record_count")
+
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+_DELETE_HORIZON_BIT = 0x40
+
+# The smallest record: 1-byte length and six 1-byte fields (attributes, timestamp delta,
+# offset delta, key length, value length, header count).  Bounds a forged record count.
+_MIN_RECORD_SIZE = 7
+
+# Zigzag varint encodings of 0..16383 (lengths and deltas; most records need nothing else).
+# The hot loops write the bound as the literal 16384 (a constant load is cheaper than a global).
+_ZN = 1 << 14
+_ZZ = [bytes((2 * n,)) if n < 64 else
+       bytes(((2 * n) & 0x7F | 0x80, (2 * n) >> 7)) if n < 8192 else
+       bytes(((2 * n) & 0x7F | 0x80, ((2 * n) >> 7) & 0x7F | 0x80, (2 * n) >> 14))
+       for n in range(_ZN)]
+
+# Decoding tables.  CPython 3.11 specializes list indexing and int +, -, *, <, but not the
+# bitwise operators a varint/zigzag decode is usually written with, so the reader looks values
+# up instead: _D1[b] is the zigzag value of the 1-byte varint b, _D2[b + 128 * c] that of the
+# 2-byte varint (b, c) (b >= 128, c < 128).  ~16k entries cover every value within +-8192.
+_D1 = [(n >> 1) ^ -(n & 1) for n in range(128)]
+# (b - 128) + 128 * c is the raw varint, so _D2[i] decodes i - 128.
+_D2 = [0] * 128 + [(n >> 1) ^ -(n & 1) for n in range(16384)]
+
+
+def _record_path(index: int, field: str | None = None) -> list[str]:
+    return [f"records[{index}]"] if field is None else [f"records[{index}]", field]
+
+
+# ----------------------------------------------------------------------------------------
+# Reading
+
+class RecordBatch:
+    """A lazy view of one v2 record batch at ``pos`` in ``data`` (bytes, bytearray or memoryview).
+
+    Construction reads only the 61-byte header; records are decoded (and decompressed) when
+    iterated.  ``validate()`` checks the CRC.  If ``data`` is writable, ``set_base_offset()``
+    rewrites the base offset / leader epoch in place.
+    """
+
+    __slots__ = ("_data", "_pos", "_end", "_header", "max_decompressed_size")
+
+    magic = 2
+
+    def __init__(self, data, pos: int = 0, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE):
+        available = len(data) - pos
+        if pos < 0 or available < HEADER_SIZE:
+            raise CorruptRecordError(f"truncated batch header: {HEADER_SIZE} bytes needed, {max(available, 0)} left",
+                                     what=_WHAT, offset=pos)
+        header = _HEADER.unpack_from(data, pos)
+        if header[3] != 2:
+            raise CorruptRecordError(f"magic is {header[3]}, not 2", what=_WHAT, path=["magic"],
+                                     offset=pos + _MAGIC_OFFSET)
+        length = header[1]
+        if length < _MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"batch length {length} is smaller than the {_MIN_BATCH_LENGTH}-byte header",
+                                     what=_WHAT, path=["batch_length"], offset=pos + _LENGTH_OFFSET)
+        if length > available - 12:
+            raise CorruptRecordError(f"batch length {length} exceeds the {available - 12} bytes left",
+                                     what=_WHAT, path=["batch_length"], offset=pos + _LENGTH_OFFSET)
+        self._data = data
+        self._pos = pos
+        self._end = pos + 12 + length
+        self._header = header
+        self.max_decompressed_size = max_decompressed_size
+
+    # -- header fields ------------------------------------------------------------------
+    @property
+    def base_offset(self) -> int:
+        return self._header[0]
+
+    @property
+    def batch_length(self) -> int:
+        """The stored batchLength: bytes after the length field."""
+        return self._header[1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Total bytes of this batch, header included."""
+        return self._header[1] + 12
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return self._header[2]
+
+    @property
+    def crc(self) -> int:
+        return self._header[4]
+
+    @property
+    def attributes(self) -> int:
+        return self._header[5]
+
+    @property
+    def compression(self) -> Compression:
+        codec = self._header[5] & _COMPRESSION_MASK
+        try:
+            return Compression(codec)
+        except ValueError:
+            raise CorruptRecordError(f"unknown compression codec {codec}", what=_WHAT, path=["attributes"],
+                                     offset=self._pos + _ATTRIBUTES_OFFSET) from None
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType.LOG_APPEND_TIME if self._header[5] & _TIMESTAMP_TYPE_BIT else TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self._header[5] & _TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self._header[5] & _CONTROL_BIT)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self._header[5] & _DELETE_HORIZON_BIT)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """With the delete-horizon bit set, base_timestamp is the horizon (set by the log cleaner)."""
+        return self._header[7] if self._header[5] & _DELETE_HORIZON_BIT else None
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self._header[6]
+
+    @property
+    def last_offset(self) -> int:
+        return self._header[0] + self._header[6]
+
+    @property
+    def next_offset(self) -> int:
+        return self._header[0] + self._header[6] + 1
+
+    @property
+    def base_timestamp(self) -> int:
+        return self._header[7]
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._header[8]
+
+    @property
+    def producer_id(self) -> int:
+        return self._header[9]
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._header[10]
+
+    @property
+    def base_sequence(self) -> int:
+        return self._header[11]
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record (wrapping at int32 max like Kafka), or -1 without sequences."""
+        base, delta = self._header[11], self._header[6]
+        if base == -1:
+            return -1
+        return delta - (0x7FFFFFFF - base) - 1 if base > 0x7FFFFFFF - delta else base + delta
+
+    @property
+    def record_count(self) -> int:
+        return self._header[12]
+
+    def header(self) -> dict[str, int]:
+        """All header fields by name (handy for logging and analysis)."""
+        return dict(zip(_FIELDS, self._header, strict=True))
+
+    def __repr__(self) -> str:
+        h = self._header
+        return (f"RecordBatch(base_offset={h[0]}, records={h[12]}, last_offset_delta={h[6]}, "
+                f"compression={h[5] & 7}, attributes={h[5]:#x}, producer_id={h[9]}, producer_epoch={h[10]}, "
+                f"base_sequence={h[11]}, size={h[1] + 12})")
+
+    # -- integrity ----------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check the CRC-32C and the header's consistency; raise ``CorruptRecordError`` if wrong.
+
+        The length was already checked against the available bytes when the view was made.
+        """
+        data, pos = self._data, self._pos
+        (stored,) = UINT32.unpack_from(data, pos + _CRC_OFFSET)
+        computed = crc32c(memoryview(data)[pos + _ATTRIBUTES_OFFSET:self._end])
+        if stored != computed:
+            raise CorruptRecordError(f"CRC-32C mismatch: stored {stored:#010x}, computed {computed:#010x}",
+                                     what=_WHAT, path=["crc"], offset=pos + _CRC_OFFSET)
+        h = self._header
+        if h[5] & _COMPRESSION_MASK > 4:
+            raise CorruptRecordError(f"unknown compression codec {h[5] & 7}", what=_WHAT, path=["attributes"],
+                                     offset=pos + _ATTRIBUTES_OFFSET)
+        if h[12] < 0:
+            raise CorruptRecordError(f"negative record count {h[12]}", what=_WHAT, path=["record_count"],
+                                     offset=pos + _COUNT_OFFSET)
+
+    def is_valid(self) -> bool:
+        """``validate()`` as a bool."""
+        try:
+            self.validate()
+        except CorruptRecordError:
+            return False
+        return True
+
+    # -- in-place rewrite ---------------------------------------------------------------
+    def set_base_offset(self, base_offset: int, partition_leader_epoch: int | None = None) -> None:
+        """Rewrite base offset (and optionally partition leader epoch) in the underlying buffer.
+
+        Neither field is covered by the CRC, so the batch stays valid.  The buffer must be
+        writable (a bytearray or a writable memoryview).
+        """
+        rewrite_base_offset(self._data, base_offset, partition_leader_epoch=partition_leader_epoch, pos=self._pos)
+        h = list(self._header)
+        h[0] = base_offset
+        if partition_leader_epoch is not None:
+            h[2] = partition_leader_epoch
+        self._header = tuple(h)
+
+    # -- records ------------------------------------------------------------------------
+    def raw_records(self) -> bytes:
+        """The records section as stored (compressed if the batch is)."""
+        return bytes(memoryview(self._data)[self._pos + HEADER_SIZE:self._end])
+
+    def records(self) -> list[Record]:
+        """Decode (decompressing if needed) every record of the batch."""
+        h = self._header
+        data = self._data
+        start = self._pos + HEADER_SIZE
+        end = self._end
+        codec = h[5] & _COMPRESSION_MASK
+        count = h[12]
+        if codec:
+            try:
+                buf = decompress(codec, memoryview(data)[start:end], max_size=self.max_decompressed_size)
+            except DecodeError as exc:
+                raise CorruptRecordError(exc.reason, what=_WHAT, path=["records"],
+                                         offset=start if exc.offset is None else start + exc.offset) from None
+            pos, end, where = 0, len(buf), "decompressed"
+        elif type(data) is bytes:
+            # Slice keys and values straight out of the caller's bytes: no copy of the batch.
+            buf, pos, where = data, start, None
+        else:
+            # bytearray/memoryview slices are not bytes; one copy makes every key/value slice a
+            # plain bytes object (cheaper than 2 bytes() conversions per record).
+            buf = bytes(memoryview(data)[start:end])
+            pos, end, where = 0, len(buf), start
+        if h[5] & _TIMESTAMP_TYPE_BIT:
+            # Kafka: with LogAppendTime every record's timestamp is the batch's max timestamp.
+            append_time = h[8]
+        else:
+            append_time = None
+        cls = ControlRecord if h[5] & _CONTROL_BIT else Record
+        return _decode_records(buf, pos, end, count, h[0], h[7], append_time, cls, where, self._pos + _COUNT_OFFSET)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+
+def rewrite_base_offset(buf, base_offset: int, *, partition_leader_epoch: int | None = None, pos: int = 0) -> None:
+    """Set the base offset (and optionally partition leader epoch) of the v2 batch at ``pos`` in
+    a writable buffer, without decoding records or touching the CRC (which does not cover them)."""
+    if len(buf) - pos < HEADER_SIZE or buf[pos + _MAGIC_OFFSET] != 2:
+        raise CorruptRecordError("not a v2 record batch", what=_WHAT, offset=pos)
+    try:
+        INT64.pack_into(buf, pos, base_offset)
+        if partition_leader_epoch is not None:
+            INT32.pack_into(buf, pos + _LEADER_EPOCH_OFFSET, partition_leader_epoch)
+    except TypeError:
+        raise TypeError("rewriting a batch in place needs a writable buffer (bytearray or writable memoryview)") \
+            from None
+    except struct.error as exc:
+        raise EncodeError(f"cannot store base offset/leader epoch: {exc}", what=_WHAT) from None
+
+
+def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
+                    append_time: int | None, cls: type, where, count_at: int) -> list[Record]:
+    """Decode ``count`` records from ``buf[pos:end]``; fast path with a careful fallback.
+
+    ``where`` says how to report byte offsets: an int to add to them, None if ``pos`` is
+    already absolute, or "decompressed" for offsets within the decompressed records.
+    """
+    if count < 0 or count > (end - pos) // _MIN_RECORD_SIZE:
+        raise CorruptRecordError(f"record count {count} does not fit in the {end - pos} bytes of records",
+                                 what=_WHAT, path=["record_count"], offset=count_at)
+    out: list[Record] = []
+    append = out.append
+    new = tuple.__new__
+    svarint = read_varint
+    svarlong = read_varlong
+    index = 0
+    start = pos
+    d1 = _D1
+    d2 = _D2
+    # Every varint is decoded inline: 1 and 2 bytes through the tables above, 3 bytes (deltas
+    # from 8192, in big batches) with arithmetic, anything longer through the primitives.  For
+    # key and value, a negative length means null (any negative, like Java).  Lengths are not
+    # compared with the bytes left one by one: slicing past the record cannot allocate more
+    # than the buffer holds, and a record that overran (or has a negative length) fails the
+    # single end-of-record comparison.
+    try:
+        for index in range(count):  # noqa: B007 (read by the error handler)
+            start = pos
+            # record length
+            b = buf[pos]
+            if b < 128:
+                pos += 1
+                rec_end = pos + d1[b]
+            else:
+                c = buf[pos + 1]
+                if c < 128:
+                    pos += 2
+                    rec_end = pos + d2[b + 128 * c]
+                else:
+                    n, pos = svarint(buf, pos)
+                    rec_end = pos + n
+            # attributes (at pos) are unused by Kafka: skipped.  timestamp delta (varlong)
+            b = buf[pos + 1]
+            if b < 128:
+                timestamp = base_timestamp + d1[b]
+                pos += 2
+            else:
+                c = buf[pos + 2]
+                if c < 128:
+                    timestamp = base_timestamp + d2[b + 128 * c]
+                    pos += 3
+                else:
+                    d = buf[pos + 3]
+                    if d < 128:
+                        n = b - 128 + 128 * (c - 128) + 16384 * d
+                        timestamp = base_timestamp + ((n >> 1) ^ -(n & 1))
+                        pos += 4
+                    else:
+                        n, pos = svarlong(buf, pos + 1)
+                        timestamp = base_timestamp + n
+            # offset delta
+            b = buf[pos]
+            if b < 128:
+                offset = base_offset + d1[b]
+                pos += 1
+            else:
+                c = buf[pos + 1]
+                if c < 128:
+                    offset = base_offset + d2[b + 128 * c]
+                    pos += 2
+                else:
+                    d = buf[pos + 2]
+                    if d < 128:
+                        n = b - 128 + 128 * (c - 128) + 16384 * d
+                        offset = base_offset + ((n >> 1) ^ -(n & 1))
+                        pos += 3
+                    else:
+                        n, pos = svarint(buf, pos)
+                        offset = base_offset + n
+            # key
+            b = buf[pos]
+            if b < 128:
+                n = d1[b]
+                pos += 1
+            else:
+                c = buf[pos + 1]
+                if c < 128:
+                    n = d2[b + 128 * c]
+                    pos += 2
+                else:
+                    n, pos = svarint(buf, pos)
+            if n < 0:
+                key = None
+            else:
+                key = buf[pos:pos + n]
+                pos += n
+            # value
+            b = buf[pos]
+            if b < 128:
+                n = d1[b]
+                pos += 1
+            else:
+                c = buf[pos + 1]
+                if c < 128:
+                    n = d2[b + 128 * c]
+                    pos += 2
+                else:
+                    n, pos = svarint(buf, pos)
+            if n < 0:
+                value = None
+            else:
+                value = buf[pos:pos + n]
+                pos += n
+            # headers
+            if buf[pos]:
+                headers, pos = _read_headers(buf, pos, rec_end)
+            else:
+                headers = []
+                pos += 1
+            if pos != rec_end:
+                raise IndexError
+            append(new(cls, (offset, timestamp, key, value, headers)))
+    except (IndexError, ValueError, DecodeError):
+        _diagnose(buf, start, end, index, count, where)
+    if pos != end:
+        if pos > end:  # the last record claimed bytes beyond the batch
+            _diagnose(buf, start, end, index, count, where)
+        raise CorruptRecordError(f"{end - pos} bytes left after the last of {count} records", what=_WHAT,
+                                 path=["records"], offset=_report(pos, where))
+    if append_time is not None:
+        # Kafka: with LogAppendTime every record's timestamp is the batch's max timestamp.
+        out = [new(cls, (r[0], append_time, r[2], r[3], r[4])) for r in out]
+    if cls is ControlRecord:
+        for index, record in enumerate(out):
+            if record.key is None or len(record.key) < 4:
+                raise CorruptRecordError("control record key shorter than 4 bytes", what=_WHAT,
+                                         path=_record_path(index, "key"))
+    return out
+
+
+def _read_headers(buf: bytes, pos: int, rec_end: int) -> tuple[list[tuple[str, bytes | None]], int]:
+    count, pos = read_varint(buf, pos)
+    # Each header takes at least 2 bytes (two 1-byte lengths): bounds a forged count.
+    if count < 0 or count > (rec_end - pos) // 2:
+        raise ValueError("header count")
+    headers = []
+    for _ in range(count):
+        n, pos = read_varint(buf, pos)
+        if n < 0 or pos + n > rec_end:
+            raise ValueError("header key")
+        hkey = buf[pos:pos + n].decode("utf-8")
+        pos += n
+        n, pos = read_varint(buf, pos)
+        if n < 0:
+            hvalue = None
+        else:
+            if pos + n > rec_end:
+                raise ValueError("header value")
+            hvalue = buf[pos:pos + n]
+            pos += n
+        headers.append((hkey, hvalue))
+    return headers, pos
+
+
+def _report(pos: int, where) -> int:
+    return pos if where is None or where == "decompressed" else pos + where
+
+
+def _diagnose(buf: bytes, pos: int, end: int, index: int, count: int, where) -> None:
+    """Re-read the record at ``pos`` carefully and raise an error naming the bad field.
+
+    Only called after the fast decoder failed, so its cost does not matter.
+    """
+    suffix = " (offset within the decompressed records)" if where == "decompressed" else ""
+
+    def fail(field: str | None, reason: str, at: int):
+        raise CorruptRecordError(reason + suffix, what=_WHAT, path=_record_path(index, field),
+                                 offset=_report(at, where))
+
+    def varint_field(field: str, at: int, reader=read_varint):
+        if at >= end:
+            fail(field, "record ends before this field", at)
+        try:
+            value, nxt = reader(buf, at)
+        except DecodeError as exc:
+            fail(field, f"bad varint: {exc.reason}", at)
+        if nxt > end:
+            fail(field, "truncated varint", at)
+        return value, nxt
+
+    if pos >= end:
+        fail(None, f"the records end after {index} of the {count} the batch header declares", pos)
+    length, p = varint_field("length", pos)
+    if length < 6:
+        fail("length", f"record length {length} is smaller than the 6-byte minimum", pos)
+    rec_end = p + length
+    if rec_end > end:
+        fail("length", f"record length {length} exceeds the {end - p} bytes left", pos)
+    end = rec_end  # fields may not run past their record
+    if p >= end:
+        fail("attributes", "record ends before this field", p)
+    p += 1
+    _, p = varint_field("timestamp_delta", p, read_varlong)
+    _, p = varint_field("offset_delta", p)
+    for field in ("key", "value"):
+        n, q = varint_field(field, p)
+        if n > end - q:
+            fail(field, f"{field} length {n} exceeds the {end - q} bytes left in the record", p)
+        p = q + max(n, 0)
+    count, q = varint_field("headers", p)
+    if count < 0 or count > (end - q) // 2:
+        fail("headers", f"header count {count} does not fit in the {end - q} bytes left in the record", p)
+    p = q
+    for i in range(count):
+        field = f"headers[{i}]"
+        n, q = varint_field(field + ".key", p)
+        if n < 0 or n > end - q:
+            fail(field + ".key", f"header key length {n} is negative or exceeds the {end - q} bytes left", p)
+        try:
+            buf[q:q + n].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            fail(field + ".key", f"header key is not UTF-8: {exc.reason}", q)
+        p = q + n
+        n, q = varint_field(field + ".value", p)
+        if n > end - q:
+            fail(field + ".value", f"header value length {n} exceeds the {end - q} bytes left", p)
+        p = q + max(n, 0)
+    if p != end:
+        fail(None, f"record length says {length} bytes but its fields take {p - (rec_end - length)}", pos)
+    fail(None, "malformed record", pos)  # unreachable unless the fast path disagrees with this one
+
+
+# ----------------------------------------------------------------------------------------
+# Building
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _encode_headers(headers) -> bytes:
+    parts = [varint(len(headers))]
+    for hkey, hvalue in headers:
+        if isinstance(hkey, str):
+            hkey = hkey.encode("utf-8")
+        parts.append(uvarint(len(hkey) << 1))
+        parts.append(hkey)
+        if hvalue is None:
+            parts.append(b"\x01")
+        else:
+            parts.append(uvarint(len(hvalue) << 1))
+            parts.append(hvalue)
+    return b"".join(parts)
+
+
+class RecordBatchBuilder:
+    """Accumulate records and write one v2 batch with ``build()``.
+
+    Offsets are assigned from 0 (offset delta = position) unless ``offset_delta`` is given;
+    the first record's timestamp becomes the base timestamp.  Header fields the broker sets
+    (base offset, partition leader epoch) default to 0 / -1 and can also be rewritten later
+    with ``rewrite_base_offset``.  ``build()`` may be called again after more appends.
+    """
+
+    # Records are kept as a list of encoded pieces (length prefix, body) joined once by
+    # build(): appending to a list is cheaper than growing a bytearray, and the record count
+    # is len(_parts) // 2.
+    __slots__ = ("_parts", "_next_delta", "_base_ts", "_max_ts", "_sized", "_size", "compression",
+                 "base_offset", "partition_leader_epoch", "producer_id", "producer_epoch", "base_sequence",
+                 "transactional", "control", "timestamp_type", "log_append_time")
+
+    def __init__(self, *, compression: int = Compression.NONE, base_offset: int = 0,
+                 partition_leader_epoch: int = -1, producer_id: int = -1, producer_epoch: int = -1,
+                 base_sequence: int = -1, transactional: bool = False, control: bool = False,
+                 timestamp_type: int = TimestampType.CREATE_TIME, log_append_time: int | None = None):
+        if compression not in (0, 1, 2, 3, 4):
+            raise EncodeError(f"unknown compression codec {compression!r}", what=_WHAT)
+        if transactional and producer_id < 0:
+            raise EncodeError("a transactional batch needs a producer id", what=_WHAT, path=["producer_id"])
+        self.compression = Compression(compression)
+        self.base_offset = base_offset
+        self.partition_leader_epoch = partition_leader_epoch
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.transactional = transactional
+        self.control = control
+        self.timestamp_type = TimestampType(timestamp_type)
+        self.log_append_time = log_append_time
+        self._parts: list[bytes] = []
+        self._next_delta = 0
+        self._base_ts: int | None = None
+        self._max_ts = -1
+        self._sized = 0  # parts already summed into _size
+        self._size = HEADER_SIZE
+
+    def __len__(self) -> int:
+        """Number of records appended."""
+        return len(self._parts) >> 1
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes of the batch if built now without compression (amortized O(1))."""
+        parts = self._parts
+        if self._sized < len(parts):
+            self._size += sum(map(len, parts[self._sized:]))
+            self._sized = len(parts)
+        return self._size
+
+    def append(self, key: bytes | None, value: bytes | None, timestamp: int | None = None,
+               headers: Sequence[tuple[str, bytes | None]] | None = None, *, offset_delta: int | None = None) -> int:
+        """Add one record; returns its offset delta.  ``timestamp`` defaults to now (ms)."""
+        if timestamp is None:
+            timestamp = _now_ms()
+        if offset_delta is None:
+            delta = self._next_delta
+        else:
+            delta = offset_delta
+            if delta < self._next_delta:
+                raise EncodeError(f"offset delta {delta} is not above the previous one", what=_WHAT,
+                                  path=["offset_delta"])
+        base = self._base_ts
+        if base is None:
+            # Any base works as long as the header stores the one the deltas are relative to,
+            # so it is kept even if this first record then fails to encode.
+            base = self._base_ts = timestamp
+        zz = _ZZ
+        try:
+            td = timestamp - base
+            if key is None:
+                kh = b"\x01"  # zigzag(-1): null
+                key = b""
+            else:
+                n = len(key)
+                kh = zz[n] if n < 16384 else uvarint(n << 1)
+            if value is None:
+                vh = b"\x01"
+                value = b""
+            else:
+                n = len(value)
+                vh = zz[n] if n < 16384 else uvarint(n << 1)
+            body = b"".join((b"\x00", zz[td] if 0 <= td < 16384 else varlong(td),
+                             zz[delta] if delta < 16384 else varint(delta),
+                             kh, key, vh, value, _encode_headers(headers) if headers else b"\x00"))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise EncodeError(f"cannot encode record: {exc}", what=_WHAT, path=_record_path(len(self))) from None
+        n = len(body)
+        parts = self._parts
+        parts.append(zz[n] if n < 16384 else uvarint(n << 1))
+        parts.append(body)
+        if timestamp > self._max_ts:
+            self._max_ts = timestamp
+        self._next_delta = delta + 1
+        return delta
+
+    def extend(self, records: Iterable[tuple[bytes | None, bytes | None, int | None,
+                                             Sequence[tuple[str, bytes | None]] | None]]) -> None:
+        """Add many ``(key, value, timestamp, headers)`` records (timestamp None = now) in one loop.
+
+        Equivalent to calling ``append`` for each, but without a method call per record.
+        """
+        now = None
+        append = self._parts.append
+        zz = _ZZ
+        zn = _ZN
+        join = b"".join
+        delta = self._next_delta
+        base = self._base_ts
+        max_ts = self._max_ts
+        try:
+            for key, value, timestamp, headers in records:
+                if timestamp is None:
+                    if now is None:
+                        now = _now_ms()
+                    timestamp = now
+                if base is None:
+                    base = timestamp
+                td = timestamp - base
+                if key is None:
+                    kh = b"\x01"
+                    key = b""
+                else:
+                    n = len(key)
+                    kh = zz[n] if n < zn else uvarint(n << 1)
+                if value is None:
+                    vh = b"\x01"
+                    value = b""
+                else:
+                    n = len(value)
+                    vh = zz[n] if n < zn else uvarint(n << 1)
+                body = join((b"\x00", zz[td] if 0 <= td < zn else varlong(td),
+                             zz[delta] if delta < zn else varint(delta),
+                             kh, key, vh, value, _encode_headers(headers) if headers else b"\x00"))
+                n = len(body)
+                append(zz[n] if n < zn else uvarint(n << 1))
+                append(body)
+                if timestamp > max_ts:
+                    max_ts = timestamp
+                delta += 1
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise EncodeError(f"cannot encode record: {exc}", what=_WHAT, path=_record_path(len(self))) from None
+        finally:
+            # Records written before an error stay consistent with the counters.
+            if delta != self._next_delta:
+                self._base_ts = base
+            self._next_delta = delta
+            self._max_ts = max_ts
+
+    def append_control(self, control_type: int, value: bytes | None = None, timestamp: int | None = None,
+                       version: int = 0) -> int:
+        """Add a control record (the builder must have ``control=True``)."""
+        if not self.control:
+            raise EncodeError("control records go in a control batch (control=True)", what=_WHAT)
+        try:
+            key = control_key(control_type, version)
+        except struct.error as exc:
+            raise EncodeError(f"bad control record key: {exc}", what=_WHAT) from None
+        return self.append(key, value, timestamp)
+
+    def build(self) -> bytes:
+        """The batch bytes, records compressed with the builder's codec and the CRC computed."""
+        records = b"".join(self._parts)
+        count = len(self._parts) >> 1
+        codec = self.compression
+        if codec:
+            records = compress(codec, records)
+        attributes = codec | (self.timestamp_type << 3) | (_TRANSACTIONAL_BIT if self.transactional else 0) \
+            | (_CONTROL_BIT if self.control else 0)
+        if count:
+            base_ts = self._base_ts
+            max_ts = self._max_ts
+        else:
+            base_ts = max_ts = -1  # Kafka's NO_TIMESTAMP for an empty batch
+        if self.timestamp_type == TimestampType.LOG_APPEND_TIME and self.log_append_time is not None:
+            max_ts = self.log_append_time
+        try:
+            header = _HEADER.pack(self.base_offset, _MIN_BATCH_LENGTH + len(records), self.partition_leader_epoch, 2,
+                                  0, attributes, max(self._next_delta - 1, 0), base_ts, max_ts, self.producer_id,
+                                  self.producer_epoch, self.base_sequence, count)
+        except struct.error as exc:
+            raise EncodeError(f"batch header field out of range: {exc}", what=_WHAT) from None
+        # The CRC covers attributes..end: header tail, then records, computed incrementally so
+        # the records are copied only once (into the result).
+        crc = crc32c(records, crc32c(header[_ATTRIBUTES_OFFSET:]))
+        return b"".join((header[:_CRC_OFFSET], UINT32.pack(crc), header[_ATTRIBUTES_OFFSET:], records))
+
+
+def build_control_batch(control_type: int, *, producer_id: int, producer_epoch: int, coordinator_epoch: int = 0,
+                        base_offset: int = 0, partition_leader_epoch: int = -1, timestamp: int | None = None) -> bytes:
+    """A transaction marker batch (ControlRecordType.ABORT or COMMIT), as a transaction coordinator writes it."""
+    builder = RecordBatchBuilder(base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+                                 producer_id=producer_id, producer_epoch=producer_epoch, transactional=True,
+                                 control=True)
+    builder.append_control(control_type, end_txn_marker_value(coordinator_epoch), timestamp)
+    return builder.build()
+
+
+_ = ControlRecordType  # re-exported through the package
