@@ -147,7 +147,7 @@ def layout(fields: list[dict], version: int) -> list:
                 f["type"],
                 version in f["nullableVersions"],
                 version in f["taggedVersions"],
-                f.get("tag"),
+                int(f["tag"]) if "tag" in f else None,
                 str(f.get("default")),
                 layout(f["fields"], version) if "fields" in f else None,
             )
@@ -164,7 +164,9 @@ def emit_field(f: dict, where: str) -> dict:
             out[key] = r
     if "flexibleVersions" in f:
         out["flexibleVersions"] = to_range(f["flexibleVersions"], f"{where}.{f['name']}.flexible")
-    for key in ("tag", "ignorable", "mapKey"):
+    if "tag" in f:
+        out["tag"] = int(f["tag"])  # a few of Kafka's files write the tag as a string ("0")
+    for key in ("ignorable", "mapKey"):
         if key in f:
             out[key] = f[key]
     if "default" in f:

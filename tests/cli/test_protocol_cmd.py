@@ -116,3 +116,26 @@ def test_console_script_is_installed():
     result = subprocess.run([exe, "protocol", "list", "--json"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert any(r["name"] == "ApiVersions" for r in json.loads(result.stdout))
+
+
+def test_decode_records_expands_batches(capsys):
+    from kwire.protocol.records import Compression, RecordBatchBuilder
+
+    builder = RecordBatchBuilder(compression=Compression.LZ4)
+    builder.append(b"k1", b"hello", 1_700_000_000_000, [("h", b"v")])
+    builder.append(None, b"\xff\x00", 1_700_000_000_001)
+    produce = messages.ProduceRequest
+    topic = produce.TopicProduceData
+    req = produce(acks=-1, timeout_ms=1000, topic_data=[
+        topic(name="orders", partition_data=[topic.PartitionProduceData(index=0, records=builder.build())])])
+    frame = encode_request(req, 9, correlation_id=3)
+    code, out, _ = run(capsys, "protocol", "decode", "--hex", frame.hex(), "--records", "--json")
+    assert code == 0
+    batches = json.loads(out)["body"]["topic_data"][0]["partition_data"][0]["records"]
+    assert batches[0]["record_count"] == 2 and batches[0]["attributes"] & 7 == Compression.LZ4
+    assert [(r["key"], r["value"]) for r in batches[0]["records"]] == [("k1", "hello"), (None, "0xff00")]
+    assert batches[0]["records"][0]["headers"] == [["h", "v"]]
+    # Without --records the record set stays hex.
+    code, out, _ = run(capsys, "protocol", "decode", "--hex", frame.hex(), "--json")
+    hexed = json.loads(out)["body"]["topic_data"][0]["partition_data"][0]["records"]
+    assert isinstance(hexed, str) and bytes.fromhex(hexed) == builder.build()

@@ -429,6 +429,15 @@ def test_legacy_log_append_time_wrapper():
     assert [r.timestamp for r in wrapper] == [TS + 50, TS + 50]
 
 
+def test_legacy_log_append_time_plain_messages():
+    builder = LegacyMessageSetBuilder(1, timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=TS + 7)
+    builder.append(b"a", b"1", TS)
+    (message,) = iter_batches(builder.build())
+    message.validate()
+    assert message.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert [r.timestamp for r in message] == [TS + 7]
+
+
 def test_legacy_v1_wrapper_offset_zero_keeps_relative_offsets():
     """Producers (kafka-python) leave the wrapper offset at 0; like Java, keep inner offsets."""
     builder = LegacyMessageSetBuilder(1, compression=Compression.SNAPPY)

@@ -24,9 +24,10 @@ from kwire.protocol import (
     response_class,
     response_header_version,
 )
+from kwire.protocol.records import iter_batches
 from kwire.protocol.schema import FieldSpec, MessageSpec, StructSpec
 
-from .output import fail, print_json, print_table
+from .output import fail, print_json, print_table, to_jsonable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--response", action="store_true", help="the frame is a response")
     q.add_argument("--api", help="api name or key of the response")
     q.add_argument("--version", "-v", type=int, help="api version of the response")
+    q.add_argument("--records", action="store_true",
+                   help="decode record sets (Produce, Fetch) into batches and records instead of hex")
     q.add_argument("--json", action="store_true", help="compact one-line JSON (default: indented)")
     q.set_defaults(func=cmd_decode)
 
@@ -200,12 +203,50 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 return fail(f"no API named {args.api!r}")
             header, message = decode_response(data, key, args.version)
             out = {"kind": "response", "api": api_name(key), "api_key": key, "api_version": args.version,
-                   "header": header, "body": message}
+                   "header": to_jsonable(header)}
         else:
             header, message = decode_request(data)
             out = {"kind": "request", "api": api_name(header.request_api_key), "api_key": header.request_api_key,
-                   "api_version": header.request_api_version, "header": header, "body": message}
+                   "api_version": header.request_api_version, "header": to_jsonable(header)}
+        body = to_jsonable(message)
+        if args.records:
+            _expand_records(type(message).SPEC.struct, message, body)
+        out["body"] = body
     except ProtocolError as e:
         return fail(f"cannot decode: {e}", 1)
     print_json(out, indent=None if args.json else 2)
     return 0
+
+
+def _text_or_hex(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + value.hex()
+
+
+def _expand_records(struct: StructSpec, obj: Any, out: dict[str, Any]) -> None:
+    """Replace the hex of every records field in ``out`` (the JSON form of obj) by its batches."""
+    for f in struct.fields:
+        value = getattr(obj, f.attr)
+        if value is None:
+            continue
+        if f.struct is not None:
+            items = value if f.is_array else [value]
+            outs = out[f.attr] if f.is_array else [out[f.attr]]
+            for item, item_out in zip(items, outs, strict=True):
+                _expand_records(f.struct, item, item_out)
+        elif f.element == "records":
+            batches = []
+            for batch in iter_batches(value):
+                info = batch.header()
+                info["records"] = [
+                    {"offset": r.offset, "timestamp": r.timestamp, "key": _text_or_hex(r.key),
+                     "value": _text_or_hex(r.value),
+                     "headers": [[k, _text_or_hex(v)] for k, v in r.headers]}
+                    for r in batch
+                ]
+                batches.append(info)
+            out[f.attr] = batches

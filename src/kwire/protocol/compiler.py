@@ -138,7 +138,22 @@ def build_struct_class(spec: StructSpec, base: type = Struct, extra: dict | None
     return cls
 
 
-def _decode_failure(exc: Exception, field: str | None, pos: int) -> DecodeError:
+def _decode_failure(exc: Exception, field, pos: int, blen: int) -> DecodeError:
+    """The DecodeError for a low-level failure while reading ``field`` at ``pos``.
+
+    ``field`` is a name, or for a run of fixed-width fields read in one step a tuple of
+    (name, size) pairs: the field that ran past the end is found from the bytes that were left.
+    """
+    if isinstance(field, tuple):
+        left = blen - pos
+        for name, size in field:
+            if left < size:
+                field = name
+                break
+            left -= size
+            pos += size
+        else:
+            field = field[0][0]
     if isinstance(exc, (struct.error, IndexError)):
         reason = "truncated: the data ends inside this field"
     elif isinstance(exc, UnicodeDecodeError):
@@ -150,7 +165,22 @@ def _decode_failure(exc: Exception, field: str | None, pos: int) -> DecodeError:
     return DecodeError(reason, path=[field] if field else [], offset=pos)
 
 
-def _encode_failure(exc: Exception, field: str | None) -> EncodeError:
+def _encode_failure(exc: Exception, field, obj) -> EncodeError:
+    """The EncodeError for a value that could not be written.
+
+    For a run of fixed-width fields written in one step (``field`` a tuple of (name, format)
+    pairs), each value is packed alone to find the one at fault.
+    """
+    if isinstance(field, tuple):
+        culprit = field[0][0]
+        for name, fmt in field:
+            value = getattr(obj, name, None)
+            try:
+                struct.pack(">" + fmt, value.bytes if fmt == "16s" else value)
+            except (struct.error, TypeError, AttributeError) as e:
+                culprit, exc = name, e
+                break
+        field = culprit
     return EncodeError(f"cannot encode value: {exc}", path=[field] if field else [])
 
 
@@ -332,7 +362,11 @@ class _Writer:
                     run.append(regular[i + len(run)])
                 fmt = ">" + "".join(FIXED_TYPES[g.element][0] for g in run)
                 st = struct.Struct(fmt)
-                out.append(f"{ind}field = {f.attr!r}")
+                if len(run) == 1:
+                    out.append(f"{ind}field = {f.attr!r}")
+                else:
+                    layout = tuple((g.attr, FIXED_TYPES[g.element][1]) for g in run)
+                    out.append(f"{ind}field = {self.const(layout)}")
                 targets = ", ".join(f"o.{g.attr}" for g in run)
                 out.append(f"{ind}{targets}{',' if len(run) == 1 else ''} = {self.const(st.unpack_from)}(buf, pos)")
                 out.append(f"{ind}pos += {st.size}")
@@ -360,6 +394,7 @@ class _Writer:
             out.append(f"{ind}    raise DecodeError('%d tagged fields in %d bytes' % (ntags, blen - pos))")
             out.append(f"{ind}for _ in range(ntags):")
             ind2 = ind + "    "
+            out.append(f"{ind2}field = '(tagged fields)'")
             self.read_uvarint(out, ind2, "tag")
             self.read_uvarint(out, ind2, "tsize")
             out.append(f"{ind2}tend = pos + tsize")
@@ -393,7 +428,7 @@ class _Writer:
         out.append("                e.offset = pos")
         out.append("        raise")
         out.append("    except _DF as e:")
-        out.append("        raise _dfail(e, field, pos) from None")
+        out.append("        raise _dfail(e, field, pos, blen) from None")
         out.append("    return o, pos")
         return out
 
@@ -506,7 +541,11 @@ class _Writer:
                     run.append(regular[i + len(run)])
                 st = struct.Struct(">" + "".join(FIXED_TYPES[g.element][0] for g in run))
                 args = ", ".join(f"o.{g.attr}.bytes" if g.element == "uuid" else f"o.{g.attr}" for g in run)
-                out.append(f"{ind}field = {f.attr!r}")
+                if len(run) == 1:
+                    out.append(f"{ind}field = {f.attr!r}")
+                else:
+                    layout = tuple((g.attr, FIXED_TYPES[g.element][0]) for g in run)
+                    out.append(f"{ind}field = {self.const(layout)}")
                 out.append(f"{ind}out += {self.const(st.pack)}({args})")
                 i += len(run)
                 continue
@@ -514,9 +553,19 @@ class _Writer:
             out.append(f"{ind}x = o.{f.attr}")
             self.write_value(out, ind, f, "x", "out")
             i += 1
+        if not self.flexible:
+            # As Kafka does: tagged fields cannot be carried by a version without them.
+            out.append(f"{ind}if o.unknown_tags:")
+            out.append(f"{ind}    field = '(tagged fields)'")
+            out.append(f"{ind}    raise EncodeError('unknown tagged fields are set but this version has no tagged fields')")
         if self.flexible:
             out.append(f"{ind}field = '(tagged fields)'")
             out.append(f"{ind}ut = o.unknown_tags")
+            known = tuple(sorted(f.tag for f in tagged))
+            if known:
+                out.append(f"{ind}if ut and not {self.const(frozenset(known))}.isdisjoint(ut):")
+                out.append(f"{ind}    raise EncodeError('unknown tagged field %s has the tag of a known field' % "
+                           f"sorted({self.const(frozenset(known))}.intersection(ut)))")
             if tagged:
                 out.append(f"{ind}tags = []")
                 for f in tagged:
@@ -546,7 +595,7 @@ class _Writer:
         out.append("            e.path.insert(0, field)")
         out.append("        raise")
         out.append("    except _EF as e:")
-        out.append("        raise _efail(e, field) from None")
+        out.append("        raise _efail(e, field, o) from None")
         return out
 
     # ---------------------------------------------------------------- assembly

@@ -44,10 +44,13 @@ def response_header_version(api_key: int, api_version: int) -> int:
 def encode_request(request: Request, version: int, correlation_id: int, client_id: str | None = "kwire") -> bytes:
     """A complete request frame: size, header, body."""
     body = type(request).codec(version)
+    hv = request_header_version(request.API_KEY, version)
     header = RequestHeader(request_api_key=request.API_KEY, request_api_version=version,
-                           correlation_id=correlation_id, client_id=client_id)
+                           correlation_id=correlation_id)
+    if hv > 0:  # header v0 (ControlledShutdown v0) has no client id
+        header.client_id = client_id
     out = bytearray(4)
-    RequestHeader.codec(request_header_version(request.API_KEY, version)).encode(header, out)
+    RequestHeader.codec(hv).encode(header, out)
     body.encode(request, out)
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)

@@ -601,6 +601,21 @@ def _encode_headers(headers) -> bytes:
     return b"".join(parts)
 
 
+def _encode_body(timestamp, base: int, delta: int, key, value, headers, index: int) -> bytes:
+    """A record without its length prefix, for any input; raises EncodeError for bad values.
+
+    The general path behind the builder's fast paths (null values, lengths of 16 KiB or more,
+    big or negative deltas, and bad input).
+    """
+    try:
+        return b"".join((b"\x00", varlong(timestamp - base), varint(delta),
+                         b"\x01" if key is None else uvarint(len(key) << 1), b"" if key is None else key,
+                         b"\x01" if value is None else uvarint(len(value) << 1), b"" if value is None else value,
+                         _encode_headers(headers) if headers else b"\x00"))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise EncodeError(f"cannot encode record: {exc}", what=_WHAT, path=_record_path(index)) from None
+
+
 class RecordBatchBuilder:
     """Accumulate records and write one v2 batch with ``build()``.
 
@@ -625,6 +640,8 @@ class RecordBatchBuilder:
             raise EncodeError(f"unknown compression codec {compression!r}", what=_WHAT)
         if transactional and producer_id < 0:
             raise EncodeError("a transactional batch needs a producer id", what=_WHAT, path=["producer_id"])
+        if timestamp_type not in (0, 1):
+            raise EncodeError(f"unknown timestamp type {timestamp_type!r}", what=_WHAT)
         self.compression = Compression(compression)
         self.base_offset = base_offset
         self.partition_leader_epoch = partition_leader_epoch
@@ -674,24 +691,21 @@ class RecordBatchBuilder:
             base = self._base_ts = timestamp
         zz = _ZZ
         try:
+            # Fast path, everything from the table.  A length of 16 KiB or more makes a lookup
+            # raise IndexError, a null value or a non-bytes key/value TypeError: those (and big
+            # or negative deltas) take the general path.
             td = timestamp - base
-            if key is None:
-                kh = b"\x01"  # zigzag(-1): null
-                key = b""
+            if 0 <= td < 16384 and delta < 16384:
+                if key is None:
+                    body = b"".join((b"\x00", zz[td], zz[delta], b"\x01", zz[len(value)], value,
+                                     _encode_headers(headers) if headers else b"\x00"))
+                else:
+                    body = b"".join((b"\x00", zz[td], zz[delta], zz[len(key)], key, zz[len(value)], value,
+                                     _encode_headers(headers) if headers else b"\x00"))
             else:
-                n = len(key)
-                kh = zz[n] if n < 16384 else uvarint(n << 1)
-            if value is None:
-                vh = b"\x01"
-                value = b""
-            else:
-                n = len(value)
-                vh = zz[n] if n < 16384 else uvarint(n << 1)
-            body = b"".join((b"\x00", zz[td] if 0 <= td < 16384 else varlong(td),
-                             zz[delta] if delta < 16384 else varint(delta),
-                             kh, key, vh, value, _encode_headers(headers) if headers else b"\x00"))
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise EncodeError(f"cannot encode record: {exc}", what=_WHAT, path=_record_path(len(self))) from None
+                body = _encode_body(timestamp, base, delta, key, value, headers, len(self))
+        except (IndexError, TypeError, ValueError, AttributeError):
+            body = _encode_body(timestamp, base, delta, key, value, headers, len(self))
         n = len(body)
         parts = self._parts
         parts.append(zz[n] if n < 16384 else uvarint(n << 1))
@@ -708,9 +722,9 @@ class RecordBatchBuilder:
         Equivalent to calling ``append`` for each, but without a method call per record.
         """
         now = None
-        append = self._parts.append
+        parts = self._parts
+        append = parts.append
         zz = _ZZ
-        zn = _ZN
         join = b"".join
         delta = self._next_delta
         base = self._base_ts
@@ -723,29 +737,27 @@ class RecordBatchBuilder:
                     timestamp = now
                 if base is None:
                     base = timestamp
-                td = timestamp - base
-                if key is None:
-                    kh = b"\x01"
-                    key = b""
-                else:
-                    n = len(key)
-                    kh = zz[n] if n < zn else uvarint(n << 1)
-                if value is None:
-                    vh = b"\x01"
-                    value = b""
-                else:
-                    n = len(value)
-                    vh = zz[n] if n < zn else uvarint(n << 1)
-                body = join((b"\x00", zz[td] if 0 <= td < zn else varlong(td),
-                             zz[delta] if delta < zn else varint(delta),
-                             kh, key, vh, value, _encode_headers(headers) if headers else b"\x00"))
+                # same fast path as append()
+                try:
+                    td = timestamp - base
+                    if 0 <= td < 16384 and delta < 16384:
+                        if key is None:
+                            body = join((b"\x00", zz[td], zz[delta], b"\x01", zz[len(value)], value,
+                                         _encode_headers(headers) if headers else b"\x00"))
+                        else:
+                            body = join((b"\x00", zz[td], zz[delta], zz[len(key)], key, zz[len(value)], value,
+                                         _encode_headers(headers) if headers else b"\x00"))
+                    else:
+                        body = _encode_body(timestamp, base, delta, key, value, headers, len(parts) >> 1)
+                except (IndexError, TypeError, ValueError, AttributeError):
+                    body = _encode_body(timestamp, base, delta, key, value, headers, len(parts) >> 1)
                 n = len(body)
-                append(zz[n] if n < zn else uvarint(n << 1))
+                append(zz[n] if n < 16384 else uvarint(n << 1))
                 append(body)
                 if timestamp > max_ts:
                     max_ts = timestamp
                 delta += 1
-        except (TypeError, ValueError, AttributeError) as exc:
+        except (TypeError, ValueError) as exc:  # not a 4-tuple, or a bad timestamp
             raise EncodeError(f"cannot encode record: {exc}", what=_WHAT, path=_record_path(len(self))) from None
         finally:
             # Records written before an error stay consistent with the counters.

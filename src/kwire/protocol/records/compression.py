@@ -309,7 +309,7 @@ def _lz4_decompress(data, max_size: int) -> bytes:
         if total_bound > max_size:
             raise CorruptRecordError(f"lz4: decompressed size exceeds the maximum of {max_size} bytes",
                                      what=_WHAT, offset=start)
-        frame = data[start:pos]
+        frame = data if start == 0 and pos == end else data[start:pos]  # no copy for the usual single frame
         if legacy:
             frame = frame[:desc_end - start] + bytes([good_hc]) + frame[desc_end - start + 1:]
         frames.append(frame)

@@ -169,14 +169,14 @@ class LegacyRecordBatch:
             inner = self._inner_set()
             pos = 0
             index = 0
+            what = f"{_WHAT} at byte {self._pos}, decompressed inner message set"
             while pos < len(inner):
                 path = [f"inner[{index}]"]
-                *_, crc, entry_end = _parse_message(inner, pos, len(inner), _WHAT, path)
+                *_, crc, entry_end = _parse_message(inner, pos, len(inner), what, path)
                 computed = zlib.crc32(memoryview(inner)[pos + _MAGIC_OFFSET:entry_end])
                 if computed != crc:
-                    raise CorruptRecordError(f"CRC-32 mismatch: stored {crc:#010x}, computed {computed:#010x} "
-                                             "(offset within the decompressed message set)", what=_WHAT,
-                                             path=[*path, "crc"], offset=pos + 12)
+                    raise CorruptRecordError(f"CRC-32 mismatch: stored {crc:#010x}, computed {computed:#010x}",
+                                             what=what, path=[*path, "crc"], offset=pos + 12)
                 pos = entry_end
                 index += 1
 
@@ -205,12 +205,14 @@ class LegacyRecordBatch:
         entries = []
         pos = 0
         end = len(inner)
+        # Byte offsets in these errors are within the decompressed inner message set.
+        what = f"{_WHAT} at byte {self._pos}, decompressed inner message set"
         while pos < end:
             path = [f"inner[{len(entries)}]"]
-            parsed = _parse_message(inner, pos, end, _WHAT, path)
+            parsed = _parse_message(inner, pos, end, what, path)
             if parsed[2] & 0x07:
                 # Java refuses these too: only one level of compression exists.
-                raise CorruptRecordError("compressed message inside a compressed wrapper", what=_WHAT,
+                raise CorruptRecordError("compressed message inside a compressed wrapper", what=what,
                                          path=[*path, "attributes"], offset=pos + 17)
             entries.append(parsed)
             pos = parsed[7]
@@ -248,6 +250,8 @@ class LegacyMessageSetBuilder:
         if compression not in (0, 1, 2, 3):
             name = "zstd" if compression == 4 else repr(compression)
             raise EncodeError(f"compression {name} is not valid for magic {magic}", what=_WHAT)
+        if timestamp_type not in (0, 1):
+            raise EncodeError(f"unknown timestamp type {timestamp_type!r}", what=_WHAT)
         self.magic = magic
         self.compression = Compression(compression)
         self.base_offset = base_offset
@@ -266,8 +270,14 @@ class LegacyMessageSetBuilder:
         if self.magic and timestamp is None:
             timestamp = int(time.time() * 1000)
         offset = index if (self.compression and self.magic) else self.base_offset + index
+        attributes = 0
+        if self.magic and not self.compression and self.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            # Plain v1 messages carry the timestamp type themselves (wrappers do, when compressed).
+            attributes = _TIMESTAMP_TYPE_BIT
+            if self.log_append_time is not None:
+                timestamp = self.log_append_time
         try:
-            message = _encode_message(offset, self.magic, 0, timestamp, key, value)
+            message = _encode_message(offset, self.magic, attributes, timestamp, key, value)
         except (TypeError, struct.error) as exc:
             raise EncodeError(f"cannot encode message: {exc}", what=_WHAT, path=[f"messages[{index}]"]) from None
         self._messages += message

@@ -5,7 +5,6 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import NamedTuple
 
-from ..errors import CorruptRecordError
 from ..primitives import INT16, INT32
 
 __all__ = ["Record", "ControlRecord", "ControlRecordType", "TimestampType", "NO_TIMESTAMP"]
@@ -86,8 +85,3 @@ def end_txn_marker_value(coordinator_epoch: int, version: int = 0) -> bytes:
     """The value of an ABORT/COMMIT transaction marker."""
     return INT16.pack(version) + INT32.pack(coordinator_epoch)
 
-
-def check_control_key(key: bytes | None, offset: int) -> None:
-    if key is None or len(key) < 4:
-        raise CorruptRecordError("control record key shorter than 4 bytes", what="record batch v2",
-                                 path=["records", "key"], offset=offset)
