@@ -184,6 +184,21 @@ def _encode_failure(exc: Exception, field, obj) -> EncodeError:
     return EncodeError(f"cannot encode value: {exc}", path=[field] if field else [])
 
 
+def _is_fixed(f: FieldSpec) -> bool:
+    return f.element in FIXED_TYPES and not f.is_array and f.struct is None
+
+
+def _fixed_runs(fields: list[FieldSpec]) -> list[list[FieldSpec]]:
+    """Fields grouped so consecutive fixed-width scalars share one list (one struct call)."""
+    groups: list[list[FieldSpec]] = []
+    for f in fields:
+        if _is_fixed(f) and groups and _is_fixed(groups[-1][-1]):
+            groups[-1].append(f)
+        else:
+            groups.append([f])
+    return groups
+
+
 class _Writer:
     """Accumulates generated source for one (message, version)."""
 
@@ -352,16 +367,10 @@ class _Writer:
                 out.append(f"{ind}o.{f.attr} = {self.default_expr(f)}")
         if not self.flexible:
             out.append(f"{ind}o.unknown_tags = None")
-        i = 0
-        while i < len(regular):
-            f = regular[i]
-            if f.element in FIXED_TYPES and not f.is_array and f.struct is None:
-                run = [f]
-                while (i + len(run) < len(regular) and regular[i + len(run)].element in FIXED_TYPES
-                       and not regular[i + len(run)].is_array and regular[i + len(run)].struct is None):
-                    run.append(regular[i + len(run)])
-                fmt = ">" + "".join(FIXED_TYPES[g.element][0] for g in run)
-                st = struct.Struct(fmt)
+        for run in _fixed_runs(regular):
+            f = run[0]
+            if _is_fixed(f):
+                st = struct.Struct(">" + "".join(FIXED_TYPES[g.element][0] for g in run))
                 if len(run) == 1:
                     out.append(f"{ind}field = {f.attr!r}")
                 else:
@@ -373,11 +382,9 @@ class _Writer:
                 for g in run:
                     if g.element == "uuid":
                         out.append(f"{ind}o.{g.attr} = _UUID(bytes=o.{g.attr})")
-                i += len(run)
                 continue
             out.append(f"{ind}field = {f.attr!r}")
             self.read_value(out, ind, f, f"o.{f.attr}")
-            i += 1
         if self.flexible:
             for f in tagged:
                 out.append(f"{ind}o.{f.attr} = {self.default_expr(f)}")
@@ -531,14 +538,9 @@ class _Writer:
                            f"version (it is in versions {f.versions[0]}-{f.versions[1]})')")
         regular = [f for f in spec.fields if f.present(v) and not f.is_tagged(v)]
         tagged = sorted((f for f in spec.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag)
-        i = 0
-        while i < len(regular):
-            f = regular[i]
-            if f.element in FIXED_TYPES and not f.is_array and f.struct is None:
-                run = [f]
-                while (i + len(run) < len(regular) and regular[i + len(run)].element in FIXED_TYPES
-                       and not regular[i + len(run)].is_array and regular[i + len(run)].struct is None):
-                    run.append(regular[i + len(run)])
+        for run in _fixed_runs(regular):
+            f = run[0]
+            if _is_fixed(f):
                 st = struct.Struct(">" + "".join(FIXED_TYPES[g.element][0] for g in run))
                 args = ", ".join(f"o.{g.attr}.bytes" if g.element == "uuid" else f"o.{g.attr}" for g in run)
                 if len(run) == 1:
@@ -547,12 +549,10 @@ class _Writer:
                     layout = tuple((g.attr, FIXED_TYPES[g.element][0]) for g in run)
                     out.append(f"{ind}field = {self.const(layout)}")
                 out.append(f"{ind}out += {self.const(st.pack)}({args})")
-                i += len(run)
                 continue
             out.append(f"{ind}field = {f.attr!r}")
             out.append(f"{ind}x = o.{f.attr}")
             self.write_value(out, ind, f, "x", "out")
-            i += 1
         if not self.flexible:
             # As Kafka does: tagged fields cannot be carried by a version without them.
             out.append(f"{ind}if o.unknown_tags:")

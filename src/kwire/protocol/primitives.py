@@ -19,40 +19,31 @@ UINT32 = struct.Struct(">I")
 FLOAT64 = struct.Struct(">d")
 
 
-def read_uvarint(buf, pos: int) -> tuple[int, int]:
-    """An unsigned LEB128 varint of at most 5 bytes (Kafka's UNSIGNED_VARINT, 32 bits)."""
+def _read_unsigned(buf, pos: int, max_shift: int, what: str) -> tuple[int, int]:
     result = 0
     shift = 0
     end = len(buf)
     while True:
         if pos >= end:
-            raise DecodeError("truncated varint", offset=pos)
+            raise DecodeError(f"truncated {what}", offset=pos)
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
         if not b & 0x80:
             return result, pos
         shift += 7
-        if shift > 28:
-            raise DecodeError("varint longer than 5 bytes", offset=pos)
+        if shift > max_shift:
+            raise DecodeError(f"{what} longer than {max_shift // 7 + 1} bytes", offset=pos)
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    """An unsigned LEB128 varint of at most 5 bytes (Kafka's UNSIGNED_VARINT, 32 bits)."""
+    return _read_unsigned(buf, pos, 28, "varint")
 
 
 def read_uvarlong(buf, pos: int) -> tuple[int, int]:
     """An unsigned LEB128 varint of at most 10 bytes (64 bits)."""
-    result = 0
-    shift = 0
-    end = len(buf)
-    while True:
-        if pos >= end:
-            raise DecodeError("truncated varlong", offset=pos)
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise DecodeError("varlong longer than 10 bytes", offset=pos)
+    return _read_unsigned(buf, pos, 63, "varlong")
 
 
 def read_varint(buf, pos: int) -> tuple[int, int]:
