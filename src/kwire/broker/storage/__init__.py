@@ -1,0 +1,33 @@
+"""Durable storage for the kwire broker: partition logs of segment files, Kafka's layout.
+
+* ``LogManager(data_dir, config)`` owns a data directory of ``<topic>-<n>`` partition logs.
+* ``PartitionLog``: append / read (``FileSlice`` ranges for sendfile) / offsets / retention.
+* ``LogSegment``: one ``.log`` file with its ``.index`` and ``.timeindex``.
+* ``load_partition``: startup loading and crash recovery.
+
+Errors are ``kwire.protocol.errors`` Kafka errors (``OffsetOutOfRangeError``,
+``CorruptMessageError``, ``UnknownTopicOrPartitionError``...), so handlers map them to codes.
+"""
+
+from .config import CREATE_TIME, LOG_APPEND_TIME, LogConfig
+from .loader import LoadedLog, load_partition
+from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, PartitionLog
+from .manager import CLEAN_SHUTDOWN_FILE, LogManager, validate_topic_name
+from .segment import FileSlice, LogSegment
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "CREATE_TIME",
+    "EARLIEST_TIMESTAMP",
+    "FileSlice",
+    "LATEST_TIMESTAMP",
+    "LOG_APPEND_TIME",
+    "LoadedLog",
+    "LogConfig",
+    "LogManager",
+    "LogSegment",
+    "MAX_TIMESTAMP",
+    "PartitionLog",
+    "load_partition",
+    "validate_topic_name",
+]

@@ -1,0 +1,58 @@
+"""File naming and durable file-system helpers shared by the storage modules."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "DELETED_SUFFIX", "STRAY_SUFFIXES",
+    "segment_path", "offset_from_name", "fsync_dir", "atomic_write",
+]
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+# Leftovers of interrupted work: our temp files and deletions, and Kafka's cleaner/swap files
+# (we never write those, but a data dir copied from Kafka may hold them).
+STRAY_SUFFIXES = (".tmp", DELETED_SUFFIX, ".cleaned", ".swap")
+
+
+def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
+    """Kafka's name: the base offset zero-padded to 20 digits, so names sort like offsets."""
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+def offset_from_name(path: Path) -> int | None:
+    """The base offset in a segment file name, or None if the stem is not 20 digits."""
+    stem = path.name.split(".", 1)[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename/create/unlink in ``directory`` durable (POSIX needs the directory fsynced)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves either the old or the new content.
+
+    Write a temp file, fsync it, rename over the target, fsync the directory.  A crash before
+    the rename leaves a ``.tmp`` that the loader removes.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

@@ -1,0 +1,149 @@
+"""Opening a partition directory at startup (Kafka's LogLoader).
+
+* Stray files of interrupted work (``.tmp``, ``.deleted``, ``.cleaned``, ``.swap``) and index
+  files without a ``.log`` are removed.
+* Every segment is opened; a missing or corrupt index (or a torn tail) gets the segment
+  recovered, which rebuilds its indexes.
+* Recovery does not cap a batch's size by max.message.bytes (Kafka does): lowering that
+  setting must not make older, valid batches look corrupt.  The CRC catches bad lengths.
+* Without a clean shutdown, every segment from the one holding the recovery point on is
+  recovered (each batch's length and CRC checked).  The first segment that had to be cut
+  ends the log: later segments are deleted, as Kafka does, since their offsets would follow
+  a hole.
+* The log start offset comes from the checkpoint (never below the first segment).
+
+Everything changed is returned as human-readable findings and logged at WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._files import INDEX_SUFFIX, LOG_SUFFIX, STRAY_SUFFIXES, TIMEINDEX_SUFFIX, fsync_dir, offset_from_name
+from .checkpoint import CorruptCheckpointError, PartitionCheckpoint, read_checkpoint, write_checkpoint
+from .config import LogConfig
+from .segment import LogSegment
+
+__all__ = ["LoadedLog", "load_partition"]
+
+logger = logging.getLogger("kwire.broker.storage")
+
+
+@dataclass
+class LoadedLog:
+    segments: list[LogSegment]
+    log_start_offset: int
+    recovery_point: int
+    findings: list[str] = field(default_factory=list)
+
+
+def load_partition(directory: Path, config: LogConfig, *, clean_shutdown: bool) -> LoadedLog:
+    """Load (and if needed recover) the partition in ``directory``; creates it if missing."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    findings: list[str] = []
+
+    def report(message: str) -> None:
+        findings.append(message)
+        logger.warning("%s: %s", directory.name, message)
+
+    _remove_strays(directory, report)
+
+    try:
+        checkpoint = read_checkpoint(directory)
+    except CorruptCheckpointError as exc:
+        report(f"checkpoint unreadable ({exc}); recovering every segment")
+        checkpoint = None
+        clean_shutdown = False  # without a recovery point nothing can be trusted
+    recovery_point = checkpoint.recovery_point if checkpoint else 0
+
+    segments: list[LogSegment] = []
+    try:
+        bases = sorted(b for p in directory.iterdir()
+                       if p.suffix == LOG_SUFFIX and (b := offset_from_name(p)) is not None)
+        # Segments that recovery will rebuild anyway need no separate index check.
+        first_unflushed = _first_unflushed(bases, recovery_point) if not clean_shutdown else len(bases)
+        for i, base in enumerate(bases):
+            segment = LogSegment(directory, base, index_interval_bytes=config.index_interval_bytes)
+            segments.append(segment)
+            if i >= first_unflushed:
+                continue
+            problem = segment.load()
+            if problem:
+                truncated = segment.recover()
+                report(f"segment {base}: {problem}; rebuilt its indexes"
+                       + (f", truncating {truncated} bytes ({segment.recovery_problem})" if truncated else ""))
+
+        if not clean_shutdown:
+            _recover_unflushed(segments, first_unflushed, report)
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+
+    log_start = checkpoint.log_start_offset if checkpoint else 0
+    if segments:
+        log_start = max(log_start, segments[0].base_offset)
+        log_end = segments[-1].next_offset
+        if log_end < log_start:
+            # Kafka's rule: the log would end before it starts (files lost); start over empty.
+            report(f"log end offset {log_end} is below the log start offset {log_start}; deleting all segments")
+            for segment in segments:
+                segment.delete()
+            segments = []
+    if not segments:
+        segments.append(LogSegment(directory, log_start, index_interval_bytes=config.index_interval_bytes))
+    log_end = segments[-1].next_offset
+    # After a clean shutdown everything was flushed; otherwise keep the old point (recovery
+    # flushed what it rebuilt, but only a flush of the log moves the point, as in Kafka).
+    recovery_point = log_end if clean_shutdown else min(recovery_point, log_end)
+    write_checkpoint(directory, PartitionCheckpoint(log_start, recovery_point))
+    return LoadedLog(segments, log_start, recovery_point, findings)
+
+
+def _first_unflushed(bases: list[int], recovery_point: int) -> int:
+    """Index of the segment holding ``recovery_point`` (the first that may hold unsynced data)."""
+    first = 0
+    for i, base in enumerate(bases):
+        if base <= recovery_point:
+            first = i
+    return first
+
+
+def _recover_unflushed(segments: list[LogSegment], first: int, report) -> None:
+    for i in range(first, len(segments)):
+        segment = segments[i]
+        truncated = segment.recover()
+        if truncated:
+            report(f"segment {segment.base_offset}: truncated {truncated} bytes at offset {segment.next_offset} "
+                   f"({segment.recovery_problem})")
+            later = segments[i + 1:]
+            if later:
+                report(f"deleting {len(later)} segment(s) after the corruption: "
+                       + ", ".join(str(s.base_offset) for s in later))
+                for s in later:
+                    s.delete()
+                del segments[i + 1:]
+            return
+
+
+def _remove_strays(directory: Path, report) -> None:
+    removed = False
+    logs = {p.name[:-len(LOG_SUFFIX)] for p in directory.iterdir() if p.name.endswith(LOG_SUFFIX)}
+    for path in sorted(directory.iterdir()):
+        if not path.is_file():
+            continue
+        if path.name.endswith(STRAY_SUFFIXES):
+            report(f"removed leftover file {path.name}")
+        elif path.suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX) and offset_from_name(path) is not None \
+                and path.name[:-len(path.suffix)] not in logs:
+            report(f"removed orphaned index {path.name} (no .log file)")
+        else:
+            continue
+        os.unlink(path)
+        removed = True
+    if removed:
+        fsync_dir(directory)

@@ -1,0 +1,334 @@
+"""One partition's log: an ordered list of segments (Kafka's UnifiedLog, single node).
+
+Offsets: ``log_start_offset`` <= readable offsets < ``log_end_offset``.  With one node every
+appended batch is committed at once, so ``high_watermark`` is the log end offset.
+
+Durability: appends go to the page cache; ``flush()`` fsyncs and moves the recovery point
+(persisted, with the log start offset, in the partition checkpoint).  After a crash the loader
+re-validates everything from the recovery point.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+import time
+from pathlib import Path
+
+from kwire.protocol.errors import KafkaStorageError, OffsetOutOfRangeError
+
+from .checkpoint import PartitionCheckpoint, write_checkpoint
+from .config import LogConfig
+from .index import INT32_MAX
+from .loader import load_partition
+from .segment import FileSlice, LogSegment
+from .validation import prepare_append
+
+__all__ = ["PartitionLog", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP", "parse_partition_dir"]
+
+# ListOffsets' special timestamps.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # KIP-734: the record with the largest timestamp
+
+_DIR_NAME = re.compile(r"^(.+)-(\d+)$")
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``"my-topic-3"`` -> ``("my-topic", 3)``; None for other names."""
+    m = _DIR_NAME.match(name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionLog:
+    """The log of one partition, in directory ``dir`` (conventionally ``<topic>-<n>``).
+
+    Opening loads (and after an unclean shutdown recovers) the segments; ``load_findings``
+    lists what loading had to repair.  All methods are thread-safe (one lock per partition).
+    """
+
+    def __init__(self, dir: Path, config: LogConfig | None = None, *, clean_shutdown: bool = False):
+        self.dir = Path(dir)
+        self.config = config or LogConfig()
+        self.name = self.dir.name
+        self._lock = threading.RLock()
+        loaded = load_partition(self.dir, self.config, clean_shutdown=clean_shutdown)
+        self._segments: list[LogSegment] = loaded.segments
+        self._bases: list[int] = [s.base_offset for s in self._segments]
+        self._log_start_offset = loaded.log_start_offset
+        self._recovery_point = loaded.recovery_point
+        self.load_findings: list[str] = loaded.findings
+        self._closed = False
+
+    # -- offsets ----------------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"partition log {self.name} is closed")
+
+    def _checkpoint(self) -> None:
+        write_checkpoint(self.dir, PartitionCheckpoint(self._log_start_offset, self._recovery_point))
+
+    # -- appending --------------------------------------------------------------------------
+    def append(self, batch_bytes: bytes | bytearray | memoryview, *, leader_epoch: int = 0,
+               now_ms: int | None = None, allow_control: bool = False) -> tuple[int, int]:
+        """Validate the batches, assign offsets from the log end, store them.
+
+        Returns (base offset, last offset) of what was appended.  With LogAppendTime the
+        batches' max timestamp becomes ``now_ms`` (default: the clock).  Refused input raises
+        a kwire.protocol.errors Kafka error (see ``validation.prepare_append``) and changes
+        nothing.  ``allow_control`` is for the broker's own transaction markers.
+        """
+        with self._lock:
+            self._check_open()
+            now = _now_ms() if now_ms is None else now_ms
+            prepared = prepare_append(batch_bytes, next_offset=self.log_end_offset, config=self.config,
+                                      leader_epoch=leader_epoch, now_ms=now, allow_control=allow_control)
+            if self._should_roll(len(prepared.data), prepared.max_timestamp, prepared.last_offset, now):
+                self.roll(now_ms=now)
+            self._segments[-1].append(prepared.data, prepared.base_offset, prepared.last_offset,
+                                      prepared.max_timestamp)
+            return prepared.base_offset, prepared.last_offset
+
+    def _should_roll(self, size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
+        active = self._segments[-1]
+        if active.size == 0:
+            return False
+        if active.size + size > self.config.segment_bytes:
+            return True
+        if last_offset - active.base_offset > INT32_MAX:  # relative offsets are int32
+            return True
+        return active.roll_age_ms(now_ms, max_timestamp) >= self.config.segment_ms
+
+    def roll(self, *, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            active = self._segments[-1]
+            if active.size == 0:
+                return active
+            active.on_become_inactive()
+            new_base = self.log_end_offset
+            if self.config.flush_on_roll:
+                self._flush_locked()
+            segment = LogSegment(self.dir, new_base, index_interval_bytes=self.config.index_interval_bytes)
+            if segment.size:
+                segment.close()
+                raise KafkaStorageError(f"{segment.log_path} already exists with {segment.size} bytes")
+            if now_ms is not None:
+                segment.created_at_ms = now_ms
+            self._segments.append(segment)
+            self._bases.append(new_base)
+            return segment
+
+    # -- reading ----------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> list[FileSlice]:
+        """Whole stored batches from the one holding ``offset``, up to ``max_bytes`` in total,
+        possibly from several segments.  With ``min_one_batch`` the first batch is returned
+        even if bigger than ``max_bytes`` (as Kafka does for the first partition of a fetch).
+
+        ``OffsetOutOfRangeError`` unless log_start_offset <= offset <= log_end_offset; at the
+        log end the result is empty.  The first batch may start before ``offset`` (a consumer
+        skips the records below it, as with Kafka).
+        """
+        with self._lock:
+            self._check_open()
+            start, end = self._log_start_offset, self.log_end_offset
+            if not start <= offset <= end:
+                raise OffsetOutOfRangeError(f"offset {offset} is not in [{start}, {end}] of {self.name}")
+            slices: list[FileSlice] = []
+            remaining = max_bytes
+            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            for segment in self._segments[i:]:
+                if offset >= segment.next_offset:
+                    continue  # empty (or fully below offset): the next segment has it
+                piece = segment.read(offset, remaining, min_one_batch=min_one_batch and not slices)
+                if piece is None:
+                    break
+                slices.append(piece)
+                remaining -= piece.length
+                offset = segment.next_offset
+                if piece.position + piece.length < segment.size or remaining <= 0:
+                    break
+            return slices
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets: (offset, timestamp) of the first record with a timestamp >= ``timestamp``
+        at or after the log start offset, None if there is none.
+
+        -1 (latest) gives (log end, -1), -2 (earliest) (log start, -1), -3 the record with the
+        largest timestamp.
+        """
+        with self._lock:
+            self._check_open()
+            if timestamp == LATEST_TIMESTAMP:
+                return self.log_end_offset, -1
+            if timestamp == EARLIEST_TIMESTAMP:
+                return self._log_start_offset, -1
+            if timestamp == MAX_TIMESTAMP:
+                best = max(self._segments, key=lambda s: s.max_timestamp)
+                if best.max_timestamp < 0:
+                    return None
+                return best.find_offset_by_timestamp(best.max_timestamp, self._log_start_offset)
+            if timestamp < 0:
+                raise ValueError(f"unsupported special timestamp {timestamp}")
+            for segment in self._segments:
+                if segment.next_offset <= self._log_start_offset or segment.max_timestamp < timestamp:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    return found
+            return None
+
+    # -- deleting ---------------------------------------------------------------------------
+    def delete_records(self, before_offset: int) -> int:
+        """DeleteRecords: make ``before_offset`` the log start offset (if higher) and delete the
+        segments wholly below it.  Returns the new log start offset."""
+        with self._lock:
+            self._check_open()
+            if not 0 <= before_offset <= self.high_watermark:
+                raise OffsetOutOfRangeError(f"cannot delete records before {before_offset}: "
+                                            f"high watermark of {self.name} is {self.high_watermark}")
+            if before_offset > self._log_start_offset:
+                self._log_start_offset = before_offset
+                # Persist first: a crash after deleting files but before this would let the
+                # records below the new start reappear at the next load.
+                self._checkpoint()
+                doomed = 0
+                while doomed + 1 < len(self._segments) and self._segments[doomed + 1].base_offset <= before_offset:
+                    doomed += 1
+                self._delete_oldest(doomed)
+            return self._log_start_offset
+
+    def apply_retention(self, now_ms: int | None = None) -> list[int]:
+        """Delete the oldest segments that break retention.ms or retention.bytes (Kafka's
+        rules: a segment expires when its largest timestamp is older than retention.ms; by
+        size, drop oldest segments while the log stays at or above retention.bytes without
+        them).  The active segment can go too: a fresh one is rolled first.  Returns the base
+        offsets deleted."""
+        with self._lock:
+            self._check_open()
+            now = _now_ms() if now_ms is None else now_ms
+            retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+            excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else 0
+            doomed = 0
+            segments = self._segments
+            for i, segment in enumerate(segments):
+                if segment.size == 0:
+                    break  # the empty active segment
+                if i + 1 < len(segments) and segments[i + 1].base_offset <= self._log_start_offset:
+                    pass  # wholly below the log start offset (a delete_records interrupted by a crash)
+                elif retention_ms >= 0 and now - segment.largest_timestamp > retention_ms:
+                    pass
+                elif retention_bytes >= 0 and excess - segment.size >= 0:
+                    pass
+                else:
+                    break
+                excess -= segment.size
+                doomed += 1
+            if doomed == 0:
+                return []
+            if doomed == len(self._segments):
+                self.roll(now_ms=now)
+            bases = [s.base_offset for s in self._segments[:doomed]]
+            self._delete_oldest(doomed)
+            return bases
+
+    def _delete_oldest(self, count: int) -> None:
+        if count <= 0:
+            return
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        new_start = max(self._log_start_offset, self._segments[0].base_offset)
+        if new_start != self._log_start_offset:
+            self._log_start_offset = new_start
+            self._recovery_point = max(self._recovery_point, new_start)
+        self._checkpoint()
+        for segment in doomed:
+            segment.delete()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= ``offset`` (for a future follower/unclean
+        leader path; the single-node broker does not need it)."""
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset < self._log_start_offset:
+                raise OffsetOutOfRangeError(f"cannot truncate {self.name} below its start {self._log_start_offset}")
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+            self._segments[-1].truncate_to(offset)
+            self._recovery_point = min(self._recovery_point, self.log_end_offset)
+            self._checkpoint()
+
+    # -- durability -------------------------------------------------------------------------
+    def flush(self) -> None:
+        """fsync every segment that may hold data past the recovery point, then advance it."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        end = self.log_end_offset
+        if end == self._recovery_point:
+            return
+        for segment in self._segments:
+            if segment.next_offset > self._recovery_point:
+                segment.flush()
+        self._recovery_point = end
+        self._checkpoint()
+
+    def close(self) -> None:
+        """Flush and close the files.  Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._flush_locked()
+            finally:
+                for segment in self._segments:
+                    segment.close()
+                self._closed = True
+
+    def close_without_flush(self) -> None:
+        """Close the files only (before deleting the partition)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.name!r}, start={self._log_start_offset}, end={self.log_end_offset}, "
+                f"segments={len(self._segments)})")

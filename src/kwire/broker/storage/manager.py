@@ -1,0 +1,223 @@
+"""All partition logs of one data directory (Kafka's LogManager, one log dir).
+
+Layout::
+
+    data_dir/
+        .lock                   flock'ed while a LogManager owns the directory
+        .kafka_cleanshutdown    present only between a clean close() and the next open
+        <topic>-<n>/            one PartitionLog each
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from pathlib import Path
+
+from kwire.protocol.errors import (
+    InvalidPartitionsError,
+    InvalidTopicException,
+    KafkaStorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+from ._files import DELETED_SUFFIX, fsync_dir
+from .config import LogConfig
+from .log import PartitionLog, parse_partition_dir
+
+__all__ = ["LogManager", "CLEAN_SHUTDOWN_FILE", "validate_topic_name"]
+
+logger = logging.getLogger("kwire.broker.storage")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+_LOCK_FILE = ".lock"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def validate_topic_name(topic: str) -> None:
+    """Kafka's rules: 1-249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    if topic in (".", "..") or not _LEGAL_TOPIC.match(topic):
+        raise InvalidTopicException(f"illegal topic name {topic!r}")
+
+
+class LogManager:
+    """Opens every ``<topic>-<n>`` directory under ``data_dir`` (recovering them if the last
+    shutdown was not clean) and owns them until ``close()``.
+
+    Partition configs are not persisted here: ``create_partition`` takes an optional override
+    and reloaded partitions get ``config`` (or ``configs[topic]`` if given) — the broker's
+    metadata layer owns per-topic settings.
+    """
+
+    def __init__(self, data_dir: Path, config: LogConfig | None = None, *,
+                 configs: dict[str, LogConfig] | None = None):
+        self.data_dir = Path(data_dir)
+        self.config = config or LogConfig()
+        self._topic_configs = dict(configs or {})
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self.load_findings: dict[tuple[str, int], list[str]] = {}
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.data_dir / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise KafkaStorageError(f"{self.data_dir} is in use by another process") from None
+        try:
+            self._open()
+        except BaseException:
+            self._close_logs(flush=False)
+            os.close(self._lock_fd)
+            raise
+        self._closed = False
+
+    def _open(self) -> None:
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        self.clean_shutdown = marker.exists()
+        for path in sorted(self.data_dir.iterdir()):
+            if not path.is_dir():
+                continue
+            if path.name.endswith((DELETED_SUFFIX, ".tmp")):
+                logger.warning("removing leftover directory %s", path)
+                shutil.rmtree(path)
+                continue
+            parsed = parse_partition_dir(path.name)
+            if parsed is None:
+                continue
+            log = PartitionLog(path, self._config_for(parsed[0]), clean_shutdown=self.clean_shutdown)
+            self._logs[parsed] = log
+            if log.load_findings:
+                self.load_findings[parsed] = log.load_findings
+        # Only now, with everything loaded: from here on a crash must trigger recovery.
+        if self.clean_shutdown:
+            marker.unlink()
+            fsync_dir(self.data_dir)
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.config)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log manager of {self.data_dir} is closed")
+
+    # -- partitions -------------------------------------------------------------------------
+    def create_partition(self, topic: str, partition: int, config: LogConfig | None = None, *,
+                         exist_ok: bool = False) -> PartitionLog:
+        """Create (or with ``exist_ok`` return) the log of ``topic``-``partition``."""
+        validate_topic_name(topic)
+        if partition < 0:
+            raise InvalidPartitionsError(f"partition {partition} of {topic!r} is negative")
+        with self._lock:
+            self._check_open()
+            key = (topic, partition)
+            if key in self._logs:
+                if exist_ok:
+                    return self._logs[key]
+                raise TopicAlreadyExistsError(f"{topic}-{partition} already exists")
+            if config is not None:
+                self._topic_configs[topic] = config
+            path = self.data_dir / f"{topic}-{partition}"
+            log = PartitionLog(path, self._config_for(topic), clean_shutdown=True)
+            fsync_dir(self.data_dir)
+            self._logs[key] = log
+            return log
+
+    def get(self, topic: str, partition: int) -> PartitionLog:
+        with self._lock:
+            self._check_open()
+            try:
+                return self._logs[(topic, partition)]
+            except KeyError:
+                raise UnknownTopicOrPartitionError(f"{topic}-{partition}") from None
+
+    def partitions(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return sorted(self._logs)
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return sorted({t for t, _ in self._logs})
+
+    def delete_topic(self, topic: str) -> list[int]:
+        """Close and remove every partition of ``topic``; returns their numbers.
+
+        Each directory is first renamed to ``<dir>.<uuid>.deleted`` (atomic, and the name can't
+        be loaded as a partition), so a crash mid-removal leaves a directory the next open
+        removes instead of a half-deleted partition.
+        """
+        with self._lock:
+            self._check_open()
+            numbers = sorted(n for t, n in self._logs if t == topic)
+            if not numbers:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+            doomed = []
+            for n in numbers:
+                log = self._logs.pop((topic, n))
+                log.close_without_flush()
+                target = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
+                os.replace(log.dir, target)
+                doomed.append(target)
+            fsync_dir(self.data_dir)
+            self._topic_configs.pop(topic, None)
+            for path in doomed:
+                shutil.rmtree(path)
+            return numbers
+
+    # -- maintenance ------------------------------------------------------------------------
+    def flush_all(self) -> None:
+        with self._lock:
+            self._check_open()
+            for log in self._logs.values():
+                log.flush()
+
+    def apply_retention_all(self, now_ms: int | None = None) -> dict[tuple[str, int], list[int]]:
+        """Run retention on every partition; returns the deleted segment base offsets by partition."""
+        with self._lock:
+            self._check_open()
+            deleted = {key: log.apply_retention(now_ms) for key, log in self._logs.items()}
+            return {key: bases for key, bases in deleted.items() if bases}
+
+    def _close_logs(self, *, flush: bool) -> None:
+        for log in self._logs.values():
+            if flush:
+                log.close()
+            else:
+                log.close_without_flush()
+
+    def close(self, *, clean: bool = True) -> None:
+        """Flush and close every log, then write the clean-shutdown marker.  Idempotent.
+
+        ``clean=False`` closes the files without flushing or writing the marker (after an I/O
+        error, or to simulate a crash): the next open recovers from the recovery points.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if not clean:
+                    self._close_logs(flush=False)
+                    return
+                self._close_logs(flush=True)
+                marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(self.data_dir)
+            finally:
+                self._closed = True
+                os.close(self._lock_fd)  # releases the flock
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
