@@ -591,3 +591,19 @@ def test_unknown_codecs():
         RecordBatch(data).compression  # noqa: B018
     with pytest.raises(DecodeError):
         RecordBatch(data).records()
+
+
+def test_set_log_append_time_rewrites_type_timestamp_and_crc_in_place():
+    from kwire.protocol.records import CorruptRecordError, RecordBatch, RecordBatchBuilder, set_log_append_time
+
+    builder = RecordBatchBuilder()
+    builder.append(b"k", b"v", 1_000)
+    builder.append(b"k", b"w", 2_000)
+    buf = bytearray(b"pad" + builder.build())
+    set_log_append_time(buf, 1_700_000_000_000, pos=3)
+    batch = RecordBatch(bytes(buf), 3)
+    batch.validate()  # the CRC was recomputed over the changed fields
+    assert batch.timestamp_type == 1 and batch.max_timestamp == 1_700_000_000_000
+    assert [r.timestamp for r in batch] == [1_700_000_000_000] * 2  # LogAppendTime applies to every record
+    with pytest.raises(CorruptRecordError):
+        set_log_append_time(bytearray(b"\x00" * 20), 1)

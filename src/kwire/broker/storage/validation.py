@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from kwire.protocol.errors import (
     CorruptMessageError,
     CorruptRecordError,
@@ -19,19 +17,14 @@ from kwire.protocol.errors import (
     RecordListTooLargeError,
     UnsupportedForMessageFormatError,
 )
-from kwire.protocol.primitives import INT64, UINT32
-from kwire.protocol.records import RecordBatch, rewrite_base_offset
+from kwire.protocol.records import RecordBatch, rewrite_base_offset, set_log_append_time
 
 from .config import LogConfig
 
 __all__ = ["PreparedAppend", "prepare_append"]
 
-# v2 header positions (see kwire.protocol.records.batch) of the fields LogAppendTime changes.
+# Where every batch format keeps its magic byte (see kwire.protocol.records).
 _MAGIC_AT = 16
-_CRC_AT = 17
-_ATTRIBUTES_AT = 21  # first CRC-covered byte
-_MAX_TIMESTAMP_AT = 35
-_TIMESTAMP_TYPE_BIT = 0x08
 
 
 @dataclass(frozen=True)
@@ -94,21 +87,11 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
         raise RecordListTooLargeError(f"{n} bytes of batches exceed segment.bytes {config.segment_bytes}")
 
     offset = next_offset
-    for pos, size, delta in batches:
+    for pos, _size, delta in batches:
         rewrite_base_offset(buf, offset, partition_leader_epoch=leader_epoch, pos=pos)
         if config.log_append_time:
-            _set_log_append_time(buf, pos, size, now_ms)
+            set_log_append_time(buf, now_ms, pos=pos)
         offset += delta + 1
     if config.log_append_time:
         max_timestamp = now_ms
     return PreparedAppend(buf, next_offset, offset - 1, max_timestamp, len(batches))
-
-
-def _set_log_append_time(buf: bytearray, pos: int, size: int, now_ms: int) -> None:
-    """Mark the batch LogAppendTime with max timestamp ``now_ms``, as Kafka's broker does.
-
-    Both fields are CRC-covered (unlike the base offset), so the CRC is recomputed.
-    """
-    buf[pos + _ATTRIBUTES_AT + 1] |= _TIMESTAMP_TYPE_BIT  # low byte of the int16 attributes
-    INT64.pack_into(buf, pos + _MAX_TIMESTAMP_AT, now_ms)
-    UINT32.pack_into(buf, pos + _CRC_AT, crc32c(memoryview(buf)[pos + _ATTRIBUTES_AT:pos + size]))

@@ -25,7 +25,14 @@ from collections.abc import Iterator
 
 from ..errors import CorruptRecordError
 from ..primitives import INT32
-from .batch import HEADER_SIZE, RecordBatch, RecordBatchBuilder, build_control_batch, rewrite_base_offset
+from .batch import (
+    HEADER_SIZE,
+    RecordBatch,
+    RecordBatchBuilder,
+    build_control_batch,
+    rewrite_base_offset,
+    set_log_append_time,
+)
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .legacy import LegacyMessageSetBuilder, LegacyRecordBatch
 from .record import NO_TIMESTAMP, ControlRecord, ControlRecordType, Record, TimestampType
@@ -50,6 +57,7 @@ __all__ = [
     "iter_records",
     "read_batch",
     "rewrite_base_offset",
+    "set_log_append_time",
 ]
 
 # Every format starts with offset int64, size int32; the magic byte is at 16 in all three

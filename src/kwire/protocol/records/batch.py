@@ -64,6 +64,7 @@ _LEADER_EPOCH_OFFSET = 12
 _MAGIC_OFFSET = 16
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21  # start of the CRC-covered bytes
+_MAX_TIMESTAMP_OFFSET = 35
 _COUNT_OFFSET = 57
 
 _FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
@@ -345,6 +346,20 @@ def rewrite_base_offset(buf, base_offset: int, *, partition_leader_epoch: int | 
             from None
     except struct.error as exc:
         raise EncodeError(f"cannot store base offset/leader epoch: {exc}", what=_WHAT) from None
+
+
+def set_log_append_time(buf, timestamp: int, *, pos: int = 0) -> None:
+    """Mark the v2 batch at ``pos`` in a writable buffer as LogAppendTime with max timestamp
+    ``timestamp``, as a broker does on append.  Both fields are CRC-covered (unlike the base
+    offset), so the CRC is recomputed; records are not decoded."""
+    if len(buf) - pos < HEADER_SIZE or buf[pos + _MAGIC_OFFSET] != 2:
+        raise CorruptRecordError("not a v2 record batch", what=_WHAT, offset=pos)
+    end = pos + 12 + INT32.unpack_from(buf, pos + _LENGTH_OFFSET)[0]
+    if end > len(buf):
+        raise CorruptRecordError("batch length runs past the buffer", what=_WHAT, offset=pos + _LENGTH_OFFSET)
+    buf[pos + _ATTRIBUTES_OFFSET + 1] |= _TIMESTAMP_TYPE_BIT  # low byte of the int16 attributes
+    INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, timestamp)
+    UINT32.pack_into(buf, pos + _CRC_OFFSET, crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET:end]))
 
 
 def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
