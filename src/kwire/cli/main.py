@@ -7,11 +7,11 @@ import sys
 
 from kwire import __version__
 
-from . import protocol_cmd
+from . import broker_cmd, protocol_cmd
 
 # Each command module exposes register(subparsers); its parsers set ``func`` to a handler that
 # takes the parsed arguments and returns an exit code.
-COMMAND_MODULES = [protocol_cmd]
+COMMAND_MODULES = [protocol_cmd, broker_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,12 +31,14 @@ from .frames import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_parts,
     request_header_version,
     response_header_version,
 )
 from .framing import DEFAULT_MAX_FRAME_SIZE, FrameSplitter
 from .messages import Message, Request, Response, message_class, request_class, response_class
 from .schema import API_KEYS, api_key_for, api_name, api_versions
+from .splice import SplicedBytes
 
 __all__ = [
     "API_KEYS",
@@ -53,6 +55,7 @@ __all__ = [
     "RequestHeader",
     "Response",
     "ResponseHeader",
+    "SplicedBytes",
     "UnknownApiVersionError",
     "api_key_for",
     "api_name",
@@ -63,6 +66,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_parts",
     "error_name",
     "message_class",
     "messages",

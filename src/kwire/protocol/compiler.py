@@ -20,6 +20,7 @@ from typing import Any
 from .errors import DecodeError, EncodeError, ProtocolError
 from .primitives import INT8, INT16, INT32, read_uvarint, uvarint
 from .schema import FIXED_TYPES, FieldSpec, MessageSpec, StructSpec
+from .splice import splice_records
 
 _DECODE_FAILURES = (struct.error, IndexError, ValueError, OverflowError, TypeError, KeyError, MemoryError)
 _ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, OverflowError, KeyError)
@@ -228,6 +229,7 @@ class _Writer:
             "_UUID": uuid.UUID,
             "_str": str,
             "_bytes": bytes,
+            "_splice": splice_records,
         }
         self.done: dict[int, tuple[str, str]] = {}
         self.counter = 0
@@ -523,7 +525,13 @@ class _Writer:
             out.append(f"{ind}    {dst} += _p16(len({data}))")
         else:
             out.append(f"{ind}    {dst} += _p32(len({data}))")
-        out.append(f"{ind}    {dst} += {data}")
+        if t == "records":  # may be a SplicedBytes placeholder (zero-copy Fetch): see splice.py
+            out.append(f"{ind}    if {data}.__class__ is _bytes:")
+            out.append(f"{ind}        {dst} += {data}")
+            out.append(f"{ind}    else:")
+            out.append(f"{ind}        _splice({dst}, {data})")
+        else:
+            out.append(f"{ind}    {dst} += {data}")
 
     def encoder(self, spec: StructSpec, name: str) -> list[str]:
         v = self.version

@@ -16,6 +16,7 @@ import struct
 from .errors import DecodeError, ProtocolError, UnknownApiVersionError
 from .messages import Request, Response, message_class, request_class, response_class
 from .schema import REQUEST_NAMES
+from .splice import SpliceBuffer, SplicedBytes
 
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
@@ -98,6 +99,21 @@ def encode_response(response: Response, version: int, correlation_id: int) -> by
     body.encode(response, out)
     _SIZE.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def encode_response_parts(response: Response, version: int, correlation_id: int) -> list[bytes | SplicedBytes]:
+    """A response frame in pieces: encoded bytes around any ``SplicedBytes`` records values.
+
+    The size prefix counts the spliced bytes, so sending the pieces in order is the whole frame.
+    Without splices this is ``[encode_response(...)]``.
+    """
+    out = SpliceBuffer()
+    out += b"\0\0\0\0"
+    hv = response_header_version(response.API_KEY, version)
+    ResponseHeader.codec(hv).encode(ResponseHeader(correlation_id=correlation_id), out)
+    type(response).codec(version).encode(response, out)
+    _SIZE.pack_into(out, 0, out.total_size - 4)
+    return out.parts() if out.splices else [bytes(out)]
 
 
 def decode_response(frame, api_key: int, version: int, *, strict: bool = True) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]

@@ -4,6 +4,7 @@
 * ``PartitionLog``: append / read (``FileSlice`` ranges for sendfile) / offsets / retention.
 * ``LogSegment``: one ``.log`` file with its ``.index`` and ``.timeindex``.
 * ``load_partition``: startup loading and crash recovery.
+* ``ProducerStateManager``: idempotent producers' sequences per partition (``PartitionLog.producer_state``).
 
 Errors are ``kwire.protocol.errors`` Kafka errors (``OffsetOutOfRangeError``,
 ``CorruptMessageError``, ``UnknownTopicOrPartitionError``...), so handlers map them to codes.
@@ -13,6 +14,7 @@ from .config import CREATE_TIME, LOG_APPEND_TIME, LogConfig
 from .loader import LoadedLog, load_partition
 from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, PartitionLog
 from .manager import CLEAN_SHUTDOWN_FILE, LogManager, validate_topic_name
+from .producer_state import ProducerEntry, ProducerStateManager
 from .segment import FileSlice, LogSegment
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "LogSegment",
     "MAX_TIMESTAMP",
     "PartitionLog",
+    "ProducerEntry",
+    "ProducerStateManager",
     "load_partition",
     "validate_topic_name",
 ]

@@ -6,6 +6,9 @@ appended batch is committed at once, so ``high_watermark`` is the log end offset
 Durability: appends go to the page cache; ``flush()`` fsyncs and moves the recovery point
 (persisted, with the log start offset, in the partition checkpoint).  After a crash the loader
 re-validates everything from the recovery point.
+
+Idempotent producers: ``producer_state`` (see producer_state.py) checks every batch with a
+producer id before it is stored, and is rebuilt on open from its snapshots and the log.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .checkpoint import PartitionCheckpoint, write_checkpoint
 from .config import LogConfig
 from .index import INT32_MAX
 from .loader import load_partition
+from .producer_state import ProducerStateManager
 from .segment import FileSlice, LogSegment
 from .validation import prepare_append
 
@@ -63,7 +67,21 @@ class PartitionLog:
         self._log_start_offset = loaded.log_start_offset
         self._recovery_point = loaded.recovery_point
         self.load_findings: list[str] = loaded.findings
+        self.producer_state = ProducerStateManager(self.dir)
+        try:
+            self._load_producer_state()
+        except BaseException:
+            for segment in self._segments:
+                segment.close()
+            raise
         self._closed = False
+
+    def _load_producer_state(self) -> None:
+        # Only snapshots at or below the recovery point: the batches they count were fsynced
+        # (and, after a crash, checked again by the loader), so none of them can have been lost.
+        # A later one (a roll without flush_on_roll) is passed over and the log replayed instead.
+        self.load_findings += self.producer_state.load(self._segments, snapshot_limit=self._recovery_point,
+                                                       now_ms=_now_ms())
 
     # -- offsets ----------------------------------------------------------------------------
     @property
@@ -105,18 +123,28 @@ class PartitionLog:
 
         Returns (base offset, last offset) of what was appended.  With LogAppendTime the
         batches' max timestamp becomes ``now_ms`` (default: the clock).  Refused input raises
-        a kwire.protocol.errors Kafka error (see ``validation.prepare_append``) and changes
-        nothing.  ``allow_control`` is for the broker's own transaction markers.
+        a kwire.protocol.errors Kafka error (see ``validation.prepare_append`` and
+        ``ProducerStateManager.check_append``) and changes nothing.  ``allow_control`` is for
+        the broker's own transaction markers.
+
+        A retry of an idempotent producer's batch (same producer, epoch and sequence range as
+        one of its last 5) is not stored again: the offsets it got the first time are returned,
+        as Kafka answers such a retry with success.
         """
         with self._lock:
             self._check_open()
             now = _now_ms() if now_ms is None else now_ms
             prepared = prepare_append(batch_bytes, next_offset=self.log_end_offset, config=self.config,
                                       leader_epoch=leader_epoch, now_ms=now, allow_control=allow_control)
+            check = self.producer_state.check_append(prepared.data, now)
+            if check.duplicate is not None:
+                return check.duplicate
             if self._should_roll(len(prepared.data), prepared.max_timestamp, prepared.last_offset, now):
                 self.roll(now_ms=now)
             self._segments[-1].append(prepared.data, prepared.base_offset, prepared.last_offset,
                                       prepared.max_timestamp)
+            # Only now: a failed write must not leave sequences the log doesn't hold.
+            self.producer_state.apply(check, prepared.last_offset + 1)
             return prepared.base_offset, prepared.last_offset
 
     def _should_roll(self, size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
@@ -148,6 +176,8 @@ class PartitionLog:
                 segment.created_at_ms = now_ms
             self._segments.append(segment)
             self._bases.append(new_base)
+            # As Kafka: a snapshot per segment, so loading replays at most the newest segments.
+            self.producer_state.take_snapshot(self._bases)
             return segment
 
     # -- reading ----------------------------------------------------------------------------
@@ -238,6 +268,8 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             now = _now_ms() if now_ms is None else now_ms
+            # Producer expiry rides on the periodic retention pass (Kafka runs it on a timer).
+            self.producer_state.remove_expired(now)
             retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
             excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else 0
             doomed = 0
@@ -266,6 +298,15 @@ class PartitionLog:
     def _delete_oldest(self, count: int) -> None:
         if count <= 0:
             return
+        # Producer state outlives the batches that built it (Kafka keeps a producer until it
+        # expires), so once they are gone a rebuild must start from a snapshot at or above the
+        # new first segment.  roll() wrote one at its base (usable after a crash: the recovery
+        # point moves up to it below); if that is missing, take one now, after a flush so that
+        # it is at or below the recovery point.
+        new_first = self._segments[count].base_offset
+        if self.producer_state.producers and not self.producer_state.snapshot_path(new_first).exists():
+            self._flush_locked()
+            self.producer_state.take_snapshot(self._bases)
         doomed = self._segments[:count]
         del self._segments[:count]
         del self._bases[:count]
@@ -276,6 +317,7 @@ class PartitionLog:
         self._checkpoint()
         for segment in doomed:
             segment.delete()
+        self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset >= ``offset`` (for a future follower/unclean
@@ -286,12 +328,16 @@ class PartitionLog:
                 return
             if offset < self._log_start_offset:
                 raise OffsetOutOfRangeError(f"cannot truncate {self.name} below its start {self._log_start_offset}")
+            # First, so a crash part-way can't leave a snapshot of batches no longer in the log.
+            self.producer_state.delete_snapshots_above(offset)
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
                 self._bases.pop()
             self._segments[-1].truncate_to(offset)
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._checkpoint()
+            # Forget the removed batches' sequences: rebuild from a snapshot and the log.
+            self._load_producer_state()
 
     # -- durability -------------------------------------------------------------------------
     def flush(self) -> None:
@@ -317,6 +363,8 @@ class PartitionLog:
                 return
             try:
                 self._flush_locked()
+                # At the log end after a flush: the next open (clean or not) starts from it.
+                self.producer_state.take_snapshot(self._bases)
             finally:
                 for segment in self._segments:
                     segment.close()

@@ -365,6 +365,32 @@ class LogSegment:
             yield pos, base, size
             pos += size
 
+    def batch_headers(self, start_offset: int) -> Iterator[bytes]:
+        """The 61-byte v2 header of every batch whose last offset is >= ``start_offset``, in
+        order (for rebuilding producer state: records are never read).
+
+        Reads the file in chunks, so a long scan costs a few syscalls per chunk, not per batch.
+        """
+        _, position = self.offset_index.lookup(start_offset)
+        fd = self._fd()
+        end = self._size
+        buf = b""
+        buf_start = pos = position
+        while end - pos >= HEADER_SIZE:
+            off = pos - buf_start
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_WALK_CHUNK, end - pos), pos)
+                buf_start, off = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise KafkaStorageError(f"{self.log_path}: short read of the batch header at position {pos}")
+            base, length = _PREFIX.unpack_from(buf, off)
+            size = length + _PREFIX_SIZE
+            if size < _MIN_BATCH_SIZE or size > end - pos:
+                raise KafkaStorageError(f"{self.log_path}: bad batch length {length} at position {pos}")
+            if base + _LAST_OFFSET_DELTA.unpack_from(buf, off + _LAST_OFFSET_DELTA_AT)[0] >= start_offset:
+                yield bytes(buf[off:off + HEADER_SIZE])
+            pos += size
+
     def _locate(self, offset: int) -> tuple[int, int] | None:
         """(position, size) of the batch holding ``offset``: the last batch whose base offset is
         <= ``offset``, or the first batch if all start above it.  None if the segment is empty."""

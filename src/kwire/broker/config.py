@@ -1,0 +1,145 @@
+"""The broker's settings: one dataclass, read from TOML, overridden by command-line flags.
+
+TOML keys are the field names below (``port = 9092``, ``fsync = "always"``); the log settings
+sit in a ``[log]`` table named like ``LogConfig``'s fields (``segment_bytes``, ``retention_ms``).
+Unknown keys are an error naming the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from .storage import LogConfig
+
+__all__ = ["BrokerConfig", "ConfigError", "FSYNC_POLICIES", "load_config"]
+
+FSYNC_POLICIES = ("never", "interval", "always")
+
+
+class ConfigError(ValueError):
+    """A setting that is missing, unknown or out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    # What Metadata tells clients to connect to; defaults to host (or 127.0.0.1 when host is 0.0.0.0).
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    data_dir: Path = Path("kwire-data")
+    node_id: int = 1
+    auto_create_topics: bool = True                   # auto.create.topics.enable
+    default_partitions: int = 1                       # num.partitions
+    fsync: str = "never"                              # never | interval | always
+    fsync_interval_ms: int = 1000                     # with fsync = "interval"
+    max_request_size: int = 100 * 1024 * 1024         # socket.request.max.bytes
+    retention_check_interval_ms: int = 5 * 60 * 1000  # log.retention.check.interval.ms
+    # Group coordinator (Kafka's names: group.*).  Kafka waits 3 s for more members before the
+    # first rebalance of a new group; a development broker answers at once by default.
+    group_initial_rebalance_delay_ms: int = 0
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be 0-65535, got {self.port}")
+        if self.fsync not in FSYNC_POLICIES:
+            raise ConfigError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {self.fsync!r}")
+        if self.default_partitions < 1:
+            raise ConfigError(f"default_partitions must be >= 1, got {self.default_partitions}")
+        if self.fsync_interval_ms < 1:
+            raise ConfigError(f"fsync_interval_ms must be >= 1, got {self.fsync_interval_ms}")
+        if self.max_request_size < 1024:
+            raise ConfigError(f"max_request_size must be >= 1024, got {self.max_request_size}")
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host = self.advertised_host or (self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+        return host, self.advertised_port or self.port
+
+    def with_(self, **changes: Any) -> BrokerConfig:
+        return dataclasses.replace(self, **changes)
+
+
+_TOP_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "log"}
+_LOG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
+
+
+def _check_type(name: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+    elif isinstance(default, Path):
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a path string, got {value!r}")
+        return Path(value)
+    elif default is None or isinstance(default, str):
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise ConfigError(f"{name} has the wrong type: {value!r}")
+    return value
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
+    """Defaults, then the TOML file (if any), then ``overrides`` (None values are ignored).
+
+    ``overrides`` may hold ``log`` as a dict of LogConfig fields.
+    """
+    values: dict[str, Any] = {}
+    log_values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text("utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+        for key, value in data.items():
+            if key == "log":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{path}: [log] must be a table")
+                log_values.update(value)
+            elif key in _TOP_FIELDS:
+                values[key] = value
+            else:
+                raise ConfigError(f"{path}: unknown setting {key!r}")
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "log":
+            log_values.update({k: v for k, v in value.items() if v is not None})
+        elif key in _TOP_FIELDS:
+            values[key] = value
+        else:
+            raise ConfigError(f"unknown setting {key!r}")
+    checked = {key: value if isinstance(value, Path) else _check_type(key, value, _TOP_FIELDS[key].default)
+               for key, value in values.items()}
+    for key in log_values:
+        if key not in _LOG_FIELDS:
+            raise ConfigError(f"unknown log setting {key!r} (known: {', '.join(sorted(_LOG_FIELDS))})")
+    try:
+        log = LogConfig(**log_values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"log settings: {exc}") from None
+    return BrokerConfig(**checked, log=log)
+
+
+def new_cluster_id() -> str:
+    """A Kafka-style cluster id: 16 random bytes in URL-safe base64 without padding (22 chars)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

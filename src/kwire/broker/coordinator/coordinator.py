@@ -1,0 +1,864 @@
+"""The classic group coordinator: JoinGroup/SyncGroup rebalances, heartbeats, committed offsets.
+
+Behaviour follows Kafka's classic protocol coordinator, because that is what clients are
+written against:
+
+* A rebalance starts when a member joins, leaves, dies or changes its metadata (or the leader
+  rejoins).  It ends when every known member has rejoined, or when the rebalance timeout (the
+  largest any member asked for) expires; dynamic members that did not rejoin are then removed.
+  A brand-new group first waits ``group_initial_rebalance_delay_ms`` (longer while members keep
+  arriving, up to the rebalance timeout) so a starting fleet lands in one generation.
+* The new generation's leader gets every member's metadata of the selected protocol and
+  answers with the assignment in SyncGroup; followers' SyncGroups wait for it.  Members that
+  do not sync within the rebalance timeout are removed.
+* Sessions: a member that sends nothing (heartbeat, join, sync, commit) for its session timeout
+  is removed.  Members parked in JoinGroup cannot heartbeat, so they are kept alive, except
+  brand-new ones, which get five minutes (a client that gave up must not linger forever).
+* Static members (group.instance.id) keep their place across restarts: a join with the same
+  instance id and no member id replaces the old member id without a rebalance when nothing
+  changed; requests with the old member id are fenced (FENCED_INSTANCE_ID).
+
+Handlers run on the broker's event loop, one at a time, so there is no locking; the timers run
+on the same loop.  Everything a restarted broker needs (committed offsets, each group's
+generation and protocol) is written to the ``GroupStore`` journal before the request that
+changed it is answered.  Members are not restored after a restart: groups come back Empty and
+their members rejoin, as they would after Kafka expired them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kwire.protocol.errors import (
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    MemberIdRequiredError,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..topics import META_DIR
+from .group import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
+from .model import (
+    GroupDescription,
+    GroupListing,
+    JoinedMember,
+    JoinRequest,
+    JoinResult,
+    MemberDescription,
+    OffsetCommitEntry,
+    SyncResult,
+)
+from .offsets import CommittedOffset
+from .retention import expired_partitions
+from .store import GroupRecord, GroupStore, MemberRecord
+from .timers import Timers
+from .validation import check_member, check_offset_commit
+
+if TYPE_CHECKING:
+    from ..config import BrokerConfig
+    from ..topics import TopicRegistry
+
+__all__ = ["GroupCoordinator", "GROUPS_DIR", "GROUP_TYPE", "NEW_MEMBER_JOIN_TIMEOUT_MS",
+           "OFFSET_METADATA_MAX_BYTES", "OFFSETS_RETENTION_CHECK_INTERVAL_MS"]
+
+logger = logging.getLogger("kwire.broker.coordinator")
+
+GROUPS_DIR = "groups"
+# Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: how long a member that never got a JoinGroup
+# answer is kept (its client may have given up and retried as another member).
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+OFFSET_METADATA_MAX_BYTES = 4096                    # offset.metadata.max.bytes
+OFFSETS_RETENTION_CHECK_INTERVAL_MS = 10 * 60 * 1000  # offsets.retention.check.interval.ms
+# Every group here is a classic group (KIP-848's ListGroups v5 type name).
+GROUP_TYPE = "classic"
+
+NONE = 0
+_Waiting = asyncio.Future  # a parked request's answer
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _resolve(fut: asyncio.Future | None, value: Any) -> None:
+    # The request may be gone (its connection closed and the handler task was cancelled).
+    if fut is not None and not fut.done():
+        fut.set_result(value)
+
+
+def _with_reason(why: str, req: JoinRequest) -> str:
+    """Our reason for a rebalance, with the client's own (JoinGroup v8+) when it gave one."""
+    return f"{why} (client: {req.reason})" if req.reason else why
+
+
+class GroupCoordinator:
+    """All classic groups of the broker.  ``close()`` it on shutdown.
+
+    ``clock`` (milliseconds since the epoch) stamps commits and drives offset expiry; tests pass
+    a fake one.  Timeouts use the event loop's own clock.
+    """
+
+    def __init__(self, data_dir: Path, config: BrokerConfig, topics: TopicRegistry, *, clean_shutdown: bool,
+                 clock: Callable[[], int] | None = None,
+                 retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+                 compact_min_entries: int = 10_000):
+        self._config = config
+        self._topics = topics
+        self._clock = clock or _wall_clock_ms
+        self._retention_check_interval_ms = retention_check_interval_ms
+        self._store = GroupStore(Path(data_dir) / META_DIR / GROUPS_DIR, fsync=config.fsync,
+                                 compact_min_entries=compact_min_entries)
+        if not clean_shutdown and not self._store.findings:
+            # After a crash, what the journal holds may still sit in the page cache only: the
+            # rewrite fsyncs it, and the next crash can't take it away.
+            self._store.compact()
+        self._groups: dict[str, Group] = {}
+        # Groups in their initial delayed join -> ms the delay may still be extended by.
+        self._initial_delay_left: dict[str, int] = {}
+        self._timers = Timers(on_bind=self._on_loop)
+        self._closed = False
+        self._load()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _load(self) -> None:
+        now = self._clock()
+        for group_id, stored in self._store.groups.items():
+            group = Group(group_id, state_timestamp_ms=now)
+            record = stored.record
+            if record is not None:
+                group.generation_id = record.generation_id
+                group.protocol_type = record.protocol_type
+                if record.state == GroupState.EMPTY.value:
+                    group.state_timestamp_ms = record.state_timestamp_ms
+                elif record.members:
+                    logger.info("group %s: the %d member(s) of generation %d must rejoin after the restart",
+                                group_id, len(record.members), record.generation_id)
+            elif stored.offsets:
+                # Offsets alone: a group that only stores offsets; their age counts from their commits.
+                group.state_timestamp_ms = None
+            group.offsets = dict(stored.offsets)
+            self._groups[group_id] = group
+        if self._groups:
+            logger.info("loaded %d group(s) with %d committed offset(s)", len(self._groups),
+                        sum(len(g.offsets) for g in self._groups.values()))
+
+    def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._schedule(("retention",), self._retention_check_interval_ms, self._retention_tick)
+
+    def _retention_tick(self) -> None:
+        try:
+            self.expire_offsets()
+        finally:
+            self._schedule(("retention",), self._retention_check_interval_ms, self._retention_tick)
+
+    def flush(self) -> None:
+        """fsync the journal (the broker calls this periodically with ``fsync = "interval"``)."""
+        if not self._closed:
+            self._store.flush()
+
+    def close(self) -> None:
+        """Stop the timers, answer parked requests and close the journal (fsynced).
+
+        Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR, as Kafka answers when a
+        coordinator gives its groups up: clients look for the coordinator again and rejoin.
+        Members are not persisted as live.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._timers.cancel_all()
+        self._timers.run_in_loop(self._answer_parked, NotCoordinatorError.code)
+        self._store.close()
+
+    def _answer_parked(self, error: int) -> None:
+        for group in self._groups.values():
+            for member in group.members.values():
+                self._fail_waiters(member, error)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _schedule(self, key: tuple, delay_ms: float, fn: Callable[..., None], *args: Any) -> None:
+        def guarded() -> None:
+            if not self._closed:
+                fn(*args)
+
+        self._timers.schedule(key, delay_ms, guarded)
+
+    def _live(self, group: Group) -> bool:
+        """The group object is still the coordinator's (a timer may outlive a deleted group)."""
+        return not self._closed and self._groups.get(group.group_id) is group
+
+    def _register(self, group: Group) -> None:
+        self._groups.setdefault(group.group_id, group)
+
+    def _new_future(self) -> asyncio.Future:
+        loop = self._timers.bind()
+        if loop is None:
+            raise RuntimeError("JoinGroup and SyncGroup need a running event loop")
+        return loop.create_future()
+
+    @staticmethod
+    def _session_key(group: Group, member_id: str) -> tuple:
+        return ("session", group.group_id, member_id)
+
+    def _schedule_session(self, group: Group, member: Member) -> None:
+        """(Re)start the member's session timer; a member parked in JoinGroup can't heartbeat."""
+        key = self._session_key(group, member.member_id)
+        if member.awaiting_join and not member.is_new:
+            self._timers.cancel(key)
+            return
+        timeout = NEW_MEMBER_JOIN_TIMEOUT_MS if member.awaiting_join else member.session_timeout_ms
+        self._schedule(key, timeout, self._expire_member, group, member.member_id)
+
+    def _fail_waiters(self, member: Member, error: int) -> None:
+        _resolve(member.join_waiter, JoinResult(error, member.member_id))
+        _resolve(member.sync_waiter, SyncResult(error))
+        member.join_waiter = member.sync_waiter = None
+
+    def _drop_member(self, group: Group, member: Member, error: int) -> None:
+        """Remove a member, answering its parked requests with ``error``; no rebalance decisions."""
+        self._fail_waiters(member, error)
+        group.remove(member.member_id)
+        self._timers.cancel(self._session_key(group, member.member_id))
+
+    def _group_record(self, group: Group) -> GroupRecord:
+        members = tuple(MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata(group.protocol_name),
+                                     m.assignment) for m in group.members.values())
+        return GroupRecord(group.group_id, group.protocol_type, group.generation_id, group.protocol_name,
+                           group.leader_id, group.state.value, group.state_timestamp_ms or self._clock(), members)
+
+    def _persist_group(self, group: Group) -> bool:
+        try:
+            self._store.put_group(self._group_record(group))
+            return True
+        except OSError:
+            logger.exception("group %s: could not write generation %d to the journal", group.group_id,
+                             group.generation_id)
+            return False
+
+    def _remove_group(self, group: Group) -> None:
+        """Forget a group (Empty, no offsets left or deleted): it becomes Dead."""
+        self._store.delete_group(group.group_id)
+        group.transition_to(GroupState.DEAD, self._clock())
+        del self._groups[group.group_id]
+        self._initial_delay_left.pop(group.group_id, None)
+        gid = group.group_id
+        self._timers.cancel_matching(lambda key: len(key) > 1 and key[1] == gid)
+
+    def _maybe_remove_empty(self, group: Group) -> None:
+        """Kafka's cleanup rule: an Empty group without offsets is gone (its generation with it)."""
+        if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members and self._live(group):
+            logger.info("group %s is empty and has no offsets left: removing it", group.group_id)
+            try:
+                self._remove_group(group)
+            except OSError:
+                logger.exception("group %s: could not record its removal; will retry", group.group_id)
+
+    # ------------------------------------------------------------------ rebalancing
+
+    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.can_rebalance:
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        gid = group.group_id
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            # Followers waiting for an assignment of the generation that is being abandoned.
+            self._reset_assignments(group, RebalanceInProgressError.code)
+        self._timers.cancel(("sync", gid))
+        group.pending_sync.clear()
+        was_empty = group.is_(GroupState.EMPTY)
+        logger.info("group %s: preparing to rebalance (state %s, generation %d): %s", gid, group.state.value,
+                    group.generation_id, reason)
+        group.transition_to(GroupState.PREPARING_REBALANCE, self._clock())
+        if was_empty:
+            delay = self._config.group_initial_rebalance_delay_ms
+            self._initial_delay_left[gid] = max(group.rebalance_timeout_ms - delay, 0)
+            self._schedule(("join", gid), delay, self._initial_join_expired, group)
+        else:
+            self._initial_delay_left.pop(gid, None)
+            self._schedule(("join", gid), group.rebalance_timeout_ms, self._complete_join, group)
+            self._try_complete_join(group)
+
+    def _initial_join_expired(self, group: Group) -> None:
+        if not self._live(group):
+            return
+        left = self._initial_delay_left.get(group.group_id, 0)
+        if group.new_member_added and left > 0:
+            group.new_member_added = False
+            delay = min(self._config.group_initial_rebalance_delay_ms, left)
+            self._initial_delay_left[group.group_id] = left - delay
+            self._schedule(("join", group.group_id), delay, self._initial_join_expired, group)
+        else:
+            self._complete_join(group)
+
+    def _try_complete_join(self, group: Group) -> None:
+        if (group.is_(GroupState.PREPARING_REBALANCE) and group.group_id not in self._initial_delay_left
+                and group.has_all_members_joined()):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        """End the join phase: drop who did not rejoin, start the next generation, answer the joins."""
+        if not self._live(group) or not group.is_(GroupState.PREPARING_REBALANCE):
+            return
+        gid = group.group_id
+        self._timers.cancel(("join", gid))
+        self._initial_delay_left.pop(gid, None)
+        for member in group.not_yet_rejoined():
+            # Static members stay: their instance may come back with its old id within the session.
+            if not member.is_static:
+                logger.info("group %s: removing member %s, which did not rejoin in time", gid, member.member_id)
+                self._drop_member(group, member, UnknownMemberIdError.code)
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            logger.warning("group %s: no member rejoined; waiting for the remaining static members", gid)
+            self._schedule(("join", gid), group.rebalance_timeout_ms, self._complete_join, group)
+            return
+        group.init_next_generation(self._clock())
+        self._persist_group(group)
+        if group.is_(GroupState.EMPTY):
+            logger.info("group %s: generation %d is empty", gid, group.generation_id)
+            return
+        logger.info("group %s: generation %d with %d member(s), protocol %s, leader %s", gid, group.generation_id,
+                    len(group.members), group.protocol_name, group.leader_id)
+        everyone = [JoinedMember(mid, iid, metadata) for mid, iid, metadata in group.current_member_metadata()]
+        for member in group.members.values():
+            result = JoinResult(NONE, member.member_id, group.generation_id, group.protocol_type,
+                                group.protocol_name, group.leader_id or "",
+                                list(everyone) if group.is_leader(member.member_id) else [])
+            _resolve(member.join_waiter, result)
+            member.join_waiter = None
+            member.is_new = False
+            self._schedule_session(group, member)
+        self._schedule(("sync", gid), group.rebalance_timeout_ms, self._expire_pending_sync, group,
+                       group.generation_id)
+
+    def _expire_pending_sync(self, group: Group, generation_id: int) -> None:
+        if not self._live(group) or group.generation_id != generation_id or not group.pending_sync:
+            return
+        if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        late = sorted(group.pending_sync)
+        logger.info("group %s: removing member(s) %s, which did not send SyncGroup in time", group.group_id,
+                    ", ".join(late))
+        for member_id in late:
+            member = group.members.get(member_id)
+            if member is not None:
+                self._drop_member(group, member, UnknownMemberIdError.code)
+        self._maybe_prepare_rebalance(group, f"member(s) {', '.join(late)} did not sync")
+
+    def _reset_assignments(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            _resolve(member.sync_waiter, SyncResult(error))
+            member.sync_waiter = None
+
+    def _propagate_assignments(self, group: Group) -> None:
+        for member in group.members.values():
+            if member.sync_waiter is not None:
+                _resolve(member.sync_waiter, SyncResult(NONE, group.protocol_type, group.protocol_name,
+                                                        member.assignment))
+                member.sync_waiter = None
+                self._schedule_session(group, member)
+
+    def _expire_member(self, group: Group, member_id: str) -> None:
+        if not self._live(group):
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        logger.info("group %s: member %s timed out", group.group_id, member_id)
+        self._remove_member_and_rebalance(group, member, f"member {member_id} timed out")
+
+    def _expire_pending(self, group: Group, member_id: str) -> None:
+        if not self._live(group) or member_id not in group.pending_members:
+            return
+        logger.info("group %s: pending member %s did not join in time", group.group_id, member_id)
+        group.pending_members.discard(member_id)
+        self._try_complete_join(group)
+
+    def _remove_member_and_rebalance(self, group: Group, member: Member, reason: str) -> None:
+        self._drop_member(group, member, UnknownMemberIdError.code)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, reason)
+        elif group.is_(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+
+    # ------------------------------------------------------------------ JoinGroup
+
+    async def join_group(self, group_id: str, request: JoinRequest) -> JoinResult:
+        """Join (or rejoin) a group; returns when the join phase ends or at once with an error."""
+        outcome = self._join(group_id, request)
+        if isinstance(outcome, JoinResult):
+            return outcome
+        return await outcome
+
+    def _join(self, group_id: str, req: JoinRequest) -> JoinResult | _Waiting:
+        self._timers.bind()
+        if not group_id:
+            return JoinResult(InvalidGroupIdError.code, req.member_id)
+        config = self._config
+        if not config.group_min_session_timeout_ms <= req.session_timeout_ms <= config.group_max_session_timeout_ms:
+            return JoinResult(InvalidSessionTimeoutError.code, req.member_id)
+        group = self._groups.get(group_id)
+        if group is None:
+            if req.member_id:
+                return JoinResult(UnknownMemberIdError.code, req.member_id)
+            group = Group(group_id, state_timestamp_ms=self._clock())  # registered once someone is in it
+        if group.is_(GroupState.DEAD):
+            return JoinResult(CoordinatorNotAvailableError.code, req.member_id)
+        if not group.supports_protocols(req.protocol_type, (name for name, _ in req.protocols)):
+            return JoinResult(InconsistentGroupProtocolError.code, req.member_id)
+        if req.member_id:
+            outcome = self._join_known_member(group, req)
+        else:
+            outcome = self._join_new_member(group, req)
+        self._try_complete_join(group)
+        return outcome
+
+    def _join_new_member(self, group: Group, req: JoinRequest) -> JoinResult | _Waiting:
+        member_id = f"{req.group_instance_id or req.client_id}-{uuid.uuid4()}"
+        if req.group_instance_id is not None:
+            old_id = group.static_member_id(req.group_instance_id)
+            if old_id is not None:
+                return self._replace_static_member(group, old_id, member_id, req)
+            return self._add_member_and_rebalance(group, member_id, req)
+        if req.require_known_member_id:
+            # The client must come back with this id; until then the rebalance waits for it
+            # (for up to its session timeout), so a starting member is not left out.
+            self._register(group)
+            group.pending_members.add(member_id)
+            self._schedule(("pending", group.group_id, member_id), req.session_timeout_ms, self._expire_pending,
+                           group, member_id)
+            return JoinResult(MemberIdRequiredError.code, member_id)
+        return self._add_member_and_rebalance(group, member_id, req)
+
+    def _join_known_member(self, group: Group, req: JoinRequest) -> JoinResult | _Waiting:
+        member_id = req.member_id
+        if group.is_pending(member_id):
+            if req.group_instance_id is not None:
+                # Ids from MEMBER_ID_REQUIRED go to dynamic members only; make the client start over.
+                return JoinResult(UnknownMemberIdError.code, member_id)
+            self._timers.cancel(("pending", group.group_id, member_id))
+            return self._add_member_and_rebalance(group, member_id, req)
+        if group.is_static_member_fenced(req.group_instance_id, member_id):
+            return JoinResult(FencedInstanceIdError.code, member_id)
+        if not group.has(member_id) or (req.group_instance_id is not None
+                                        and group.static_member_id(req.group_instance_id) is None):
+            return JoinResult(UnknownMemberIdError.code, member_id)
+        member = group.members[member_id]
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
+            return self._update_member_and_rebalance(group, member, req, "member rejoined")
+        if state is GroupState.COMPLETING_REBALANCE:
+            if member.matches(list(req.protocols)):
+                # It probably missed the JoinGroup answer: give it again.
+                self._schedule_session(group, member)
+                return self._current_generation(group, member, with_members=group.is_leader(member_id))
+            return self._update_member_and_rebalance(group, member, req, f"member {member_id} changed its metadata")
+        if state is GroupState.STABLE:
+            if group.is_leader(member_id):
+                # The leader rejoins to have the assignment redone (e.g. the topics it reads changed).
+                return self._update_member_and_rebalance(group, member, req, f"leader {member_id} rejoined")
+            if not member.matches(list(req.protocols)):
+                return self._update_member_and_rebalance(group, member, req,
+                                                         f"member {member_id} changed its metadata")
+            self._schedule_session(group, member)
+            return self._current_generation(group, member, with_members=False)
+        return JoinResult(UnknownMemberIdError.code, member_id)
+
+    @staticmethod
+    def _current_generation(group: Group, member: Member, *, with_members: bool,
+                            leader_id: str | None = None) -> JoinResult:
+        members = ([JoinedMember(mid, iid, md) for mid, iid, md in group.current_member_metadata()]
+                   if with_members else [])
+        leader = group.leader_id if leader_id is None else leader_id
+        return JoinResult(NONE, member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                          leader or "", members)
+
+    def _add_member_and_rebalance(self, group: Group, member_id: str, req: JoinRequest) -> _Waiting:
+        member = Member(member_id, req.group_instance_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
+                        req.session_timeout_ms, req.protocol_type, list(req.protocols), is_new=True)
+        member.join_waiter = self._new_future()
+        if group.is_(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
+            group.new_member_added = True
+        self._register(group)
+        group.add(member)
+        self._schedule_session(group, member)
+        self._maybe_prepare_rebalance(group, _with_reason(f"member {member_id} joined", req))
+        return member.join_waiter
+
+    def _update_member(self, group: Group, member: Member, req: JoinRequest) -> _Waiting:
+        group.update_protocols(member, list(req.protocols))
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.session_timeout_ms = req.session_timeout_ms
+        member.client_id, member.client_host = req.client_id, req.client_host
+        # A second JoinGroup while one is parked: the client gave up on the first; answer it so
+        # it doesn't hang, and park the new one.
+        _resolve(member.join_waiter, JoinResult(RebalanceInProgressError.code, member.member_id))
+        member.join_waiter = self._new_future()
+        self._schedule_session(group, member)
+        return member.join_waiter
+
+    def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest, reason: str) -> _Waiting:
+        waiter = self._update_member(group, member, req)
+        self._maybe_prepare_rebalance(group, _with_reason(reason, req))
+        return waiter
+
+    def _replace_static_member(self, group: Group, old_id: str, new_id: str, req: JoinRequest) -> JoinResult | _Waiting:
+        """A static member's new instance joined without a member id: it takes over the old one's place."""
+        iid = req.group_instance_id
+        assert iid is not None
+        member = group.members[old_id]
+        old_leader = group.leader_id
+        logger.info("group %s: static member %s now has member id %s (was %s)", group.group_id, iid, new_id, old_id)
+        # The old instance's parked requests can't be answered for it any more: it is fenced.
+        self._fail_waiters(member, FencedInstanceIdError.code)
+        self._timers.cancel(self._session_key(group, old_id))
+        group.replace_static_member(iid, old_id, new_id)
+        if group.is_(GroupState.STABLE) and member.matches(list(req.protocols)):
+            # Same metadata, so the assignment stands: no rebalance.  The answer names the old
+            # leader id so that even a restarted leader acts as a follower and fetches its
+            # existing assignment with SyncGroup (a new one would not reach the others).
+            member.rebalance_timeout_ms, member.session_timeout_ms = req.rebalance_timeout_ms, req.session_timeout_ms
+            member.client_id, member.client_host = req.client_id, req.client_host
+            self._persist_group(group)
+            self._schedule_session(group, member)
+            return self._current_generation(group, member, with_members=False, leader_id=old_leader)
+        waiter = self._update_member(group, member, req)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            # Stable: its metadata changed, so must the assignment.  CompletingRebalance: the
+            # leader may be assigning to the old member id.  Either way, redo the generation.
+            self._prepare_rebalance(group, f"static member {iid} rejoined with new metadata or mid-sync")
+        return waiter
+
+    # ------------------------------------------------------------------ SyncGroup
+
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                         protocol_type: str | None, protocol_name: str | None,
+                         assignments: Mapping[str, bytes]) -> SyncResult:
+        """The leader hands in the assignment; every member (leader too) gets its own part back."""
+        outcome = self._sync(group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name,
+                             assignments)
+        if isinstance(outcome, SyncResult):
+            return outcome
+        return await outcome
+
+    def _sync(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+              protocol_type: str | None, protocol_name: str | None,
+              assignments: Mapping[str, bytes]) -> SyncResult | _Waiting:
+        self._timers.bind()
+        if not group_id:
+            return SyncResult(InvalidGroupIdError.code)
+        group = self._groups.get(group_id)
+        if group is None:
+            return SyncResult(UnknownMemberIdError.code)
+        error = check_member(group, generation_id, member_id, group_instance_id)
+        if error:
+            return SyncResult(error)
+        # v5+: a client that disagrees about the protocol must not apply this assignment.
+        if protocol_type is not None and protocol_type != group.protocol_type:
+            return SyncResult(InconsistentGroupProtocolError.code)
+        if protocol_name is not None and protocol_name != group.protocol_name:
+            return SyncResult(InconsistentGroupProtocolError.code)
+        member = group.members[member_id]
+        if group.is_(GroupState.EMPTY):
+            return SyncResult(UnknownMemberIdError.code)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return SyncResult(RebalanceInProgressError.code)
+        group.pending_sync.discard(member_id)
+        self._schedule_session(group, member)
+        if group.is_(GroupState.STABLE):
+            return SyncResult(NONE, group.protocol_type, group.protocol_name, member.assignment)
+        # CompletingRebalance: wait for the leader's assignment (or hand it in).
+        _resolve(member.sync_waiter, SyncResult(RebalanceInProgressError.code))
+        waiter = member.sync_waiter = self._new_future()
+        if group.is_leader(member_id):
+            self._apply_assignment(group, assignments)
+        return waiter
+
+    def _apply_assignment(self, group: Group, assignments: Mapping[str, bytes]) -> None:
+        unknown = [mid for mid in assignments if mid not in group.members]
+        if unknown:
+            logger.warning("group %s: the leader assigned to unknown member(s) %s; ignored", group.group_id,
+                           ", ".join(unknown))
+        missing = [mid for mid in group.members if mid not in assignments]
+        if missing:
+            logger.warning("group %s: the leader gave no assignment to %s; they get an empty one", group.group_id,
+                           ", ".join(missing))
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id) or b""
+        if not self._persist_group(group):
+            self._reset_assignments(group, CoordinatorNotAvailableError.code)
+            self._maybe_prepare_rebalance(group, "the assignment could not be stored")
+            return
+        group.transition_to(GroupState.STABLE, self._clock())
+        logger.info("group %s: generation %d is stable", group.group_id, group.generation_id)
+        self._propagate_assignments(group)
+
+    # ------------------------------------------------------------------ Heartbeat, LeaveGroup
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
+        """The member is alive; the answer tells it whether to rejoin (REBALANCE_IN_PROGRESS)."""
+        self._timers.bind()
+        if not group_id:
+            return InvalidGroupIdError.code
+        group = self._groups.get(group_id)
+        if group is None:
+            return UnknownMemberIdError.code
+        error = check_member(group, generation_id, member_id, group_instance_id)
+        if error:
+            return error
+        if group.is_(GroupState.EMPTY):
+            return UnknownMemberIdError.code
+        self._schedule_session(group, group.members[member_id])
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return RebalanceInProgressError.code
+        return NONE
+
+    def leave_group(self, group_id: str, members: Sequence[tuple[str, str | None]],
+                    reason: str | None = None) -> tuple[int, list[int]]:
+        """Remove (member id, group instance id) pairs; (group error, an error per member).
+
+        An empty member id with an instance id removes that static member (the admin client's
+        removeMembersFromConsumerGroup).
+        """
+        self._timers.bind()
+        if not group_id:
+            return InvalidGroupIdError.code, []
+        group = self._groups.get(group_id)
+        if group is None:
+            return NONE, [UnknownMemberIdError.code] * len(members)
+        if group.is_(GroupState.DEAD):
+            return CoordinatorNotAvailableError.code, []
+        why = f"member left ({reason})" if reason else "member left"
+        results = []
+        for member_id, instance_id in members:
+            if not member_id:
+                current = group.static_member_id(instance_id)
+                if current is None:
+                    results.append(UnknownMemberIdError.code)
+                    continue
+                member_id = current
+            elif group.is_pending(member_id):
+                group.pending_members.discard(member_id)
+                self._timers.cancel(("pending", group_id, member_id))
+                self._try_complete_join(group)
+                results.append(NONE)
+                continue
+            elif group.is_static_member_fenced(instance_id, member_id):
+                results.append(FencedInstanceIdError.code)
+                continue
+            member = group.members.get(member_id)
+            if member is None:
+                results.append(UnknownMemberIdError.code)
+                continue
+            logger.info("group %s: member %s leaves%s", group_id, member_id, f" ({reason})" if reason else "")
+            self._remove_member_and_rebalance(group, member, why)
+            results.append(NONE)
+        return NONE, results
+
+    # ------------------------------------------------------------------ offsets
+
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                       entries: Sequence[OffsetCommitEntry], *, retention_ms: int = -1,
+                       api_version: int = 8) -> list[int]:
+        """Store offsets; an error code per entry, in order.
+
+        ``generation_id`` -1 with no member id is a commit outside group management (a
+        standalone consumer or the admin client), accepted while the group has no members.
+        ``retention_ms`` (v2-v4) >= 0 gives these offsets their own expiry time.
+        """
+        self._timers.bind()
+        errors = [NONE] * len(entries)
+        valid = []
+        for i, entry in enumerate(entries):
+            if self._topics.partition_exists(entry.topic, entry.partition):
+                valid.append(i)
+            else:
+                errors[i] = UnknownTopicOrPartitionError.code
+        if not valid:
+            return errors
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # A member of a generation of a group that doesn't exist (v9+ has a name for it).
+                error = GroupIdNotFoundError.code if api_version >= 9 else IllegalGenerationError.code
+                return [error if i in valid else e for i, e in enumerate(errors)]
+            group = Group(group_id, state_timestamp_ms=self._clock())
+        error = check_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error:
+            for i in valid:
+                errors[i] = error
+            return errors
+        now = self._clock()
+        expire = now + retention_ms if retention_ms >= 0 else None
+        to_store: dict[tuple[str, int], CommittedOffset] = {}
+        for i in valid:
+            entry = entries[i]
+            if entry.metadata is not None and len(entry.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+                errors[i] = OffsetMetadataTooLargeError.code
+                continue
+            committed_at = entry.commit_timestamp_ms if entry.commit_timestamp_ms >= 0 else now
+            # Null metadata is stored as "" (Kafka's NoMetadata), so fetches return a string.
+            metadata = entry.metadata if entry.metadata is not None else ""
+            to_store[(entry.topic, entry.partition)] = CommittedOffset(entry.offset, entry.leader_epoch, metadata,
+                                                                       committed_at, expire)
+        if to_store:
+            try:
+                self._store.put_offsets(group_id, to_store)
+            except OSError:
+                logger.exception("group %s: could not write committed offsets", group_id)
+                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == NONE else errors[i]
+                        for i in range(len(entries))]
+            group.offsets.update(to_store)
+            self._register(group)
+        member = group.members.get(member_id)
+        if member is not None:
+            self._schedule_session(group, member)
+        return errors
+
+    def fetch_offsets(self, group_id: str,
+                      partitions: Iterable[tuple[str, int]] | None) -> list[tuple[str, int, CommittedOffset | None]]:
+        """Committed offsets of the partitions asked for (None: all the group has), None where none."""
+        group = self._groups.get(group_id)
+        offsets = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
+        if partitions is None:
+            return [(t, p, offsets[(t, p)]) for t, p in sorted(offsets)]
+        return [(t, p, offsets.get((t, p))) for t, p in partitions]
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete: (group error, error per partition).  Offsets of topics members read stay."""
+        if not group_id:
+            return InvalidGroupIdError.code, {}
+        group = self._groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return GroupIdNotFoundError.code, {}
+        if not group.is_(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            # Only the consumer protocol says which topics members read; other groups must be empty.
+            return NonEmptyGroupError.code, {}
+        results: dict[tuple[str, int], int] = {}
+        eligible = []
+        for tp in partitions:
+            if not self._topics.partition_exists(*tp):
+                results[tp] = UnknownTopicOrPartitionError.code
+            elif group.is_(GroupState.EMPTY):
+                eligible.append(tp)
+            elif group.is_subscribed_to(tp[0]):
+                results[tp] = GroupSubscribedToTopicError.code
+            else:
+                eligible.append(tp)
+        try:
+            self._store.delete_offsets(group_id, eligible)
+        except OSError:
+            logger.exception("group %s: could not record deleted offsets", group_id)
+            return CoordinatorNotAvailableError.code, {}
+        for tp in eligible:
+            group.offsets.pop(tp, None)
+            results[tp] = NONE
+        self._maybe_remove_empty(group)
+        return NONE, results
+
+    def on_topic_deleted(self, topic: str) -> int:
+        """Forget every group's offsets of a deleted topic (a new topic of that name starts over)."""
+        removed = 0
+        for group in list(self._groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] == topic]
+            if gone:
+                self._store.delete_offsets(group.group_id, gone)
+                for tp in gone:
+                    del group.offsets[tp]
+                removed += len(gone)
+                self._maybe_remove_empty(group)
+        return removed
+
+    def expire_offsets(self) -> int:
+        """Drop expired offsets (see ``retention``), then Empty groups left with nothing.
+
+        Runs every ``retention_check_interval_ms`` on the loop.  Returns how many offsets went.
+        """
+        now = self._clock()
+        removed = 0
+        for group in list(self._groups.values()):
+            expired = expired_partitions(group, now, self._config.offsets_retention_ms)
+            if expired:
+                self._store.delete_offsets(group.group_id, expired)
+                for tp in expired:
+                    del group.offsets[tp]
+                removed += len(expired)
+                logger.info("group %s: %d committed offset(s) expired", group.group_id, len(expired))
+            self._maybe_remove_empty(group)
+        return removed
+
+    # ------------------------------------------------------------------ admin
+
+    def describe_group(self, group_id: str) -> GroupDescription | None:
+        """The group's state and members; None if there is no such group."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return None
+        stable = group.is_(GroupState.STABLE)
+        members = [MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.metadata(group.protocol_name) if stable else b"",
+                                     m.assignment if stable else b"")
+                   for m in group.members.values()]
+        return GroupDescription(group.group_id, group.state.value, group.protocol_type or "",
+                                (group.protocol_name or "") if stable else "", members)
+
+    def list_groups(self, states: Collection[str] = (), types: Collection[str] = ()) -> list[GroupListing]:
+        """Every group, or those in one of ``states`` / of one of ``types`` (case-insensitive)."""
+        if types and GROUP_TYPE not in {t.lower() for t in types}:
+            return []
+        wanted = {s.lower() for s in states}
+        return [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+                for g in sorted(self._groups.values(), key=lambda g: g.group_id)
+                if not wanted or g.state.value.lower() in wanted]
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
+        """Delete empty groups with their offsets; an error per group id."""
+        results: dict[str, int] = {}
+        for group_id in dict.fromkeys(group_ids):
+            group = self._groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                results[group_id] = GroupIdNotFoundError.code
+            elif not group.is_(GroupState.EMPTY):
+                results[group_id] = NonEmptyGroupError.code
+            else:
+                try:
+                    self._remove_group(group)
+                except OSError:
+                    logger.exception("group %s: could not record its deletion", group_id)
+                    results[group_id] = CoordinatorNotAvailableError.code
+                    continue
+                logger.info("group %s deleted", group_id)
+                results[group_id] = NONE
+        return results
+
+    # ------------------------------------------------------------------ introspection (tests, tools)
+
+    def group(self, group_id: str) -> Group | None:
+        """The live group object (read it, don't change it)."""
+        return self._groups.get(group_id)
+
+    @property
+    def store(self) -> GroupStore:
+        return self._store
+

@@ -1,0 +1,134 @@
+"""From a request frame to a response: header, version checks, decoding, the handler, errors.
+
+Sans-IO like the handlers: ``dispatch(state, frame, ...)`` returns what to send (or an awaitable
+of it), and the network layer only moves bytes.  Refusals follow Kafka:
+
+* ApiVersions at a version we lack: our list at v0 with UNSUPPORTED_VERSION (KIP-511);
+* a known api key we don't serve, or a version outside the handler's range: the response with
+  UNSUPPORTED_VERSION in its top-level error code where it has one, else the connection closes;
+* an unknown api key, a version the codec lacks, or a body that doesn't decode: the connection
+  closes (there is no response layout to answer in).  Every refusal is logged.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import struct
+from dataclasses import dataclass
+
+from kwire.protocol.errors import ProtocolError, UnknownServerError, UnsupportedVersionError
+from kwire.protocol.frames import decode_request_header, encode_response_parts
+from kwire.protocol.messages import request_class, response_class
+from kwire.protocol.schema import REQUEST_NAMES
+
+from .context import RequestContext
+from .handlers import HANDLERS
+from .handlers.api_versions import API_VERSIONS, unsupported_version_response
+
+logger = logging.getLogger("kwire.broker.requests")
+
+_KEY_VERSION = struct.Struct(">hh")
+
+__all__ = ["CloseConnection", "Reply", "dispatch"]
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered: close the connection (the reason is the message)."""
+
+
+@dataclass(slots=True)
+class Reply:
+    """What to send back: the response frame's pieces (bytes and spliced file ranges)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    parts: list
+
+
+def _error_response(api_key: int, version: int, code: int):
+    """A default response of this api/version with the top-level error code set, or None."""
+    cls = response_class(api_key)
+    field = next((f for f in cls.SPEC.struct.fields if f.name == "ErrorCode"), None)
+    if field is None or not field.versions[0] <= version <= field.versions[1]:
+        return None
+    resp = cls()
+    resp.error_code = code
+    return resp
+
+
+def _finish(header, response) -> Reply | None:
+    if response is None:
+        return None
+    return Reply(header.request_api_key, header.request_api_version, header.correlation_id,
+                 encode_response_parts(response, header.request_api_version, header.correlation_id))
+
+
+def _refuse(header, code: int, why: str) -> Reply:
+    key, version = header.request_api_key, header.request_api_version
+    resp = _error_response(key, version, code)
+    if resp is None:
+        raise CloseConnection(why)
+    logger.info("answering %s: %s", code, why)
+    return _finish(header, resp)
+
+
+def dispatch(state, frame: bytes, *, client_host: str, connection_id: int):
+    """Serve one request frame body (no size prefix).
+
+    Returns a ``Reply``, None (no response: acks=0), or an awaitable of one of those.
+    Raises ``CloseConnection`` when the connection must close.
+    """
+    if len(frame) >= 4:  # name an unknown api key or version before the rest of the header
+        key, version = _KEY_VERSION.unpack_from(frame, 0)
+        if key not in REQUEST_NAMES:
+            raise CloseConnection(f"unknown api key {key} (version {version})")
+        spec = request_class(key).SPEC
+        if key != API_VERSIONS and not spec.has_version(version):
+            raise CloseConnection(f"{spec.name} v{version} is unknown to this broker "
+                                  f"(known: v{spec.min_version}-{spec.max_version})")
+    try:
+        header, offset = decode_request_header(frame)
+    except ProtocolError as exc:
+        raise CloseConnection(f"unreadable request header: {exc}") from None
+    key, version = header.request_api_key, header.request_api_version
+    entry = HANDLERS.get(key)
+    if key == API_VERSIONS and (entry is None or version > entry.max_version):
+        resp = unsupported_version_response()
+        return Reply(key, 0, header.correlation_id, encode_response_parts(resp, 0, header.correlation_id))
+    cls = request_class(key)
+    if entry is None:
+        return _refuse(header, UnsupportedVersionError.code, f"{cls.SPEC.name} is not served by this broker")
+    if not entry.min_version <= version <= entry.max_version:
+        return _refuse(header, UnsupportedVersionError.code,
+                       f"{cls.SPEC.name} v{version} is not served (v{entry.min_version}-{entry.max_version} are)")
+    try:
+        request, end = cls.codec(version).decode(frame, offset, strict=False)
+    except ProtocolError as exc:
+        raise CloseConnection(f"malformed {cls.SPEC.name} v{version}: {exc}") from None
+    if end != len(frame):
+        # Kafka ignores bytes after the request (librdkafka's admin Metadata v13 sends 3), so do we.
+        logger.debug("%s v%d from %s: %d bytes after the request ignored", cls.SPEC.name, version, client_host,
+                     len(frame) - end)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("%s v%d correlation %d from %s (client %s)", cls.SPEC.name, version, header.correlation_id,
+                     client_host, header.client_id)
+    ctx = RequestContext(state, key, version, header.correlation_id, header.client_id, client_host, connection_id)
+    try:
+        result = entry.fn(ctx, request)
+    except Exception:
+        logger.exception("%s v%d handler failed", cls.SPEC.name, version)
+        return _refuse(header, UnknownServerError.code, f"{cls.SPEC.name} handler failed")
+    if inspect.isawaitable(result):
+        return _await(header, cls.SPEC.name, result)
+    return _finish(header, result)
+
+
+async def _await(header, name: str, pending) -> Reply | None:
+    try:
+        response = await pending
+    except Exception:
+        logger.exception("%s v%d handler failed", name, header.request_api_version)
+        return _refuse(header, UnknownServerError.code, f"{name} handler failed")
+    return _finish(header, response)

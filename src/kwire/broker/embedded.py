@@ -1,0 +1,143 @@
+"""A broker inside your Python process, for tests and local work.
+
+Synchronous (runs its own event loop in a background thread)::
+
+    from kwire.broker import EmbeddedBroker
+    with EmbeddedBroker() as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+
+Asynchronous (runs in the caller's event loop)::
+
+    async with EmbeddedBroker() as broker:
+        ...
+
+It listens on a free port of 127.0.0.1 and keeps its data in a temporary directory removed at
+exit, unless ``data_dir`` is given.  Other settings are ``BrokerConfig`` fields as keywords
+(``EmbeddedBroker(default_partitions=3, fsync="always")``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from .config import load_config
+from .server import Broker
+
+__all__ = ["EmbeddedBroker"]
+
+
+class EmbeddedBroker:
+    def __init__(self, data_dir: str | Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 **settings: Any):
+        self._tmp: str | None = None
+        if data_dir is None:
+            self._tmp = tempfile.mkdtemp(prefix="kwire-broker-")
+            data_dir = self._tmp
+        self.config = load_config(None, data_dir=Path(data_dir), host=host, port=port, **settings)
+        self.broker = Broker(self.config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` to give clients as bootstrap.servers."""
+        return self.broker.bootstrap
+
+    @property
+    def port(self) -> int:
+        return self.broker.address[1]
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.data_dir
+
+    @property
+    def state(self):
+        return self.broker.state
+
+    # -- async ------------------------------------------------------------------------------
+    async def __aenter__(self) -> EmbeddedBroker:
+        try:
+            await self.broker.start()
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        try:
+            await self.broker.stop()
+        finally:
+            self._cleanup()
+
+    # -- sync -------------------------------------------------------------------------------
+    def start(self) -> EmbeddedBroker:
+        """Start the broker on a background thread; returns once it accepts connections."""
+        if self._thread is not None:
+            raise RuntimeError("this EmbeddedBroker is already running")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        self._loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._loop.run_until_complete(self.broker.start())
+            except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="kwire-broker", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            self._loop.close()
+            self._cleanup()
+            raise failure[0]
+        return self
+
+    def stop(self, *, clean: bool = True) -> None:
+        """Stop the broker and (if it made one) remove its temporary data dir."""
+        if self._thread is None:
+            return
+        fut = asyncio.run_coroutine_threadsafe(self.broker.stop(clean=clean), self._loop)
+        try:
+            fut.result(timeout=60)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=60)
+            self._loop.close()
+            self._thread = None
+            self._cleanup()
+
+    def call(self, fn, *args):
+        """Run ``fn(*args)`` on the broker's event loop thread and return its result (tests use it
+        to look at the state without racing the broker)."""
+        if self._loop is None:
+            return fn(*args)
+
+        async def run():
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=60)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _cleanup(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None

@@ -1,0 +1,30 @@
+"""DescribeCluster: this one broker, which is also the controller."""
+
+from __future__ import annotations
+
+from kwire.protocol import messages
+from kwire.protocol.errors import UnsupportedEndpointTypeError
+
+from .common import NO_AUTHORIZED_OPERATIONS
+from .registry import handler
+
+DESCRIBE_CLUSTER = 60
+BROKERS_ENDPOINT = 1
+
+
+@handler(DESCRIBE_CLUSTER, 0)
+def handle_describe_cluster(ctx, request):
+    R = messages.DescribeClusterResponse
+    broker = ctx.broker
+    host, port = broker.config.advertised
+    node = broker.config.node_id
+    resp = R(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
+             cluster_id=broker.cluster_id, controller_id=node,
+             brokers=[R.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None, is_fenced=False)],
+             cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+    if ctx.api_version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
+        # Controllers are not a separate endpoint here (Kafka answers brokers-only listeners the same way).
+        resp.error_code = UnsupportedEndpointTypeError.code
+        resp.error_message = f"endpoint type {request.endpoint_type} is not served by this broker"
+        resp.brokers = []
+    return resp

@@ -1,0 +1,132 @@
+"""Fetch: stored batches straight from the segment files, with long polling.
+
+The response's records are ``FileRecords`` (file ranges): the network layer sends them with
+sendfile, so the broker never copies or decodes them.  Without enough data (min_bytes) the
+request waits, up to max_wait_ms, for an append to one of its partitions.
+
+Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells clients to
+send full fetch requests, as Kafka does when its session cache is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kwire.protocol import messages
+from kwire.protocol.errors import (
+    FencedLeaderEpochError,
+    FetchSessionIdNotFoundError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..storage.file_records import FileRecords
+from .common import error_of
+from .registry import handler
+
+FETCH = 1
+LEADER_EPOCH = 0  # one node that never changes leader: every batch carries epoch 0
+R = messages.FetchResponse
+TopicResponse = R.FetchableTopicResponse
+PartitionData = TopicResponse.PartitionData
+
+
+def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: int) -> tuple[PartitionData, int]:
+    """One partition's answer and the bytes of records in it."""
+    out = PartitionData(partition_index=p.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
+                        log_start_offset=-1, aborted_transactions=[] if v >= 4 else None,
+                        preferred_read_replica=-1, records=b"")
+    try:
+        if name is None:
+            raise UnknownTopicIdError("unknown topic id")
+        if not broker.topics.partition_exists(name, p.partition):
+            raise UnknownTopicOrPartitionError(f"{name}-{p.partition} does not exist")
+        if v >= 9 and p.current_leader_epoch >= 0:
+            if p.current_leader_epoch > LEADER_EPOCH:
+                raise UnknownLeaderEpochError(f"leader epoch {p.current_leader_epoch} is newer than {LEADER_EPOCH}")
+            if p.current_leader_epoch < LEADER_EPOCH:  # pragma: no cover - epoch is 0, the smallest
+                raise FencedLeaderEpochError(f"leader epoch {p.current_leader_epoch} is fenced")
+        log = broker.logs.get(name, p.partition)
+        hw = log.high_watermark
+        out.high_watermark = out.last_stable_offset = hw
+        out.log_start_offset = log.log_start_offset
+        limit = min(p.partition_max_bytes, budget)
+        if limit <= 0 and not first:
+            return out, 0
+        slices = log.read(p.fetch_offset, max(limit, 0), min_one_batch=first)
+        if slices:
+            records = FileRecords(slices)
+            out.records = records
+            return out, len(records)
+    except OffsetOutOfRangeError as exc:
+        out.error_code, _ = exc.code, None
+        try:
+            log = broker.logs.get(name, p.partition)
+            out.high_watermark = out.last_stable_offset = log.high_watermark
+            out.log_start_offset = log.log_start_offset
+        except Exception:  # noqa: BLE001 - deleted meanwhile: the error code says enough
+            pass
+    except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
+        out.error_code, _ = error_of(exc)
+    return out, 0
+
+
+def _build(broker, request, v: int) -> tuple[R, int, bool, list[tuple[str, int]]]:
+    """The response now, its record bytes, whether any partition has an error, the partitions."""
+    budget = request.max_bytes if v >= 3 else 2**31 - 1
+    total = 0
+    errors = False
+    keys = []
+    topics = []
+    for ft in request.topics:
+        if v >= 13:
+            info = broker.topics.by_id(ft.topic_id)
+            name = info.name if info is not None else None
+            tr = TopicResponse(topic_id=ft.topic_id, partitions=[])
+        else:
+            name = ft.topic
+            tr = TopicResponse(topic=name, partitions=[])
+        for p in ft.partitions:
+            pd, n = _read_partition(broker, name, p, budget - total, first=total == 0, v=v)
+            total += n
+            errors = errors or pd.error_code != 0
+            if name is not None:
+                keys.append((name, p.partition))
+            tr.partitions.append(pd)
+        topics.append(tr)
+    resp = R(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    return resp, total, errors, keys
+
+
+@handler(FETCH, 4)  # v0-3 need message format v0/v1 (down-conversion), gone since Kafka 4.0 (KIP-896)
+def handle_fetch(ctx, request):
+    v = ctx.api_version
+    if v >= 7 and request.session_id != 0:
+        # We never hand out a session id, so a client naming one is confused: tell it to start over.
+        return R(throttle_time_ms=0, error_code=FetchSessionIdNotFoundError.code, session_id=0, responses=[])
+    resp, total, errors, keys = _build(ctx.broker, request, v)
+    if total >= request.min_bytes or errors or request.max_wait_ms <= 0 or not keys:
+        return resp
+    return _long_poll(ctx.broker, request, v, keys)
+
+
+async def _long_poll(broker, request, v: int, keys) -> R:
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + request.max_wait_ms / 1000
+    while True:
+        fut = loop.create_future()
+        for key in keys:
+            broker.waiters.add(key, fut)
+        try:
+            await asyncio.wait_for(fut, max(deadline - time.monotonic(), 0))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for key in keys:
+                broker.waiters.discard(key, fut)
+        resp, total, errors, _ = _build(broker, request, v)
+        if total >= request.min_bytes or errors or time.monotonic() >= deadline:
+            return resp

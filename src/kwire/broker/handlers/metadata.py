@@ -1,0 +1,81 @@
+"""Metadata: this broker, the cluster id and the topics (auto-creating requested ones)."""
+
+from __future__ import annotations
+
+import uuid
+
+from kwire.protocol import messages
+from kwire.protocol.errors import (
+    InvalidTopicException,
+    KafkaError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..storage import validate_topic_name
+from .common import NO_AUTHORIZED_OPERATIONS
+from .registry import handler
+from .topic_admin import create_topic
+
+METADATA = 3
+Response = messages.MetadataResponse
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic(ctx, name: str, topic_id: uuid.UUID | None = None, error: int = 0) -> Response.MetadataResponseTopic:
+    broker = ctx.broker
+    v = ctx.api_version
+    info = broker.topics.get(name) if name is not None else None
+    node = broker.config.node_id
+    partitions = []
+    if info is not None and not error:
+        partitions = [Response.MetadataResponseTopic.MetadataResponsePartition(
+            error_code=0, partition_index=p, leader_id=node, leader_epoch=0 if v >= 7 else -1, replica_nodes=[node],
+            isr_nodes=[node], offline_replicas=[]) for p in range(info.partitions)]
+    tid = info.topic_id if info is not None else (topic_id or _ZERO_UUID)
+    return Response.MetadataResponseTopic(
+        error_code=error, name=name, topic_id=tid if v >= 10 else _ZERO_UUID,
+        is_internal=False, partitions=partitions, topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+
+
+@handler(METADATA, 0)
+def handle_metadata(ctx, request) -> Response:
+    broker = ctx.broker
+    host, port = broker.config.advertised
+    node = broker.config.node_id
+    v = ctx.api_version
+    topics = []
+    # v0: an empty list means all topics; v1+: null means all, empty means none.
+    if request.topics is None or (v == 0 and not request.topics):
+        topics = [_topic(ctx, name) for name in broker.topics.names()]
+    else:
+        allow_create = request.allow_auto_topic_creation if v >= 4 else True
+        for wanted in request.topics:
+            name = wanted.name
+            if v >= 10 and (name is None or (not name and wanted.topic_id.int)):  # v10+: by topic id
+                info = broker.topics.by_id(wanted.topic_id)
+                if info is None:
+                    topics.append(_topic(ctx, None, wanted.topic_id, UnknownTopicIdError.code))
+                else:
+                    topics.append(_topic(ctx, info.name))
+                continue
+            try:
+                validate_topic_name(name)
+            except InvalidTopicException:
+                topics.append(_topic(ctx, name, error=InvalidTopicException.code))
+                continue
+            if name not in broker.topics:
+                if not (allow_create and broker.config.auto_create_topics):
+                    topics.append(_topic(ctx, name, error=UnknownTopicOrPartitionError.code))
+                    continue
+                try:
+                    create_topic(broker, name, broker.config.default_partitions, {})
+                except KafkaError as exc:
+                    topics.append(_topic(ctx, name, error=exc.code))
+                    continue
+            topics.append(_topic(ctx, name))
+    return Response(
+        throttle_time_ms=0,
+        brokers=[Response.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)],
+        cluster_id=broker.cluster_id, controller_id=node, topics=topics,
+        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS, error_code=0)

@@ -1,0 +1,118 @@
+"""ListOffsets, DeleteRecords and OffsetForLeaderEpoch: questions about a partition's offsets."""
+
+from __future__ import annotations
+
+from kwire.protocol import messages
+from kwire.protocol.errors import (
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..storage import EARLIEST_TIMESTAMP, MAX_TIMESTAMP
+from .common import error_of
+from .fetch import LEADER_EPOCH
+from .registry import handler
+
+LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 2, 21, 23
+EARLIEST_LOCAL_TIMESTAMP = -4    # KIP-405, v8+: no tiered storage, so the log start offset
+LATEST_TIERED_TIMESTAMP = -5     # KIP-1005, v9+: nothing is tiered: no offset
+EARLIEST_PENDING_UPLOAD = -6     # KIP-1023, v11+: nothing is tiered: no offset
+
+
+def _log(broker, topic: str, partition: int):
+    if not broker.topics.partition_exists(topic, partition):
+        raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+    return broker.logs.get(topic, partition)
+
+
+def _check_epoch(current: int) -> None:
+    if current > LEADER_EPOCH:
+        raise UnknownLeaderEpochError(f"leader epoch {current} is newer than this broker's {LEADER_EPOCH}")
+
+
+@handler(LIST_OFFSETS, 0)
+def handle_list_offsets(ctx, request):
+    R = messages.ListOffsetsResponse
+    T, P = R.ListOffsetsTopicResponse, R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+    v = ctx.api_version
+    topics = []
+    for t in request.topics:
+        tr = T(name=t.name, partitions=[])
+        for p in t.partitions:
+            pr = P(partition_index=p.partition_index, error_code=0, old_style_offsets=[], timestamp=-1, offset=-1,
+                   leader_epoch=-1)
+            try:
+                log = _log(ctx.broker, t.name, p.partition_index)
+                if v >= 4:
+                    _check_epoch(p.current_leader_epoch)
+                ts = p.timestamp
+                if ts == EARLIEST_LOCAL_TIMESTAMP and v >= 8:
+                    ts = EARLIEST_TIMESTAMP
+                if ts in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD) and v >= 9:
+                    found = None
+                elif ts == MAX_TIMESTAMP and v < 7 or ts < MAX_TIMESTAMP:
+                    raise OffsetOutOfRangeError(f"timestamp {ts} is not valid at ListOffsets v{v}")
+                else:
+                    found = log.offset_for_timestamp(ts)
+                if found is not None:
+                    pr.offset, pr.timestamp = found
+                    if v >= 4:
+                        pr.leader_epoch = LEADER_EPOCH
+                if v == 0:  # v0: a list of offsets (at most max_num_offsets) instead of offset/timestamp
+                    pr.old_style_offsets = [pr.offset] if found is not None and p.max_num_offsets > 0 else []
+                    pr.offset, pr.timestamp = -1, -1
+            except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
+                pr.error_code, _ = error_of(exc)
+            tr.partitions.append(pr)
+        topics.append(tr)
+    return R(throttle_time_ms=0, topics=topics)
+
+
+@handler(DELETE_RECORDS, 0)
+def handle_delete_records(ctx, request):
+    R = messages.DeleteRecordsResponse
+    T, P = R.DeleteRecordsTopicResult, R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
+    topics = []
+    for t in request.topics:
+        tr = T(name=t.name, partitions=[])
+        for p in t.partitions:
+            pr = P(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+            try:
+                log = _log(ctx.broker, t.name, p.partition_index)
+                before = log.high_watermark if p.offset == -1 else p.offset
+                if before < 0:
+                    raise OffsetOutOfRangeError(f"offset {p.offset} is negative")
+                pr.low_watermark = log.delete_records(before)
+            except Exception as exc:  # noqa: BLE001
+                pr.error_code, _ = error_of(exc)
+            tr.partitions.append(pr)
+        topics.append(tr)
+    return R(throttle_time_ms=0, topics=topics)
+
+
+@handler(OFFSET_FOR_LEADER_EPOCH, 0)
+def handle_offset_for_leader_epoch(ctx, request):
+    R = messages.OffsetForLeaderEpochResponse
+    T, P = R.OffsetForLeaderTopicResult, R.OffsetForLeaderTopicResult.EpochEndOffset
+    v = ctx.api_version
+    topics = []
+    for t in request.topics:
+        tr = T(topic=t.topic, partitions=[])
+        for p in t.partitions:
+            pr = P(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
+            try:
+                log = _log(ctx.broker, t.topic, p.partition)
+                if v >= 2:
+                    _check_epoch(p.current_leader_epoch)
+                # The only epoch is 0: it ends at the log end.  A later epoch is unknown (-1, -1),
+                # as Kafka answers an epoch newer than its latest.
+                if p.leader_epoch == LEADER_EPOCH:
+                    pr.end_offset = log.log_end_offset
+                    if v >= 1:
+                        pr.leader_epoch = LEADER_EPOCH
+            except Exception as exc:  # noqa: BLE001
+                pr.error_code, _ = error_of(exc)
+            tr.partitions.append(pr)
+        topics.append(tr)
+    return R(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,99 @@
+"""Produce: validate and append record batches, answer per partition (acks 0, 1 and all).
+
+The records are never decoded: the log checks batch headers and CRCs and assigns offsets.
+acks=0 gets no response; acks=all with ``fsync = "always"`` is answered after group commit.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kwire.protocol import messages
+from kwire.protocol.errors import (
+    InvalidRequiredAcksError,
+    KafkaError,
+    KafkaStorageError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+
+from .common import error_of
+from .registry import handler
+
+PRODUCE = 0
+R = messages.ProduceResponse
+TopicResponse = R.TopicProduceResponse
+PartitionResponse = TopicResponse.PartitionProduceResponse
+
+
+def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionResponse, object | None]:
+    resp = PartitionResponse(index=index, error_code=0, base_offset=-1, log_append_time_ms=-1,
+                             log_start_offset=-1, record_errors=[], error_message=None)
+    log = None
+    try:
+        if not broker.topics.partition_exists(name, index):
+            raise UnknownTopicOrPartitionError(f"{name}-{index} does not exist")
+        log = broker.logs.get(name, index)
+        if records is None:
+            raise KafkaError.for_code(87)("the partition's records are null")  # INVALID_RECORD
+        now = time.time_ns() // 1_000_000
+        base, _last = log.append(records, now_ms=now)
+        resp.base_offset = base
+        if log.config.log_append_time:
+            resp.log_append_time_ms = now
+        if v >= 5:
+            resp.log_start_offset = log.log_start_offset
+        broker.waiters.notify((name, index))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
+        resp.error_code, resp.error_message = error_of(exc)
+        if log is not None and v >= 5:
+            resp.log_start_offset = log.log_start_offset
+        log = None
+    return resp, log
+
+
+@handler(PRODUCE, 3)  # v0-2 carry message format v0/v1, which this broker does not store (KIP-896 too)
+def handle_produce(ctx, request):
+    broker = ctx.broker
+    acks = request.acks
+    topics = []
+    written = []
+    for td in request.topic_data:
+        name = td.name
+        tresp = TopicResponse(name=name, partition_responses=[])
+        if ctx.api_version >= 13:
+            tresp.topic_id = td.topic_id
+            info = broker.topics.by_id(td.topic_id)
+            name = info.name if info is not None else None
+        for pd in td.partition_data:
+            if acks not in (0, 1, -1):
+                presp = PartitionResponse(index=pd.index, error_code=InvalidRequiredAcksError.code,
+                                          base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+                                          record_errors=[], error_message=f"acks must be 0, 1 or -1, got {acks}")
+            elif name is None:
+                presp = PartitionResponse(index=pd.index, error_code=UnknownTopicIdError.code, base_offset=-1,
+                                          log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                          error_message=f"no topic with id {td.topic_id}")
+            else:
+                presp, log = _append(broker, name, pd.index, pd.records, ctx.api_version)
+                if log is not None:
+                    written.append(log)
+            tresp.partition_responses.append(presp)
+        topics.append(tresp)
+    if acks == 0:
+        return None
+    response = R(responses=topics, throttle_time_ms=0)
+    if acks == -1 and written and broker.config.fsync == "always":
+        return _after_fsync(broker, written, response)
+    return response
+
+
+async def _after_fsync(broker, logs, response):
+    try:
+        await broker.durability.wait_durable(logs)
+    except OSError as exc:  # the data may not be on disk: say so instead of acknowledging it
+        for t in response.responses:
+            for p in t.partition_responses:
+                if p.error_code == 0:
+                    p.error_code, p.error_message = KafkaStorageError.code, f"fsync failed: {exc}"
+    return response

@@ -1,0 +1,68 @@
+"""InitProducerId for idempotent producers; this broker has no transaction coordinator.
+
+* No transactional id: a new producer id with epoch 0.  From v3 a client may send the id and
+  epoch it has (KIP-360) to have the epoch bumped; at the end of the epoch range it gets a new
+  id instead.  The transaction timeout (v2+) means nothing without transactions: ignored.
+* A transactional id: COORDINATOR_NOT_AVAILABLE (see ``_NO_TXN_COORDINATOR``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kwire.protocol import messages
+from kwire.protocol.errors import CoordinatorNotAvailableError, InvalidRequestError, KafkaError
+
+from .registry import handler
+
+INIT_PRODUCER_ID = 22
+R = messages.InitProducerIdResponse
+
+logger = logging.getLogger("kwire.broker.handlers")
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+# Kafka's TransactionMetadata.isEpochExhausted: from this epoch on, a bump gives a new id.
+_EPOCH_EXHAUSTED = 2**15 - 2
+# What Kafka answers when no transaction coordinator can serve (its __transaction_state topic
+# can't be created): retriable, so clients retry FindCoordinator/InitProducerId and
+# initTransactions() fails with a timeout naming the coordinator, instead of a misleading
+# fatal error such as TRANSACTIONAL_ID_AUTHORIZATION_FAILED.  NOT_COORDINATOR would claim
+# another broker is the coordinator.
+_NO_TXN_COORDINATOR = CoordinatorNotAvailableError
+
+
+def _error(code: int) -> R:
+    return R(throttle_time_ms=0, error_code=code, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
+
+
+@handler(INIT_PRODUCER_ID, 0, 6)
+def handle_init_producer_id(ctx, request) -> R:
+    if request.transactional_id is not None:
+        if request.transactional_id == "":
+            return _error(InvalidRequestError.code)  # as Kafka's coordinator, before anything else
+        return _error(_NO_TXN_COORDINATOR.code)
+    ids = ctx.broker.producer_ids
+    pid, epoch = (request.producer_id, request.producer_epoch) if ctx.api_version >= 3 \
+        else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    try:
+        if (pid, epoch) == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH):
+            return _granted(ids.allocate(), 0)
+        if pid < 0 or epoch < 0:
+            return _error(InvalidRequestError.code)  # as Kafka: id and epoch come together
+        if not ids.was_allocated(pid):
+            # Never handed out here: bumping would bless an id a later producer may be given.
+            # A new id is what Kafka gives every idempotent producer anyway.
+            logger.info("InitProducerId: producer id %d was never allocated; allocating a new one", pid)
+            return _granted(ids.allocate(), 0)
+        if epoch >= _EPOCH_EXHAUSTED:
+            return _granted(ids.allocate(), 0)
+        # Partitions fence the old epoch and expect sequence 0 from the new one; the broker need
+        # not remember the epoch (the client's id and epoch are what it proves).
+        return _granted(pid, epoch + 1)
+    except KafkaError as exc:
+        return _error(exc.code)
+
+
+def _granted(pid: int, epoch: int) -> R:
+    return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch)

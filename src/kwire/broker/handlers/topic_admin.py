@@ -1,0 +1,179 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, and the topic creation used by auto-create."""
+
+from __future__ import annotations
+
+from kwire.protocol import messages
+from kwire.protocol.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..state import TOPIC_CONFIGS
+from ..storage import validate_topic_name
+from .configs import topic_config_entries
+from .registry import handler
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+MAX_PARTITIONS = 100_000  # a sanity bound: each partition is a directory with open files
+
+
+def check_topic_configs(broker, configs: dict[str, str | None]) -> dict[str, str]:
+    """Validate topic config overrides by Kafka's names; INVALID_CONFIG naming the bad one."""
+    clean: dict[str, str] = {}
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIGS:
+            raise InvalidConfigError(f"unknown or unsupported topic config {key!r}")
+        if value is None:
+            continue
+        target, parse = TOPIC_CONFIGS[key]
+        if parse is int:
+            try:
+                int(value)
+            except ValueError:
+                raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
+        if key == "cleanup.policy" and value != "delete":
+            raise InvalidConfigError(f"cleanup.policy {value!r} is not supported (kwire deletes by retention)")
+        if key == "min.insync.replicas" and int(value) > 1:
+            raise InvalidConfigError(f"min.insync.replicas {value} is more than this single broker can hold")
+        if target:
+            try:
+                broker.config.log.with_(**{target: parse(value)})
+            except ValueError as exc:
+                raise InvalidConfigError(f"{key}: {exc}") from None
+        clean[key] = value
+    return clean
+
+
+def _check_partitions(broker, name: str, count: int, replication: int, assignments: list[list[int]]) -> None:
+    if count < 1 or count > MAX_PARTITIONS:
+        raise InvalidPartitionsError(f"number of partitions must be 1-{MAX_PARTITIONS}, got {count}")
+    if replication not in (-1, 1):
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication} is larger than the number of brokers (1)")
+    node = broker.config.node_id
+    for replicas in assignments:
+        if replicas != [node]:
+            raise InvalidReplicaAssignmentError(f"replica assignment {replicas} for {name!r}: "
+                                                f"the only broker is {node}")
+
+
+def create_topic(broker, name: str, partitions: int, configs: dict[str, str], *, validate_only: bool = False):
+    """Create a topic and its partition logs (all checks first: nothing changes on refusal)."""
+    validate_topic_name(name)
+    if name in broker.topics:
+        raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+    _check_partitions(broker, name, partitions, -1, [])
+    clean = check_topic_configs(broker, configs)
+    if validate_only:
+        return None
+    info = broker.topics.add(name, partitions, clean)
+    cfg = broker.log_config_for(info)
+    for p in range(partitions):
+        broker.logs.create_partition(name, p, cfg, exist_ok=True)
+    return info
+
+
+@handler(CREATE_TOPICS, 0)
+def handle_create_topics(ctx, request):
+    R = messages.CreateTopicsResponse
+    broker = ctx.broker
+    results = []
+    seen: set[str] = set()
+    for t in request.topics:
+        result = R.CreatableTopicResult(name=t.name, error_code=0, error_message=None, num_partitions=-1,
+                                        replication_factor=-1, configs=None, topic_config_error_code=0)
+        try:
+            if t.name in seen:
+                raise InvalidRequestError(f"topic {t.name!r} appears more than once in the request")
+            seen.add(t.name)
+            validate_topic_name(t.name)
+            if t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise InvalidRequestError("give either assignments or partitions and replication factor")
+                indexes = sorted(a.partition_index for a in t.assignments)
+                if indexes != list(range(len(indexes))):
+                    raise InvalidReplicaAssignmentError(f"assignment partitions {indexes} are not 0..n-1")
+                count = len(indexes)
+                _check_partitions(broker, t.name, count, -1, [list(a.broker_ids) for a in t.assignments])
+            else:
+                count = broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
+                _check_partitions(broker, t.name, count, t.replication_factor, [])
+            configs = {c.name: c.value for c in t.configs}
+            info = create_topic(broker, t.name, count, configs, validate_only=request.validate_only)
+            result.num_partitions, result.replication_factor = count, 1
+            if info is not None:
+                result.topic_id = info.topic_id
+            result.configs = [R.CreatableTopicResult.CreatableTopicConfigs(
+                name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                is_sensitive=False) for e in topic_config_entries(broker, info.configs if info else configs)]
+        except KafkaError as exc:
+            result.error_code, result.error_message = exc.code, str(exc)
+        results.append(result)
+    return R(throttle_time_ms=0, topics=results)
+
+
+@handler(DELETE_TOPICS, 0)
+def handle_delete_topics(ctx, request):
+    R = messages.DeleteTopicsResponse
+    broker = ctx.broker
+    wanted = ([(t.name, t.topic_id) for t in request.topics] if ctx.api_version >= 6
+              else [(n, None) for n in request.topic_names])
+    results = []
+    for name, topic_id in wanted:
+        result = R.DeletableTopicResult(name=name, error_code=0, error_message=None)
+        if topic_id is not None and topic_id.int:
+            result.topic_id = topic_id
+        try:
+            if name is None:
+                info = broker.topics.by_id(topic_id)
+                if info is None:
+                    raise UnknownTopicIdError(f"no topic with id {topic_id}")
+                name = result.name = info.name
+            info = broker.topics.get(name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            result.topic_id = info.topic_id
+            # Registry first: a crash between the two leaves orphan logs, which startup removes.
+            broker.topics.remove(name)
+            broker.logs.delete_topic(name)
+        except KafkaError as exc:
+            result.error_code, result.error_message = exc.code, str(exc)
+        results.append(result)
+    return R(throttle_time_ms=0, responses=results)
+
+
+@handler(CREATE_PARTITIONS, 0)
+def handle_create_partitions(ctx, request):
+    R = messages.CreatePartitionsResponse
+    broker = ctx.broker
+    results = []
+    for t in request.topics:
+        result = R.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
+        try:
+            info = broker.topics.get(t.name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"topic {t.name!r} does not exist")
+            if t.count <= info.partitions:
+                raise InvalidPartitionsError(f"topic {t.name!r} has {info.partitions} partitions; "
+                                             f"the new count {t.count} must be larger")
+            new = t.count - info.partitions
+            assignments = [list(a.broker_ids) for a in (t.assignments or [])]
+            if assignments and len(assignments) != new:
+                raise InvalidReplicaAssignmentError(f"{len(assignments)} assignments for {new} new partitions")
+            _check_partitions(broker, t.name, t.count, -1, assignments)
+            if not request.validate_only:
+                cfg = broker.log_config_for(info)
+                for p in range(info.partitions, t.count):
+                    broker.logs.create_partition(t.name, p, cfg, exist_ok=True)
+                broker.topics.set_partitions(t.name, t.count)
+        except KafkaError as exc:
+            result.error_code, result.error_message = exc.code, str(exc)
+        results.append(result)
+    return R(throttle_time_ms=0, results=results)

@@ -1,0 +1,128 @@
+"""Everything a request handler may read or change: the broker's state, without any sockets.
+
+``BrokerState`` owns the log manager, the topic registry, the producer id allocator and the
+group coordinator.  Request handlers receive it through ``RequestContext.broker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from .config import BrokerConfig, new_cluster_id
+from .durability import GroupCommit
+from .storage import LogConfig, LogManager
+from .storage._files import atomic_write
+from .topics import META_DIR, TopicInfo, TopicRegistry
+
+__all__ = ["BrokerState", "PartitionWaiters"]
+
+logger = logging.getLogger("kwire.broker")
+
+# Topic configs a user may set, by Kafka's name -> (LogConfig field, parser).
+TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
+    "segment.bytes": ("segment_bytes", int),
+    "segment.ms": ("segment_ms", int),
+    "retention.ms": ("retention_ms", int),
+    "retention.bytes": ("retention_bytes", int),
+    "segment.index.bytes": ("", int),  # accepted for compatibility, not used (indexes grow as needed)
+    "index.interval.bytes": ("index_interval_bytes", int),
+    "message.timestamp.type": ("message_timestamp_type", str),
+    "max.message.bytes": ("max_message_bytes", int),
+    "cleanup.policy": ("", str),       # "delete" is what kwire does; "compact" is refused
+    "min.insync.replicas": ("", int),  # one node: any value up to 1 holds
+}
+
+
+class PartitionWaiters:
+    """Futures of long-polling fetches, woken when a partition gets new data."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+
+    def add(self, key: tuple[str, int], fut: asyncio.Future) -> None:
+        self._waiters.setdefault(key, set()).add(fut)
+
+    def discard(self, key: tuple[str, int], fut: asyncio.Future) -> None:
+        s = self._waiters.get(key)
+        if s is not None:
+            s.discard(fut)
+            if not s:
+                del self._waiters[key]
+
+    def notify(self, key: tuple[str, int]) -> None:
+        for fut in self._waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+
+class BrokerState:
+    """The broker's data: open it on a data dir, ``close()`` it (clean shutdown) when done."""
+
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.data_dir = Path(config.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.topics = TopicRegistry(self.data_dir)
+        self.cluster_id = self._load_cluster_id()
+        self.logs = LogManager(self.data_dir, config.log,
+                               configs={t: self.log_config_for(self.topics.get(t)) for t in self.topics.names()})
+        self.clean_shutdown = self.logs.clean_shutdown
+        for key, findings in self.logs.load_findings.items():
+            for line in findings:
+                logger.warning("recovered %s-%d: %s", key[0], key[1], line)
+        self._reconcile_partitions()
+        self.waiters = PartitionWaiters()
+        self.durability = GroupCommit()
+        # Imported here: both packages import this module's types for hints only.
+        from .coordinator import GroupCoordinator
+        from .producer_ids import ProducerIdManager
+
+        self.producer_ids = ProducerIdManager(self.data_dir)
+        self.coordinator = GroupCoordinator(self.data_dir, config, self.topics, clean_shutdown=self.clean_shutdown)
+        self._closed = False
+
+    def _load_cluster_id(self) -> str:
+        path = self.data_dir / META_DIR / "cluster.id"
+        try:
+            return path.read_text("ascii").strip()
+        except FileNotFoundError:
+            cid = new_cluster_id()
+            atomic_write(path, cid.encode() + b"\n")
+            return cid
+
+    def _reconcile_partitions(self) -> None:
+        """Make the logs match the registry after a crash between the two (create or delete)."""
+        have = set(self.logs.partitions())
+        for name in self.topics.names():
+            info = self.topics.get(name)
+            for p in range(info.partitions):
+                if (name, p) not in have:
+                    logger.warning("partition %s-%d was missing its log; created it empty", name, p)
+                    self.logs.create_partition(name, p, self.log_config_for(info), exist_ok=True)
+        for name in {t for t, _ in have} - set(self.topics.names()):
+            logger.warning("log directories of %s have no topic metadata; removing them", name)
+            self.logs.delete_topic(name)
+
+    def log_config_for(self, info: TopicInfo | None) -> LogConfig:
+        """The broker's log settings with the topic's overrides applied."""
+        base = self.config.log
+        if info is None or not info.configs:
+            return base
+        changes = {}
+        for key, value in info.configs.items():
+            target, parse = TOPIC_CONFIGS.get(key, ("", str))
+            if target:
+                changes[target] = parse(value)
+        return base.with_(**changes) if changes else base
+
+    def close(self, *, clean: bool = True) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.coordinator.close()
+            self.producer_ids.close()
+        finally:
+            self.logs.close(clean=clean)

@@ -1,0 +1,421 @@
+"""Idempotent producers' state in one partition (Kafka's ProducerStateManager, no transactions).
+
+For every producer id that wrote to the partition the broker keeps its epoch and the sequence
+ranges and offsets of its last 5 batches (a producer has at most 5 requests in flight, so a
+retry can only repeat one of those).  A batch is accepted when it continues the producer's
+sequence; a retry of one of the last 5 is answered with the offsets it got the first time.
+
+Only the 61-byte batch headers are read, never the records.
+
+Durability, as Kafka: ``<offset:020d>.snapshot`` files in the partition directory hold the
+state of every batch below ``offset``; they are written when a segment rolls, on close and
+before segments are deleted.  Loading takes the newest usable snapshot and replays the batch
+headers after it.
+
+Snapshot format (big-endian)::
+
+    magic b"KWPS" | version int8 (1) | crc32c uint32 of everything after it |
+    offset int64 | producer count int32 |
+    per producer: producer id int64 | epoch int16 | last update ms int64 | batch count int8 |
+        per batch (oldest first): first sequence int32 | last sequence int32 |
+                                  first offset int64 | last offset int64
+
+Files are replaced atomically (``atomic_write``); the CRC catches anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, NamedTuple
+
+from crc32c import crc32c
+
+from kwire.protocol.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    KafkaStorageError,
+    OutOfOrderSequenceNumberError,
+)
+
+from ._files import atomic_write, fsync_dir
+
+if TYPE_CHECKING:
+    from .segment import LogSegment
+
+__all__ = [
+    "BatchHeader", "BatchMetadata", "ProducerEntry", "ProducerStateManager", "AppendCheck",
+    "CorruptSnapshotError", "NUM_BATCHES_TO_RETAIN", "PRODUCER_ID_EXPIRATION_MS", "SNAPSHOT_SUFFIX",
+    "read_header", "iter_headers",
+]
+
+logger = logging.getLogger("kwire.broker.storage")
+
+NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN (max.in.flight <= 5)
+PRODUCER_ID_EXPIRATION_MS = 24 * 60 * 60 * 1000  # Kafka's producer.id.expiration.ms default
+SNAPSHOT_SUFFIX = ".snapshot"
+INT32_MAX = 0x7FFFFFFF
+
+# The v2 batch header (see kwire.protocol.records.batch): base offset, length, leader epoch,
+# magic, crc, attributes, last offset delta, base/max timestamp, producer id/epoch, base
+# sequence, record count.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+
+_MAGIC = b"KWPS"
+_VERSION = 1
+_FILE_HEAD = struct.Struct(">4sBI")
+_STATE_HEAD = struct.Struct(">qi")
+_PRODUCER = struct.Struct(">qhqB")
+_BATCH = struct.Struct(">iiqq")
+
+
+class BatchHeader(NamedTuple):
+    """What producer state needs from one batch header."""
+
+    base_offset: int
+    last_offset: int
+    size: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+    is_transactional: bool
+    is_control: bool
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the v2 header at ``pos`` (the caller has validated the batch)."""
+    (base, length, _epoch, _magic, _crc, attributes, delta, _base_ts, _max_ts,
+     producer_id, producer_epoch, base_seq, _count) = _HEADER.unpack_from(buf, pos)
+    # Sequences wrap at int32 max like Kafka's (a batch may run from near max through 0).
+    last_seq = -1 if base_seq < 0 else (base_seq + delta) if base_seq <= INT32_MAX - delta \
+        else delta - (INT32_MAX - base_seq) - 1
+    return BatchHeader(base, base + delta, length + 12, producer_id, producer_epoch, base_seq, last_seq,
+                       bool(attributes & _TRANSACTIONAL_BIT), bool(attributes & _CONTROL_BIT))
+
+
+def iter_headers(data: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
+    """Headers of consecutive, already validated batches."""
+    pos, end = 0, len(data)
+    while pos < end:
+        header = read_header(data, pos)
+        yield header
+        pos += header.size
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerEntry:
+    """One producer's state.  Immutable: an append builds new entries and swaps them in only
+    once the batches are stored, so a refused or failed append leaves nothing behind."""
+
+    producer_id: int
+    epoch: int
+    batches: tuple[BatchMetadata, ...]  # the last <= 5 batches of ``epoch``, oldest first
+    # The broker's clock at the last append (or at the load that replayed it), for expiration.
+    # Kafka uses the batch's max timestamp; the broker's clock can't be skewed by producers.
+    last_update_ms: int
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def with_batch(self, epoch: int, batch: BatchMetadata, now_ms: int) -> ProducerEntry:
+        # A new epoch starts a new sequence: the old epoch's batches can't be duplicates any more.
+        kept = self.batches[-(NUM_BATCHES_TO_RETAIN - 1):] if epoch == self.epoch else ()
+        return ProducerEntry(self.producer_id, epoch, (*kept, batch), now_ms)
+
+
+def _new_entry(header: BatchHeader, now_ms: int) -> ProducerEntry:
+    return ProducerEntry(header.producer_id, header.producer_epoch, (), now_ms)
+
+
+def _metadata(header: BatchHeader) -> BatchMetadata:
+    return BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset)
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(frozen=True)
+class AppendCheck:
+    """The outcome of ``ProducerStateManager.check_append``: either the offsets of the original
+    batches (a retry: append nothing) or the entries to store once the batches are written."""
+
+    duplicate: tuple[int, int] | None
+    updates: Mapping[int, ProducerEntry]
+
+
+class CorruptSnapshotError(ValueError):
+    """A snapshot file that can't be used."""
+
+
+class ProducerStateManager:
+    """Producer state of the partition in ``directory``, up to ``map_end_offset``.
+
+    Not thread-safe on its own: the owning ``PartitionLog`` calls it under its lock.
+    """
+
+    def __init__(self, directory: Path, *, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS):
+        self.dir = Path(directory)
+        self.expiration_ms = expiration_ms
+        self._producers: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0  # the state reflects every batch below this offset
+
+    @property
+    def producers(self) -> Mapping[int, ProducerEntry]:
+        return MappingProxyType(self._producers)
+
+    def get(self, producer_id: int) -> ProducerEntry | None:
+        return self._producers.get(producer_id)
+
+    # -- appends ----------------------------------------------------------------------------
+    def check_append(self, data: bytes | bytearray | memoryview, now_ms: int) -> AppendCheck:
+        """Check the batches of one append (offsets already assigned) against the state.
+
+        Batch by batch, each seeing the ones before it, so several batches of one producer in a
+        request must follow each other.  Raises (nothing changed):
+        ``InvalidTxnStateError``: a transactional batch (no transactions here);
+        ``InvalidRecordError``: a producer id without a sequence or epoch;
+        ``InvalidProducerEpochError``: an epoch older than the producer's;
+        ``OutOfOrderSequenceNumberError``: a gap, a reorder, a new epoch not starting at 0, or
+        a request mixing retried batches with new ones.
+        Control batches (the broker's own markers) are not tracked.
+        """
+        updates: dict[int, ProducerEntry] = {}
+        duplicates: list[BatchMetadata] = []
+        new_batches = 0
+        for header in iter_headers(data):
+            pid = header.producer_id
+            if header.is_control:
+                new_batches += 1
+                continue
+            if header.is_transactional:
+                raise InvalidTxnStateError(
+                    f"{self.dir.name}: batch at offset {header.base_offset} of producer {pid} is transactional; "
+                    "this broker has no transaction coordinator")
+            if pid < 0:
+                new_batches += 1
+                continue
+            if header.base_sequence < 0 or header.producer_epoch < 0:
+                # Kafka's LogValidator refuses the missing sequence; a missing epoch would turn
+                # off the sequence checks of this producer for good, so it is refused too.
+                raise InvalidRecordError(f"{self.dir.name}: batch of producer {pid} has epoch "
+                                         f"{header.producer_epoch}, sequence {header.base_sequence}")
+            entry = updates.get(pid) or self._producers.get(pid)
+            if entry is not None:
+                original = entry.find_duplicate(header.producer_epoch, header.base_sequence, header.last_sequence)
+                if original is not None:
+                    duplicates.append(original)
+                    continue
+                self._check_sequence(entry, header)
+            # else: a producer without state (new, expired, or all its batches deleted) may start
+            # at any sequence: Kafka 2.5+ (KIP-360) no longer answers UNKNOWN_PRODUCER_ID here.
+            new_batches += 1
+            base = entry or _new_entry(header, now_ms)
+            updates[pid] = base.with_batch(header.producer_epoch, _metadata(header), now_ms)
+        if duplicates:
+            if new_batches:
+                # Kafka answers a request holding a duplicate with the duplicate's offsets and
+                # drops the rest (its clients send one batch per partition).  Dropping new
+                # batches while reporting success would lose them, so refuse instead.
+                raise OutOfOrderSequenceNumberError(
+                    f"{self.dir.name}: the request mixes {len(duplicates)} retried batch(es) with {new_batches} new")
+            return AppendCheck((duplicates[0].first_offset, duplicates[-1].last_offset), {})
+        return AppendCheck(None, updates)
+
+    def _check_sequence(self, entry: ProducerEntry, header: BatchHeader) -> None:
+        pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
+        where = f"{self.dir.name}: producer {pid}"
+        if epoch < entry.epoch:
+            # Kafka 2.7+ answers INVALID_PRODUCER_EPOCH (not PRODUCER_FENCED) to a produce.
+            raise InvalidProducerEpochError(f"{where}: epoch {epoch} is older than the current epoch {entry.epoch}")
+        if epoch > entry.epoch:
+            if seq != 0:
+                raise OutOfOrderSequenceNumberError(f"{where}: new epoch {epoch} must start at sequence 0, not {seq}")
+        elif not _in_sequence(entry.last_seq, seq):
+            raise OutOfOrderSequenceNumberError(f"{where} epoch {epoch}: sequence {seq} does not follow {entry.last_seq}")
+
+    def apply(self, check: AppendCheck, end_offset: int) -> None:
+        """Store a checked append's entries once its batches are in the log (ending before ``end_offset``)."""
+        self._producers.update(check.updates)
+        self.map_end_offset = end_offset
+
+    def replay(self, header: BatchHeader, now_ms: int) -> None:
+        """Take a stored batch into the state without checks (loading: the log is the truth)."""
+        if header.producer_id >= 0 and not header.is_control:
+            entry = self._producers.get(header.producer_id) or _new_entry(header, now_ms)
+            self._producers[header.producer_id] = entry.with_batch(header.producer_epoch, _metadata(header), now_ms)
+        self.map_end_offset = header.last_offset + 1
+
+    def remove_expired(self, now_ms: int) -> list[int]:
+        """Forget producers idle for ``expiration_ms`` (Kafka's producer.id.expiration.ms); a
+        forgotten producer's next batch is accepted at any sequence."""
+        expired = [pid for pid, e in self._producers.items() if now_ms - e.last_update_ms >= self.expiration_ms]
+        for pid in expired:
+            del self._producers[pid]
+        return expired
+
+    # -- loading ----------------------------------------------------------------------------
+    def load(self, segments: Sequence[LogSegment], *, snapshot_limit: int, now_ms: int) -> list[str]:
+        """Rebuild the state of ``segments`` (the whole log): the newest readable snapshot at or
+        below ``snapshot_limit`` (the recovery point: every batch below it was fsynced and then
+        checked by the loader) and above the first segment's base, then the headers after it.
+
+        Removes snapshots above the log end (they describe batches that are gone) and below the
+        first segment (batches deleted since then could be missing from them).  Returns findings.
+        """
+        findings: list[str] = []
+        first_base, log_end = segments[0].base_offset, segments[-1].next_offset
+        self._producers = {}
+        start = first_base
+        usable = []
+        for offset, path in self.snapshot_files():
+            if offset > log_end:
+                # Follows from a cut the loader already reported: a log message is enough.
+                logger.info("%s: deleted producer snapshot %s above the log end offset %d",
+                            self.dir.name, path.name, log_end)
+                _unlink(path)
+            elif offset < first_base:
+                _unlink(path)
+            elif offset <= snapshot_limit:
+                usable.append((offset, path))
+        for offset, path in reversed(usable):
+            try:
+                self._producers = read_snapshot(path, offset)
+            except CorruptSnapshotError as exc:
+                findings.append(f"deleted unreadable producer snapshot {path.name}: {exc}")
+                _unlink(path)
+                continue
+            start = offset
+            break
+        self.map_end_offset = start
+        for segment in segments:
+            if segment.next_offset > start:
+                for raw in segment.batch_headers(start):
+                    self.replay(read_header(raw), now_ms)
+        self.map_end_offset = log_end
+        for message in findings:
+            logger.warning("%s: %s", self.dir.name, message)
+        return findings
+
+    # -- snapshots --------------------------------------------------------------------------
+    def snapshot_files(self) -> list[tuple[int, Path]]:
+        """(offset, path) of every snapshot file, oldest first."""
+        found = []
+        for path in self.dir.iterdir():
+            stem = path.name[:-len(SNAPSHOT_SUFFIX)]
+            if path.name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+                found.append((int(stem), path))
+        return sorted(found)
+
+    def snapshot_path(self, offset: int) -> Path:
+        return self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def take_snapshot(self, segment_bases: Collection[int]) -> Path:
+        """Write the state at ``map_end_offset``; then drop snapshots it makes redundant: older
+        ones except those at segment bases (kept as Kafka does, for truncation), and any below
+        the first segment."""
+        offset = self.map_end_offset
+        path = self.snapshot_path(offset)
+        try:
+            atomic_write(path, encode_snapshot(offset, self._producers))
+        except OSError as exc:
+            raise KafkaStorageError(f"{path}: cannot write producer snapshot: {exc}") from exc
+        first = min(segment_bases)
+        self._delete_snapshots(lambda o: o < first or (o < offset and o not in segment_bases))
+        return path
+
+    def delete_snapshots_above(self, offset: int) -> None:
+        self._delete_snapshots(lambda o: o > offset)
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        self._delete_snapshots(lambda o: o < offset)
+
+    def _delete_snapshots(self, doomed) -> None:
+        removed = False
+        for offset, path in self.snapshot_files():
+            if doomed(offset):
+                _unlink(path)
+                removed = True
+        if removed:
+            fsync_dir(self.dir)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def encode_snapshot(offset: int, producers: Mapping[int, ProducerEntry]) -> bytes:
+    body = bytearray(_STATE_HEAD.pack(offset, len(producers)))
+    for pid in sorted(producers):
+        entry = producers[pid]
+        body += _PRODUCER.pack(pid, entry.epoch, entry.last_update_ms, len(entry.batches))
+        for batch in entry.batches:
+            body += _BATCH.pack(*batch)
+    return _FILE_HEAD.pack(_MAGIC, _VERSION, crc32c(body)) + bytes(body)
+
+
+def read_snapshot(path: Path, offset: int) -> dict[int, ProducerEntry]:
+    """The producers stored in ``path``; ``CorruptSnapshotError`` unless it is whole and for ``offset``."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CorruptSnapshotError(str(exc)) from None
+    if len(data) < _FILE_HEAD.size + _STATE_HEAD.size:
+        raise CorruptSnapshotError(f"{len(data)} bytes are too short")
+    magic, version, crc = _FILE_HEAD.unpack_from(data)
+    if magic != _MAGIC or version != _VERSION:
+        raise CorruptSnapshotError(f"not a kwire producer snapshot (magic {magic!r}, version {version})")
+    body = memoryview(data)[_FILE_HEAD.size:]
+    if crc32c(body) != crc:
+        raise CorruptSnapshotError("CRC mismatch")
+    stored_offset, count = _STATE_HEAD.unpack_from(body)
+    if stored_offset != offset:
+        raise CorruptSnapshotError(f"holds offset {stored_offset}")
+    producers: dict[int, ProducerEntry] = {}
+    pos = _STATE_HEAD.size
+    try:
+        for _ in range(count):
+            pid, epoch, last_update, n = _PRODUCER.unpack_from(body, pos)
+            pos += _PRODUCER.size
+            batches = tuple(BatchMetadata(*_BATCH.unpack_from(body, pos + i * _BATCH.size)) for i in range(n))
+            pos += n * _BATCH.size
+            if not batches:
+                raise CorruptSnapshotError(f"producer {pid} has no batches")
+            producers[pid] = ProducerEntry(pid, epoch, batches, last_update)
+    except struct.error:
+        raise CorruptSnapshotError("truncated") from None
+    if pos != len(body):
+        raise CorruptSnapshotError(f"{len(body) - pos} trailing bytes")
+    return producers

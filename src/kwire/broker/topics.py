@@ -1,0 +1,112 @@
+"""The broker's topic metadata: names, ids, partition counts and per-topic config overrides.
+
+Persisted as one JSON document (``<data dir>/__kwire/topics.json``) replaced atomically on every
+change, so topic ids stay stable across restarts (clients cache them since KIP-516).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .storage._files import atomic_write
+
+__all__ = ["TopicInfo", "TopicRegistry", "META_DIR"]
+
+logger = logging.getLogger("kwire.broker.topics")
+
+META_DIR = "__kwire"
+_FILE = "topics.json"
+_VERSION = 1
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    # Topic-level config overrides by Kafka's names ("retention.ms": "1000"), as strings.
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+class TopicRegistry:
+    """Topic name -> ``TopicInfo``, with a reverse index by topic id."""
+
+    def __init__(self, data_dir: Path):
+        self._dir = Path(data_dir) / META_DIR
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._path = self._dir / _FILE
+        self._lock = threading.RLock()
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            doc = json.loads(self._path.read_text("utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{self._path}: unreadable topic metadata: {exc}") from None
+        if doc.get("version") != _VERSION:
+            raise ValueError(f"{self._path}: unknown version {doc.get('version')!r}")
+        for t in doc["topics"]:
+            info = TopicInfo(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info
+
+    def _save(self) -> None:
+        doc = {"version": _VERSION, "topics": [
+            {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
+            for t in sorted(self._topics.values(), key=lambda t: t.name)]}
+        atomic_write(self._path, json.dumps(doc, indent=1).encode())
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def names(self) -> list[str]:
+        return sorted(self._topics)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._topics
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+    def partition_exists(self, name: str, partition: int) -> bool:
+        info = self._topics.get(name)
+        return info is not None and 0 <= partition < info.partitions
+
+    def add(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        with self._lock:
+            if name in self._topics:
+                raise KeyError(name)
+            info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs or {}))
+            self._topics[name] = info
+            self._by_id[info.topic_id] = info
+            self._save()
+            return info
+
+    def set_partitions(self, name: str, partitions: int) -> None:
+        with self._lock:
+            self._topics[name].partitions = partitions
+            self._save()
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+        with self._lock:
+            self._topics[name].configs = dict(configs)
+            self._save()
+
+    def remove(self, name: str) -> TopicInfo:
+        with self._lock:
+            info = self._topics.pop(name)
+            self._by_id.pop(info.topic_id, None)
+            self._save()
+            return info

@@ -1,0 +1,68 @@
+"""Record bytes the codec does not hold: placeholders filled in by whoever sends the frame.
+
+A broker answering Fetch has the records in segment files.  Copying them into the encoded
+response costs a read and a copy per byte; instead the handler puts a ``SplicedBytes`` (for
+example a file range) in the ``records`` field, the codec writes its length prefix and notes
+where it goes, and the transport sends the encoded pieces around it with ``os.sendfile``.
+
+Sans-IO: this module only describes the pieces.  ``encode_parts`` returns them; encoding into a
+plain ``bytearray`` (``Message.encode``) reads the spliced bytes in, so every caller still works.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+__all__ = ["SplicedBytes", "SpliceBuffer", "splice_records"]
+
+
+class SplicedBytes(ABC):
+    """A run of bytes supplied at send time.  ``len()`` must be exact before sending."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def read(self) -> bytes:
+        """The bytes themselves, for transports that cannot splice (TLS) and for tests."""
+
+
+class SpliceBuffer(bytearray):
+    """An encode buffer that records ``SplicedBytes`` positions instead of copying them in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.splices: list[tuple[int, SplicedBytes]] = []
+
+    @property
+    def total_size(self) -> int:
+        return len(self) + sum(len(s) for _, s in self.splices)
+
+    def parts(self) -> list[bytes | SplicedBytes]:
+        """The buffer cut around its splices, in order: bytes, spliced, bytes, ..."""
+        out: list[bytes | SplicedBytes] = []
+        start = 0
+        view = memoryview(self)
+        for pos, spliced in self.splices:
+            if pos > start:
+                out.append(bytes(view[start:pos]))
+            out.append(spliced)
+            start = pos
+        if start < len(self):
+            out.append(bytes(view[start:]))
+        view.release()
+        return out
+
+
+def splice_records(out: bytearray, value) -> None:
+    """Append a records value (already length-prefixed by the caller) to ``out``."""
+    if isinstance(value, SplicedBytes):
+        splices = getattr(out, "splices", None)
+        if splices is not None:
+            splices.append((len(out), value))
+        else:
+            out += value.read()
+    else:
+        out += value

@@ -1,0 +1,194 @@
+"""What survives a restart: offsets, generations, deletions; clean, unclean and after a torn write."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+
+from kwire.broker.coordinator import GroupStoreError
+from kwire.broker.coordinator.coordinator import GROUPS_DIR
+from kwire.broker.coordinator.store import JOURNAL_NAME
+from kwire.broker.topics import META_DIR
+from kwire.protocol import errors, messages
+
+from . import Broker, call, commit, describe, fetch, heartbeat, join, join_new, run, stable_group
+
+NONE = 0
+
+
+def _broker(tmp_path, **kwargs) -> Broker:
+    broker = Broker(tmp_path, **kwargs)
+    for name, n in (("t", 2), ("u", 1)):
+        if name not in broker.topics:
+            broker.topics.add(name, n)
+    return broker
+
+
+def _journal(broker: Broker):
+    return broker.data_dir / META_DIR / GROUPS_DIR / JOURNAL_NAME
+
+
+async def _some_state(broker: Broker) -> tuple[int, str]:
+    """A consumer group at a generation with offsets, and an offsets-only group; (generation, member id)."""
+    a, b = await stable_group(broker, "g", 2)
+    await commit(broker, "g", {("t", 0): 10, ("t", 1): 11}, generation=a.generation_id, member_id=a.member_id,
+                 metadata="meta", leader_epoch=3, version=8)
+    await commit(broker, "g", {("t", 0): 12}, generation=a.generation_id, member_id=a.member_id, version=8)
+    await commit(broker, "solo", {("u", 0): 7})
+    return a.generation_id, a.member_id
+
+
+async def _check_state(broker: Broker, generation: int, member_id: str) -> None:
+    assert await fetch(broker, "g", None) == {("t", 0): (12, -1, "", NONE), ("t", 1): (11, 3, "meta", NONE)}
+    assert await fetch(broker, "solo", {"u": [0]}) == {("u", 0): (7, -1, "", NONE)}
+    group = await describe(broker, "g")
+    # Members are not restored: the group is Empty and they must rejoin.
+    assert (group.group_state, group.protocol_type, group.members) == ("Empty", "consumer", [])
+    assert await heartbeat(broker, "g", generation, member_id) == errors.UnknownMemberIdError.code
+    # The generation continues where it was.
+    rejoined = await join_new(broker, "g")
+    assert rejoined.generation_id == generation + 1
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
+def test_offsets_and_generation_survive_a_restart(tmp_path, clean):
+    broker = _broker(tmp_path)
+    generation, member_id = run(_some_state(broker))
+    reopened = broker.reopen(clean=clean)
+    run(_check_state(reopened, generation, member_id))
+    reopened.coordinator.close()
+
+
+def test_fsync_policies(tmp_path):
+    broker = _broker(tmp_path / "always", fsync="always")
+    store = broker.coordinator.store
+    before = store.fsyncs
+    run(commit(broker, "g", {("t", 0): 1}))
+    assert (store.fsyncs, store.dirty) == (before + 1, False)  # fsynced before the commit was answered
+    broker.coordinator.close()
+
+    broker = _broker(tmp_path / "interval", fsync="interval")
+    store = broker.coordinator.store
+    before = store.fsyncs
+    run(commit(broker, "g", {("t", 0): 1}))
+    assert (store.fsyncs, store.dirty) == (before, True)
+    broker.coordinator.flush()  # what the broker calls every fsync_interval_ms
+    assert (store.fsyncs, store.dirty) == (before + 1, False)
+    broker.coordinator.flush()  # nothing to do
+    assert store.fsyncs == before + 1
+    reopened = broker.reopen(clean=False)
+    assert run(fetch(reopened, "g", {"t": [0]}))[("t", 0)][0] == 1
+
+    broker = _broker(tmp_path / "never", fsync="never")
+    store = broker.coordinator.store
+    run(commit(broker, "g", {("t", 0): 1}))
+    assert store.dirty  # left to the OS...
+    broker.coordinator.close()
+    assert not store.dirty  # ...but a clean shutdown fsyncs
+
+
+def test_a_torn_last_record_is_ignored(tmp_path, caplog):
+    broker = _broker(tmp_path)
+    run(commit(broker, "g", {("t", 0): 1}))
+    run(commit(broker, "g", {("t", 1): 2}))
+    path = _journal(broker)
+    # A crash in the middle of writing the next commit: half a line, no newline.
+    line = b'00000000 {"t":"offsets","g":"g","o":[["t",0,99,-1,"",1,null]]}\n'
+    with open(path, "ab") as f:
+        f.write(line[:30])
+    reopened = broker.reopen(clean=False)
+    assert "torn last record" in caplog.text
+    assert run(fetch(reopened, "g", {"t": [0, 1]})) == {("t", 0): (1, -1, "", NONE), ("t", 1): (2, -1, "", NONE)}
+    # The journal was rewritten without the torn bytes, and takes new records cleanly.
+    assert path.read_bytes().endswith(b"\n")
+    run(commit(reopened, "g", {("t", 0): 3}))
+    again = reopened.reopen(clean=False)
+    assert again.coordinator.store.findings == []
+    assert run(fetch(again, "g", {"t": [0]}))[("t", 0)][0] == 3
+
+
+def test_a_corrupt_record_is_skipped_and_the_rest_kept(tmp_path, caplog):
+    broker = _broker(tmp_path)
+    run(commit(broker, "g", {("t", 0): 1}))
+    run(commit(broker, "g", {("t", 1): 2}))
+    run(commit(broker, "h", {("t", 0): 3}))
+    path = _journal(broker)
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"o":[["t",1,2', b'"o":[["t",1,9')  # a flipped digit: checksum fails
+    path.write_bytes(b"\n".join(lines))
+    reopened = broker.reopen(clean=False)
+    assert "bad checksum" in caplog.text
+    assert run(fetch(reopened, "g", {"t": [0, 1]})) == {("t", 0): (1, -1, "", NONE), ("t", 1): (-1, -1, "", NONE)}
+    assert run(fetch(reopened, "h", {"t": [0]}))[("t", 0)][0] == 3
+
+
+def test_a_record_from_a_newer_version_stops_the_open(tmp_path):
+    broker = _broker(tmp_path)
+    run(commit(broker, "g", {("t", 0): 1}))
+    broker.coordinator.close()
+    payload = json.dumps({"t": "share_group", "g": "x"}, separators=(",", ":")).encode()
+    with open(_journal(broker), "ab") as f:
+        f.write(b"%08x %s\n" % (zlib.crc32(payload), payload))
+    with pytest.raises(GroupStoreError, match="line 2"):
+        Broker(tmp_path)
+
+
+def test_compaction_keeps_the_latest_state(tmp_path):
+    broker = _broker(tmp_path, coordinator_options={"compact_min_entries": 50})
+    path = _journal(broker)
+
+    async def scenario():
+        for i in range(200):
+            await commit(broker, "g", {("t", i % 2): i})
+        await commit(broker, "h", {("u", 0): 1})
+
+    run(scenario())
+    assert broker.coordinator.delete_groups(["h"]) == {"h": NONE}
+    assert len(path.read_bytes().split(b"\n")) < 60  # 200 commits, compacted along the way
+    reopened = broker.reopen(clean=False)
+    assert reopened.coordinator.group("h") is None
+    assert run(fetch(reopened, "g", None)) == {("t", 0): (198, -1, "", NONE), ("t", 1): (199, -1, "", NONE)}
+
+
+def test_deletions_survive_a_restart(tmp_path):
+    broker = _broker(tmp_path)
+
+    async def scenario():
+        await commit(broker, "g", {("t", 0): 1, ("t", 1): 2})
+        await commit(broker, "h", {("t", 0): 3})
+        (a,) = await stable_group(broker, "k", 1)
+        await commit(broker, "k", {("u", 0): 4}, generation=a.generation_id, member_id=a.member_id)
+        assert broker.coordinator.delete_groups(["h"]) == {"h": NONE}
+        assert broker.coordinator.delete_offsets("g", [("t", 1)]) == (NONE, {("t", 1): NONE})
+        assert broker.coordinator.on_topic_deleted("u") == 1
+
+    run(scenario())
+    reopened = broker.reopen(clean=False)
+    coordinator = reopened.coordinator
+    assert coordinator.group("h") is None
+    assert list(coordinator.group("g").offsets) == [("t", 0)]
+    assert coordinator.group("k").offsets == {} and coordinator.group("k").generation_id == 1
+
+
+def test_a_restarted_empty_group_keeps_when_it_emptied(tmp_path):
+    broker = _broker(tmp_path)
+
+    async def scenario():
+        (a,) = await stable_group(broker, "g", 1)
+        await commit(broker, "g", {("t", 0): 1}, generation=a.generation_id, member_id=a.member_id)
+        await call(broker, messages.LeaveGroupRequest(group_id="g", member_id=a.member_id), 0)
+        return broker.coordinator.group("g").state_timestamp_ms
+
+    emptied_at = run(scenario())
+    broker.clock.advance(60_000)
+    reopened = broker.reopen()
+    group = reopened.coordinator.group("g")
+    assert (group.state.value, group.generation_id, group.state_timestamp_ms) == ("Empty", 2, emptied_at)
+    # A group that had members when the broker stopped counts as empty from the restart on.
+    run(join_new(reopened, "g"))
+    reopened.clock.advance(1000)
+    restarted = reopened.reopen(clean=False)
+    assert restarted.coordinator.group("g").state_timestamp_ms == restarted.clock.now_ms
+    assert run(join(restarted, "g", "c-gone")).error_code == errors.UnknownMemberIdError.code

@@ -1,0 +1,152 @@
+"""The network layer against bad peers: garbage, forged sizes, truncated frames, unknown api keys
+and versions, many idle connections.  Each bad connection is closed (or answered) and logged,
+and the broker keeps serving a well-behaved client on another connection throughout."""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import struct
+import time
+
+import pytest
+
+from kwire.broker import EmbeddedBroker
+from kwire.protocol import encode_request, messages
+from kwire.protocol.frames import decode_response
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _read_frame(s: socket.socket) -> bytes:
+    def exact(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return buf
+
+    size = struct.unpack(">i", exact(4))[0]
+    return exact(size)
+
+
+def _call(s: socket.socket, request, version: int, correlation_id: int = 1):
+    s.sendall(encode_request(request, version, correlation_id))
+    _, resp = decode_response(_read_frame(s), request.API_KEY, version)
+    return resp
+
+
+def _closed_by_peer(s: socket.socket, timeout: float = 5) -> bool:
+    s.settimeout(timeout)
+    try:
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def _healthy(port: int) -> bool:
+    with _connect(port) as s:
+        resp = _call(s, messages.MetadataRequest(topics=None), 12)
+        return resp.brokers[0].port == port
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with EmbeddedBroker(tmp_path_factory.mktemp("net") / "data", max_request_size=1 << 20) as b:
+        yield b
+
+
+_GARBAGE = random.Random(7).randbytes(4092)
+_METADATA_HEADER = messages.RequestHeader(request_api_key=3, request_api_version=12, correlation_id=1,
+                                          client_id="x").encode(2)
+
+
+@pytest.mark.parametrize("payload,logged", [
+    pytest.param(struct.pack(">i", len(_GARBAGE)) + _GARBAGE, "unknown api key", id="random-bytes"),
+    pytest.param(struct.pack(">i", 0x7FFFFFF0) + b"x" * 100, "over the maximum", id="huge-length"),
+    pytest.param(struct.pack(">i", -5), "negative frame size", id="negative-length"),
+    pytest.param(struct.pack(">i", 2 << 20) + b"\0" * 10, "over the maximum", id="over-max-request-size"),
+    pytest.param(struct.pack(">i", 3) + b"abc", "unreadable request header", id="short-header"),
+    pytest.param(struct.pack(">ihhi", 8, 999, 0, 1), "unknown api key 999", id="unknown-api-key"),
+    pytest.param(struct.pack(">ihhi", 8, 3, 99, 1), "MetadataRequest v99 is unknown", id="unknown-version"),
+    pytest.param(struct.pack(">i", len(_METADATA_HEADER) + 5) + _METADATA_HEADER + b"\xff\xff\xff\xff\x07",
+                 "malformed MetadataRequest", id="malformed-body"),
+])
+def test_bad_input_closes_that_connection_only(broker, payload, logged, caplog):
+    caplog.set_level(logging.WARNING, logger="kwire.broker.network")
+    good = _connect(broker.port)
+    bad = _connect(broker.port)
+    bad.sendall(payload)
+    assert _closed_by_peer(bad)
+    bad.close()
+    # The connection opened before the bad one still works, and so do new ones.
+    assert _call(good, messages.ApiVersionsRequest(), 3).error_code == 0
+    good.close()
+    assert _healthy(broker.port)
+    messages_logged = [r.getMessage() for r in caplog.records]
+    assert any("closing connection" in m and logged in m for m in messages_logged), messages_logged
+
+
+def test_truncated_frame_then_disconnect(broker):
+    bad = _connect(broker.port)
+    bad.sendall(encode_request(messages.MetadataRequest(topics=None), 12, 1)[:-3])
+    bad.shutdown(socket.SHUT_WR)
+    assert _closed_by_peer(bad)
+    bad.close()
+    assert _healthy(broker.port)
+
+
+def test_unserved_api_gets_an_error_response(broker):
+    with _connect(broker.port) as s:
+        resp = _call(s, messages.ElectLeadersRequest(election_type=0, topic_partitions=None, timeout_ms=10), 2)
+        assert resp.error_code == 35  # UNSUPPORTED_VERSION
+        # The connection stays usable.
+        assert _call(s, messages.ApiVersionsRequest(), 3, correlation_id=2).error_code == 0
+
+
+def test_pipelined_requests_are_answered_in_order(broker):
+    with _connect(broker.port) as s:
+        reqs = [(messages.ApiVersionsRequest(), 3), (messages.MetadataRequest(topics=None), 12)] * 20
+        s.sendall(b"".join(encode_request(r, v, i) for i, (r, v) in enumerate(reqs)))
+        for i, (r, v) in enumerate(reqs):
+            body = _read_frame(s)
+            assert int.from_bytes(body[:4], "big") == i
+            decode_response(body, r.API_KEY, v)
+
+
+def test_hundreds_of_idle_connections_do_not_stop_service(broker):
+    idle = [_connect(broker.port) for _ in range(300)]
+    try:
+        t0 = time.monotonic()
+        assert _healthy(broker.port)
+        assert time.monotonic() - t0 < 30  # bounded wait, not a speed claim
+        # Half of them send half a frame and stall: still no effect on others.
+        for s in idle[::2]:
+            s.sendall(struct.pack(">i", 100) + b"\0\3")
+        assert _healthy(broker.port)
+    finally:
+        for s in idle:
+            s.close()
+    assert _healthy(broker.port)
+
+
+def test_bytes_after_a_request_are_ignored_as_kafka_does(broker):
+    # librdkafka's AdminClient sends Metadata v13 with 3 extra bytes; Kafka answers it, so must we.
+    frame = encode_request(messages.MetadataRequest(topics=None), 13, 9)
+    padded = struct.pack(">i", len(frame) - 4 + 3) + frame[4:] + b"\0\0\0"
+    with _connect(broker.port) as s:
+        s.sendall(padded)
+        _, resp = decode_response(_read_frame(s), 3, 13)
+        assert resp.brokers[0].node_id == 1
