@@ -198,6 +198,20 @@ def test_delete_topics_every_version(state, v):
     assert not list(state.data_dir.glob("doomed-*"))
 
 
+def test_deleted_topic_takes_its_committed_offsets_along(state):
+    create(state, "again", 1)
+    R = messages.OffsetCommitRequest
+    T = R.OffsetCommitRequestTopic
+    commit = R(group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+        T(name="again", partitions=[T.OffsetCommitRequestPartition(partition_index=0, committed_offset=42)])])
+    assert serve(state, commit, 8).topics[0].partitions[0].error_code == 0
+    serve(state, messages.DeleteTopicsRequest(topic_names=["again"], timeout_ms=100), 4)
+    create(state, "again", 1)
+    F = messages.OffsetFetchRequest
+    fetched = serve(state, F(group_id="g", topics=[F.OffsetFetchRequestTopic(name="again", partition_indexes=[0])]), 5)
+    assert fetched.topics[0].partitions[0].committed_offset == -1
+
+
 @pytest.mark.parametrize("v", versions(37))
 def test_create_partitions_every_version(state, v):
     create(state, "grow", 2)

@@ -143,6 +143,7 @@ def handle_delete_topics(ctx, request):
             # Registry first: a crash between the two leaves orphan logs, which startup removes.
             broker.topics.remove(name)
             broker.logs.delete_topic(name)
+            broker.coordinator.on_topic_deleted(name)  # a new topic of that name starts without offsets
         except KafkaError as exc:
             result.error_code, result.error_message = exc.code, str(exc)
         results.append(result)
