@@ -9,6 +9,7 @@ The fsync runs in a worker thread so the event loop keeps serving other connecti
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 
 logger = logging.getLogger("kwire.broker.durability")
@@ -23,9 +24,19 @@ class GroupCommit:
         self._running = False
         self.flushes = 0  # rounds done, for tests and stats
 
-    async def wait_durable(self, logs) -> None:
-        """Return once every log in ``logs`` has been fsynced past what it holds now."""
-        loop = asyncio.get_running_loop()
+    def request(self, logs) -> asyncio.Future | concurrent.futures.Future:
+        """Ask for ``logs`` to be fsynced soon; the future completes when they are.
+
+        Without a running event loop (handlers called directly) the flush happens at once.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            _flush_all(logs)
+            self.flushes += 1
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            done.set_result(None)
+            return done  # type: ignore[return-value]
         fut = loop.create_future()
         for log in logs:
             self._pending[id(log)] = log
@@ -33,7 +44,7 @@ class GroupCommit:
         if not self._running:
             self._running = True
             loop.create_task(self._run())
-        await fut
+        return fut
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -6,6 +6,8 @@ acks=0 gets no response; acks=all with ``fsync = "always"`` is answered after gr
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
 
 from kwire.protocol import messages
@@ -80,17 +82,27 @@ def handle_produce(ctx, request):
                     written.append(log)
             tresp.partition_responses.append(presp)
         topics.append(tresp)
+    always = written and broker.config.fsync == "always"
+    if always and acks != -1:
+        # fsync always: every append is flushed (in the next group commit); only acks=all waits for it.
+        broker.durability.request(written).add_done_callback(_ignore_result)
     if acks == 0:
         return None
     response = R(responses=topics, throttle_time_ms=0)
-    if acks == -1 and written and broker.config.fsync == "always":
-        return _after_fsync(broker, written, response)
+    if always and acks == -1:
+        # Asked now, at append time, so requests arriving together share one fsync round.
+        return _after_fsync(broker.durability.request(written), response)
     return response
 
 
-async def _after_fsync(broker, logs, response):
+def _ignore_result(fut) -> None:
+    if not fut.cancelled():
+        fut.exception()  # a failed fsync was logged by the group commit; nobody waits for this one
+
+
+async def _after_fsync(durable, response):
     try:
-        await broker.durability.wait_durable(logs)
+        await asyncio.wrap_future(durable) if isinstance(durable, concurrent.futures.Future) else await durable
     except OSError as exc:  # the data may not be on disk: say so instead of acknowledging it
         for t in response.responses:
             for p in t.partition_responses:
