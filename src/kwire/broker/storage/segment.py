@@ -344,52 +344,42 @@ class LogSegment:
         self.time_index.flush()
 
     # -- reading --------------------------------------------------------------------------
-    def _walk(self, position: int) -> Iterator[tuple[int, int, int]]:
-        """Yield ``(position, base offset, size)`` of each batch from ``position`` on."""
-        fd = self._fd()
-        end = self._size
-        buf = b""
-        buf_start = position
-        pos = position
-        while end - pos >= _PREFIX_SIZE:
-            off = pos - buf_start
-            if off + _PREFIX_SIZE > len(buf):
-                buf = os.pread(fd, min(_WALK_CHUNK, end - pos), pos)
-                buf_start, off = pos, 0
-                if len(buf) < _PREFIX_SIZE:
-                    return
-            base, length = _PREFIX.unpack_from(buf, off)
-            size = length + _PREFIX_SIZE
-            if size < _MIN_BATCH_SIZE or size > end - pos:
-                raise KafkaStorageError(f"{self.log_path}: bad batch length {length} at position {pos}")
-            yield pos, base, size
-            pos += size
-
-    def batch_headers(self, start_offset: int) -> Iterator[bytes]:
-        """The 61-byte v2 header of every batch whose last offset is >= ``start_offset``, in
-        order (for rebuilding producer state: records are never read).
+    def _scan(self, position: int, header_size: int) -> Iterator[tuple[int, int, int, bytes | bytearray, int]]:
+        """Yield ``(position, base offset, size, buf, off)`` of each batch from ``position`` on,
+        with at least ``header_size`` bytes of its header at ``buf[off:]``.
 
         Reads the file in chunks, so a long scan costs a few syscalls per chunk, not per batch.
         """
-        _, position = self.offset_index.lookup(start_offset)
         fd = self._fd()
         end = self._size
         buf = b""
         buf_start = pos = position
-        while end - pos >= HEADER_SIZE:
+        while end - pos >= header_size:
             off = pos - buf_start
-            if off + HEADER_SIZE > len(buf):
+            if off + header_size > len(buf):
                 buf = os.pread(fd, min(_WALK_CHUNK, end - pos), pos)
                 buf_start, off = pos, 0
-                if len(buf) < HEADER_SIZE:
+                if len(buf) < header_size:
                     raise KafkaStorageError(f"{self.log_path}: short read of the batch header at position {pos}")
             base, length = _PREFIX.unpack_from(buf, off)
             size = length + _PREFIX_SIZE
             if size < _MIN_BATCH_SIZE or size > end - pos:
                 raise KafkaStorageError(f"{self.log_path}: bad batch length {length} at position {pos}")
+            yield pos, base, size, buf, off
+            pos += size
+
+    def _walk(self, position: int) -> Iterator[tuple[int, int, int]]:
+        """Yield ``(position, base offset, size)`` of each batch from ``position`` on."""
+        for pos, base, size, _, _ in self._scan(position, _PREFIX_SIZE):
+            yield pos, base, size
+
+    def batch_headers(self, start_offset: int) -> Iterator[bytes]:
+        """The 61-byte v2 header of every batch whose last offset is >= ``start_offset``, in
+        order (for rebuilding producer state: records are never read)."""
+        _, position = self.offset_index.lookup(start_offset)
+        for _, base, _, buf, off in self._scan(position, HEADER_SIZE):
             if base + _LAST_OFFSET_DELTA.unpack_from(buf, off + _LAST_OFFSET_DELTA_AT)[0] >= start_offset:
                 yield bytes(buf[off:off + HEADER_SIZE])
-            pos += size
 
     def _locate(self, offset: int) -> tuple[int, int] | None:
         """(position, size) of the batch holding ``offset``: the last batch whose base offset is
