@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kwire-installed
 
-.PHONY: demo test lint pytest bench generate clean
+.PHONY: demo test lint pytest bench bench-broker generate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_protocol.py
+
+# The broker against librdkafka's mock cluster, both driven by confluent-kafka.
+bench-broker: $(STAMP)
+	$(PY) benchmarks/bench_broker.py
 
 generate: $(STAMP)
 	$(PY) tools/gen_protocol.py

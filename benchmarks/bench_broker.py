@@ -1,0 +1,630 @@
+"""The broker benchmark: kwire's broker against librdkafka's mock cluster, side by side in one run.
+
+Both brokers are driven by the same client, confluent-kafka (librdkafka), on 127.0.0.1:
+- kwire: ``python -m kwire.cli.main broker`` as a subprocess, temp data dir, ``--fsync never``;
+- mock: ``confluent_kafka.Producer({"test.mock.num.brokers": 1})``, librdkafka's in-process mock
+  broker (it keeps only the newest ~5 MB of each partition, in memory, and does no I/O).
+
+Topics are auto-created the same way on both (a Metadata request), with 4 partitions (the mock's
+fixed default; kwire gets ``--default-partitions 4``).  Measured:
+
+- produce throughput, 1 KiB and 100 B values, acks=1 and acks=all, to 1 or 4 partitions
+  (linger.ms 10, batch.size 1 MB, no compression; every delivery report awaited);
+- consume throughput: an assign()ed Consumer reads from offset 0 a data set of 16 topics x 4
+  partitions x ~3.5 MB (within the mock's window, so both serve the same data); kwire alone also
+  reads back a whole produce topic (the mock no longer holds it);
+- produce latency: p50/p99 of librdkafka's per-message latency (produce() to delivery report) at
+  a steady rate, linger.ms 0, acks=1 and acks=all;
+- the kwire broker's RSS (VmRSS) sampled during the produce runs, against its log size on disk.
+
+    python benchmarks/bench_broker.py [--messages 200000] [--seconds 20] [--json]
+
+Ratios: throughput kwire/mock (>1: kwire faster); latency mock/kwire (>1: kwire lower).
+Progress goes to stderr.  Figures and the command go to benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+PARTITIONS = 4          # the mock cluster auto-creates topics with 4 partitions; kwire is told the same
+MOCK_WINDOW = 3_500_000  # bytes of values per partition kept below the mock's ~5 MB per-partition retention
+SIZES = (1024, 100)
+CLIENT_LOG_LEVEL = 3     # librdkafka: errors only (disconnect notices at shutdown are level 6)
+# 16 MiB fetches of up to 1 MiB per partition (librdkafka's default): with its 50 MiB default, fetches
+# from kwire came back at 300-470 MB/s against 630-800 with 16 MiB (the mock: ~900 either way).
+CONSUMER_CONF = {"group.id": "bench-broker", "enable.auto.commit": False, "enable.auto.offset.store": False,
+                 "auto.offset.reset": "error", "fetch.wait.max.ms": 100, "fetch.max.bytes": 16 << 20,
+                 "max.partition.fetch.bytes": 1 << 20, "queued.max.messages.kbytes": 262_144,
+                 "queued.min.messages": 1_000_000, "log_level": CLIENT_LOG_LEVEL}
+
+
+def log(msg: str) -> None:
+    print(f"[bench_broker {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- the two brokers ----------------------------------------------------------------------------
+class KwireBroker:
+    """``kwire broker`` in a subprocess with a temp data dir; stop() sends SIGTERM."""
+
+    def __init__(self, fsync: str, start_timeout: float = 60):
+        self.dir = Path(tempfile.mkdtemp(prefix="kwire-bench-"))
+        self.data_dir = self.dir / "data"
+        self.stderr = open(self.dir / "broker.stderr", "wb")  # noqa: SIM115 - closed in stop()
+        cmd = [sys.executable, "-m", "kwire.cli.main", "broker", "--host", "127.0.0.1", "--port", "0",
+               "--data-dir", str(self.data_dir), "--fsync", fsync, "--default-partitions", str(PARTITIONS),
+               "--log-level", "warning", "--json"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.stderr)
+        deadline = time.monotonic() + start_timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                self.stop()
+                raise SystemExit(f"kwire broker did not start: see {self.dir / 'broker.stderr'}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    continue
+                line += chunk
+        self.bootstrap = json.loads(line)["bootstrap"]
+        self.pid = self.proc.pid
+
+    def rss_bytes(self) -> int | None:
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for row in f:
+                    if row.startswith("VmRSS:"):
+                        return int(row.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def log_bytes(self) -> tuple[int, int]:
+        """(bytes of .log segment files, bytes the whole data dir takes on disk)."""
+        logs = disk = 0
+        for root, _dirs, files in os.walk(self.data_dir):
+            for name in files:
+                try:
+                    st = os.stat(os.path.join(root, name))
+                except OSError:
+                    continue
+                disk += st.st_blocks * 512
+                if name.endswith(".log"):
+                    logs += st.st_size
+        return logs, disk
+
+    def stop(self) -> int | None:
+        code = None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                code = self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        else:
+            code = self.proc.returncode
+        self.proc.stdout.close()
+        self.stderr.close()
+        return code
+
+    def stderr_text(self) -> str:
+        try:
+            return (self.dir / "broker.stderr").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class MockCluster:
+    """librdkafka's mock cluster: lives as long as the Producer object that owns it."""
+
+    def __init__(self):
+        self.owner = Producer({"test.mock.num.brokers": 1, "log_level": CLIENT_LOG_LEVEL})
+        brokers = self.owner.list_topics(timeout=10).brokers
+        b = next(iter(brokers.values()))
+        self.bootstrap = f"{b.host}:{b.port}"
+
+    def stop(self) -> None:
+        self.owner = None
+
+
+class RssSampler(threading.Thread):
+    """Samples the kwire broker's VmRSS every ``interval`` seconds while ``active`` is set."""
+
+    def __init__(self, broker: KwireBroker, interval: float = 0.05):
+        super().__init__(daemon=True)
+        self.broker, self.interval = broker, interval
+        self.active = threading.Event()
+        self.done = threading.Event()
+        self.samples: list[int] = []
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            if self.active.is_set():
+                rss = self.broker.rss_bytes()
+                if rss is not None:
+                    self.samples.append(rss)
+            self.done.wait(self.interval)
+
+    def take(self) -> list[int]:
+        out, self.samples = self.samples, []
+        return out
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def create_topic(bootstrap: str, topic: str, problems: list[str], timeout: float = 15) -> None:
+    """Auto-create ``topic`` with a Metadata request (same on both brokers); check its partitions."""
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": CLIENT_LOG_LEVEL})
+    deadline = time.monotonic() + timeout
+    parts = 0
+    while time.monotonic() < deadline:
+        md = p.list_topics(topic, timeout=max(deadline - time.monotonic(), 0.1)).topics.get(topic)
+        if md is not None and md.error is None and md.partitions:
+            parts = len(md.partitions)
+            break
+        time.sleep(0.05)
+    if parts != PARTITIONS:
+        problems.append(f"{bootstrap} {topic}: {parts} partitions after auto-create, expected {PARTITIONS}")
+
+
+def make_value(size: int, i: int) -> bytes:
+    head = b"%012d|" % i
+    return (head + b"v" * size)[:size] if size >= len(head) else head[:size]
+
+
+def produce_run(bootstrap: str, topic: str, size: int, acks: str, parts: int, n: int, seconds: float,
+                problems: list[str], label: str) -> dict:
+    """Produce up to ``n`` values of ``size`` bytes round-robin over ``parts`` partitions; wait for
+    every delivery report.  Bounded by ``seconds`` for sending and again for the final flush."""
+    errors: list[str] = []  # with delivery.report.only.error only failed messages are reported
+
+    def on_error(err, msg) -> None:
+        errors.append(str(err))
+
+    conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 10, "batch.size": 1_000_000,
+            "compression.type": "none", "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_097_151, "delivery.report.only.error": True,
+            "on_delivery": on_error, "log_level": CLIENT_LOG_LEVEL}
+    p = Producer(conf)
+    p.list_topics(topic, timeout=10)
+    for part in range(parts):  # connect and warm up: one message per partition, not timed
+        p.produce(topic, make_value(size, 0), partition=part)
+    p.flush(10)
+    value = os.urandom(size)
+    produce, poll = p.produce, p.poll
+    sent = 0
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    timed_out = False
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, value, partition=i % parts)
+                break
+            except BufferError:
+                poll(0.001)
+                if time.perf_counter() > deadline:
+                    timed_out = True
+                    break
+        if timed_out:
+            break
+        sent += 1
+        if not i & 4095:
+            poll(0)
+            if time.perf_counter() > deadline:
+                timed_out = True
+                break
+    left = p.flush(seconds)
+    t1 = time.perf_counter()
+    n_err = len(errors)
+    delivered = sent - n_err - left
+    if n_err:
+        problems.append(f"{label}: {n_err} delivery errors, e.g. {errors[:3]}")
+    if left:
+        problems.append(f"{label}: {left} messages not delivered within {seconds}s of flush")
+    if timed_out:
+        log(f"  {label}: time budget hit after {sent:,} of {n:,} messages")
+    elapsed = t1 - t0
+    return {"messages": delivered, "bytes": delivered * size, "seconds": elapsed,
+            "msgs_per_s": delivered / elapsed, "mb_per_s": delivered * size / elapsed / 1e6,
+            "complete": not timed_out and not left and not n_err, "expected_in_log": sent + parts - n_err - left}
+
+
+def fill_consume_topics(bootstrap: str, topics: list[str], size: int, per_partition: int, problems: list[str],
+                        label: str) -> None:
+    """Write ``per_partition`` numbered values to every partition of every topic (acks=all)."""
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151,
+                  "delivery.report.only.error": True, "on_delivery": lambda err, msg: errors.append(str(err)),
+                  "log_level": CLIENT_LOG_LEVEL})
+    for topic in topics:
+        for part in range(PARTITIONS):
+            for i in range(per_partition):
+                while True:
+                    try:
+                        p.produce(topic, make_value(size, i), partition=part)
+                        break
+                    except BufferError:
+                        p.poll(0.01)
+            p.poll(0)
+    left = p.flush(120)
+    if errors or left:
+        problems.append(f"{label}: filling consume topics: {len(errors)} errors, {left} undelivered {errors[:3]}")
+
+
+def consume_run(bootstrap: str, ends: dict[tuple[str, int], int], size: int, seconds: float, problems: list[str],
+                label: str, check_values: bool) -> dict:
+    """Read every (topic, partition) in ``ends`` from offset 0 to its end offset; check offsets run
+    0..end-1 with no gap and every value has ``size`` bytes (and, with ``check_values``, its number)."""
+    c = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONF})
+    c.list_topics(timeout=10)  # connect before the clock starts
+    index = {key: i for i, key in enumerate(ends)}
+    nxt = [0] * len(index)
+    end = [ends[key] for key in index]
+    remaining = sum(end)
+    total = remaining
+    bad: list[str] = []
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    c.assign([TopicPartition(t, p, 0) for t, p in ends])
+    got = nbytes = 0
+    consume = c.consume
+    while remaining > 0 and time.perf_counter() < deadline:
+        # consume(n, timeout) returns once it has n messages: never ask for more than are left.
+        for m in consume(min(10_000, remaining), 1.0):
+            err = m.error()
+            if err is not None:
+                if len(bad) < 5:
+                    bad.append(f"consumer error {err}")
+                continue
+            v = m.value()
+            k = index[(m.topic(), m.partition())]
+            off = m.offset()
+            if off != nxt[k]:
+                if len(bad) < 5:
+                    bad.append(f"{m.topic()}-{m.partition()}: offset {off}, expected {nxt[k]}")
+                if off < nxt[k]:
+                    continue
+            nxt[k] = off + 1
+            if off < end[k]:
+                remaining -= 1
+            got += 1
+            nbytes += len(v)
+            if len(v) != size or (check_values and v[:12] != b"%012d" % off):
+                if len(bad) < 5:
+                    bad.append(f"{m.topic()}-{m.partition()}@{off}: wrong value {v[:16]!r}... ({len(v)} bytes)")
+    t1 = time.perf_counter()
+    c.close()
+    if remaining:
+        bad.append(f"{remaining:,} of {total:,} messages not read within {seconds}s")
+    problems.extend(f"{label}: {b}" for b in bad)
+    elapsed = t1 - t0
+    return {"messages": got, "bytes": nbytes, "seconds": elapsed, "msgs_per_s": got / elapsed,
+            "mb_per_s": nbytes / elapsed / 1e6, "complete": not remaining}
+
+
+def end_offsets(bootstrap: str, topics: list[str], problems: list[str], label: str) -> dict[tuple[str, int], tuple]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-broker-wm", "log_level": CLIENT_LOG_LEVEL})
+    out = {}
+    for t in topics:
+        for p in range(PARTITIONS):
+            try:
+                out[(t, p)] = c.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+            except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+                problems.append(f"{label}: watermarks of {t}-{p}: {exc}")
+    c.close()
+    return out
+
+
+class LatencyProducer:
+    """A producer sending one message every 1/rate s to partition 0 (linger.ms 0, Nagle off).
+
+    Latency is librdkafka's produce()-to-delivery-report time (``msg.latency()``), which it
+    computes when the report is served: ``run`` polls whenever a report is due, so it is served
+    as it arrives and the figure is the broker's round trip plus the client's own path."""
+
+    def __init__(self, bootstrap: str, topic: str, acks: str, size: int, rate: float):
+        self.topic, self.interval = topic, 1 / rate
+        self.value = os.urandom(size)
+        self.lat: list[float] = []
+        self.errors: list[str] = []
+        self.measuring = False
+        self.outstanding = 0
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
+                           "socket.nagle.disable": True, "compression.type": "none",
+                           "on_delivery": self._on_delivery, "log_level": CLIENT_LOG_LEVEL})
+        self.p.list_topics(topic, timeout=10)
+        self.run(0.5, measure=False)  # connection set up, first requests served: not counted
+
+    def _on_delivery(self, err, msg) -> None:
+        self.outstanding -= 1
+        if err is not None:
+            self.errors.append(str(err))
+        elif self.measuring:
+            self.lat.append(msg.latency())
+
+    def run(self, seconds: float, measure: bool = True) -> None:
+        self.measuring = measure
+        p, topic, value = self.p, self.topic, self.value
+        nxt = time.perf_counter()
+        stop = nxt + seconds
+        while nxt < stop:
+            now = time.perf_counter()
+            if now >= nxt:
+                p.produce(topic, value, partition=0)
+                self.outstanding += 1
+                nxt += self.interval
+            elif self.outstanding > 0:
+                p.poll(0.001)  # returns as soon as a delivery report is served
+            else:
+                time.sleep(nxt - now)
+        p.flush(10)
+
+
+def latency_summary(lat: list[float]) -> dict:
+    """Nearest-rank percentiles of latencies in seconds, in ms."""
+    lat = sorted(lat)
+    n = len(lat)
+
+    def pct(q: float) -> float:
+        return lat[min(n - 1, max(0, round(q * n) - 1))] * 1000 if n else float("nan")
+
+    return {"messages": n, "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": lat[-1] * 1000 if n else float("nan"),
+            "mean_ms": sum(lat) / n * 1000 if n else float("nan")}
+
+
+# -- the run ----------------------------------------------------------------------------------------
+def best(runs: list[dict], key: str) -> dict:
+    return max(runs, key=lambda r: r[key])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per produce run (default 200,000)")
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="time limit of each produce or consume run (default 20)")
+    parser.add_argument("--repeat", type=int, default=3, help="throughput runs per case and broker; best kept")
+    parser.add_argument("--rate", type=float, default=1000.0, help="messages/s of the latency runs (default 1000)")
+    parser.add_argument("--latency-seconds", type=float, default=4.0, help="length of each latency run (default 4)")
+    parser.add_argument("--consume-topics", type=int, default=16,
+                        help="topics (x 4 partitions x ~3.5 MB) in the consume data set (default 16)")
+    parser.add_argument("--partitions", default="1,4", help="partitions written by produce runs: 1, 4 or 1,4")
+    parser.add_argument("--fsync", default="never", choices=["never", "interval", "always"],
+                        help="kwire broker --fsync (default never)")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    args = parser.parse_args(argv)
+    part_choices = [int(x) for x in args.partitions.split(",") if x]
+    if any(p not in (1, PARTITIONS) for p in part_choices):
+        parser.error("--partitions takes 1, 4 or 1,4")
+
+    per_partition = {size: MOCK_WINDOW // size for size in SIZES}
+    problems: list[str] = []
+    log("starting the kwire broker and the mock cluster")
+    kwire = KwireBroker(args.fsync)
+    mock = None
+    sampler = RssSampler(kwire)
+    sampler.start()
+    results: dict = {"produce": [], "consume": [], "latency": [], "memory": {}}
+    try:
+        mock = MockCluster()
+        brokers = {"kwire": kwire.bootstrap, "mock": mock.bootstrap}
+        log(f"kwire at {kwire.bootstrap} (pid {kwire.pid}, data {kwire.data_dir}), mock at {mock.bootstrap}")
+        rss_start = kwire.rss_bytes()
+
+        # Produce latency at a steady rate, first: the throughput runs leave GBs of dirty page cache
+        # whose writeback competes for the two CPUs.
+        for acks in ("1", "all"):
+            row = {"case": f"1 KiB at {args.rate:,.0f} msgs/s acks={acks}", "acks": acks}
+            topic = f"l-{acks}"
+            for name in ("kwire", "mock"):
+                create_topic(brokers[name], topic, problems)
+            senders = {name: LatencyProducer(brokers[name], topic, acks, 1024, args.rate) for name in brokers}
+            slices = 4  # alternated, so that a passing stall of the machine hits both alike
+            for i in range(slices):
+                for name in ("kwire", "mock") if i % 2 == 0 else ("mock", "kwire"):
+                    senders[name].run(args.latency_seconds / slices)
+            lat = {name: s.lat for name, s in senders.items()}
+            for name, sender in senders.items():
+                if sender.errors:
+                    problems.append(f"latency acks={acks} {name}: {len(sender.errors)} delivery errors, "
+                                    f"e.g. {sender.errors[:3]}")
+            del senders
+            for name in ("kwire", "mock"):
+                row[name] = latency_summary(lat[name])
+                log(f"latency acks={acks} {name}: p50 {row[name]['p50_ms']:.3f} ms p99 {row[name]['p99_ms']:.3f} ms "
+                    f"({row[name]['messages']:,} messages)")
+            row["ratio_p50"] = row["mock"]["p50_ms"] / row["kwire"]["p50_ms"]
+            row["ratio_p99"] = row["mock"]["p99_ms"] / row["kwire"]["p99_ms"]
+            results["latency"].append(row)
+
+        # Produce throughput, with kwire's RSS sampled during its runs.
+        mem_rows = []
+        produced_topics: dict[str, dict] = {}
+        for size in SIZES:
+            for acks in ("1", "all"):
+                for parts in part_choices:
+                    case = f"{'1 KiB' if size == 1024 else f'{size} B'} acks={acks} partitions={parts}"
+                    runs: dict[str, list[dict]] = {"kwire": [], "mock": []}
+                    for rep in range(args.repeat):
+                        for name in ("kwire", "mock") if rep % 2 == 0 else ("mock", "kwire"):
+                            topic = f"p-{size}-{acks}-{parts}-r{rep}"
+                            label = f"produce {case} {name} #{rep + 1}"
+                            create_topic(brokers[name], topic, problems)
+                            if name == "kwire":
+                                sampler.active.set()
+                            r = produce_run(brokers[name], topic, size, acks, parts, args.messages, args.seconds,
+                                            problems, label)
+                            if name == "kwire":
+                                sampler.active.clear()
+                                samples = sampler.take()
+                                logs, disk = kwire.log_bytes()
+                                rss_end = kwire.rss_bytes() or 0
+                                mem_rows.append({"case": case, "run": rep + 1, "log_bytes": logs, "disk_bytes": disk,
+                                                 "rss_max": max(samples + [rss_end]), "rss_end": rss_end,
+                                                 "samples": len(samples)})
+                                produced_topics[topic] = {"size": size, "parts": parts,
+                                                          "expected": r["expected_in_log"]}
+                            runs[name].append(r)
+                            log(f"{label}: {r['mb_per_s']:,.1f} MB/s {r['msgs_per_s']:,.0f} msgs/s")
+                    k, m = best(runs["kwire"], "mb_per_s"), best(runs["mock"], "mb_per_s")
+                    results["produce"].append({"case": case, "size": size, "acks": acks, "partitions": parts,
+                                               "kwire": k, "mock": m, "ratio": k["mb_per_s"] / m["mb_per_s"]})
+
+        # Consume throughput: the same data set on both (it fits the mock's retention window).
+        for size in SIZES:
+            n = per_partition[size]
+            topics = [f"c-{size}-{t}" for t in range(args.consume_topics)]
+            case = f"{'1 KiB' if size == 1024 else f'{size} B'}, {len(topics)} topics x {PARTITIONS} partitions"
+            ends = {}
+            for name in ("kwire", "mock"):
+                log(f"consume {case}: writing {len(topics) * PARTITIONS * n:,} messages to {name}")
+                for t in topics:
+                    create_topic(brokers[name], t, problems)
+                fill_consume_topics(brokers[name], topics, size, n, problems, f"consume {case} {name}")
+                wm = end_offsets(brokers[name], topics, problems, f"consume {case} {name}")
+                for key, (low, high) in wm.items():
+                    if low != 0 or high != n:
+                        problems.append(f"consume {case} {name}: {key[0]}-{key[1]} holds offsets [{low}, {high}), "
+                                        f"expected [0, {n})")
+                ends[name] = {key: n for key in wm}
+            runs = {"kwire": [], "mock": []}
+            for rep in range(args.repeat):
+                for name in ("kwire", "mock") if rep % 2 == 0 else ("mock", "kwire"):
+                    label = f"consume {case} {name} #{rep + 1}"
+                    r = consume_run(brokers[name], ends[name], size, args.seconds, problems, label, check_values=True)
+                    runs[name].append(r)
+                    log(f"{label}: {r['mb_per_s']:,.1f} MB/s {r['msgs_per_s']:,.0f} msgs/s")
+            k, m = best(runs["kwire"], "mb_per_s"), best(runs["mock"], "mb_per_s")
+            results["consume"].append({"case": case, "size": size, "kwire": k, "mock": m,
+                                       "ratio": k["mb_per_s"] / m["mb_per_s"]})
+
+        # kwire alone: read back a whole produce topic (everything it was sent).
+        whole = [t for t, info in produced_topics.items() if info["size"] == 1024 and info["parts"] == max(part_choices)]
+        if whole:
+            topic = whole[0]
+            wm = end_offsets(kwire.bootstrap, [topic], problems, f"read back {topic}")
+            total = sum(high for _low, high in wm.values())
+            if total != produced_topics[topic]["expected"]:
+                problems.append(f"read back {topic}: kwire holds {total:,} messages, "
+                                f"{produced_topics[topic]['expected']:,} were acknowledged")
+            label = f"read back {topic} (kwire only)"
+            r = consume_run(kwire.bootstrap, {key: high for key, (_low, high) in wm.items()}, 1024, args.seconds,
+                            problems, label, check_values=False)
+            log(f"{label}: {r['mb_per_s']:,.1f} MB/s {r['msgs_per_s']:,.0f} msgs/s")
+            results["readback"] = {"topic": topic, **r}
+
+        all_rss = [r["rss_max"] for r in mem_rows]
+        results["memory"] = {"rss_at_start": rss_start, "rss_first": mem_rows[0]["rss_end"] if mem_rows else None,
+                             "rss_max": max(all_rss, default=None),
+                             "rss_last": mem_rows[-1]["rss_end"] if mem_rows else None,
+                             "log_bytes_last": mem_rows[-1]["log_bytes"] if mem_rows else None,
+                             "runs": mem_rows}
+    finally:
+        sampler.done.set()
+        code = kwire.stop()
+        if code not in (0, None):
+            problems.append(f"kwire broker exited with {code} on SIGTERM")
+        errors = [line for line in kwire.stderr_text().splitlines()
+                  if " ERROR " in line or " WARNING " in line or "Traceback" in line]
+        if errors:
+            problems.append(f"kwire broker logged {len(errors)} warning/error line(s), e.g. {errors[:3]}")
+        kwire.cleanup()
+        if mock is not None:
+            mock.stop()
+
+    meta = {"python": platform.python_version(), "confluent_kafka": confluent_kafka.version(),
+            "librdkafka": confluent_kafka.libversion()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+            "messages": args.messages, "repeat": args.repeat, "fsync": args.fsync,
+            "partitions_per_topic": PARTITIONS, "mb": "10^6 bytes of message values"}
+    results["problems"] = problems
+    if args.json:
+        json.dump({"meta": meta, **results}, sys.stdout, indent=2)
+        print()
+        return 1 if problems else 0
+    print_tables(meta, results)
+    return 1 if problems else 0
+
+
+def _mb(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+def print_tables(meta: dict, results: dict) -> None:
+    print(f"kwire broker vs librdkafka {meta['librdkafka']} mock cluster; client confluent-kafka "
+          f"{meta['confluent_kafka']}; Python {meta['python']}, {meta['cpus']} CPUs; kwire --fsync {meta['fsync']}; "
+          f"MB = 10^6 bytes of values; best of {meta['repeat']}")
+    print()
+    print(f"produce, {meta['messages']:,} messages per run    kwire MB/s    mock MB/s  kwire msgs/s   mock msgs/s  "
+          "kwire/mock")
+    for r in results["produce"]:
+        k, m = r["kwire"], r["mock"]
+        print(f"{r['case']:<40} {k['mb_per_s']:>11,.1f} {m['mb_per_s']:>12,.1f} {k['msgs_per_s']:>13,.0f} "
+              f"{m['msgs_per_s']:>13,.0f} {r['ratio']:>10.2f}x")
+    print()
+    print("consume (read from offset 0)                kwire MB/s    mock MB/s  kwire msgs/s   mock msgs/s  "
+          "kwire/mock")
+    for r in results["consume"]:
+        k, m = r["kwire"], r["mock"]
+        print(f"{r['case']:<40} {k['mb_per_s']:>11,.1f} {m['mb_per_s']:>12,.1f} {k['msgs_per_s']:>13,.0f} "
+              f"{m['msgs_per_s']:>13,.0f} {r['ratio']:>10.2f}x")
+    rb = results.get("readback")
+    if rb:
+        name = f"1 KiB whole topic {rb['topic']}"
+        print(f"{name:<40} {rb['mb_per_s']:>11,.1f} {'n/a':>12} {rb['msgs_per_s']:>13,.0f} {'n/a':>13} "
+              f"{'-':>11}")
+        print(f"  ({rb['messages']:,} messages, {rb['bytes'] / 1e6:,.0f} MB: everything that topic was sent; the "
+              "mock keeps only ~5 MB per partition)")
+    print()
+    print("produce latency (ms)                  kwire p50  mock p50  kwire p99  mock p99  mock/kwire p50  "
+          "mock/kwire p99")
+    for r in results["latency"]:
+        k, m = r["kwire"], r["mock"]
+        print(f"{r['case']:<36} {k['p50_ms']:>10.3f} {m['p50_ms']:>9.3f} {k['p99_ms']:>10.3f} {m['p99_ms']:>9.3f} "
+              f"{r['ratio_p50']:>14.2f}x {r['ratio_p99']:>14.2f}x")
+    print("  (latency ratios are mock/kwire: above 1 means kwire answers faster)")
+    print()
+    mem = results["memory"]
+    if mem.get("runs"):
+        print(f"kwire broker RSS during its produce runs (VmRSS sampled every 50 ms; {_mb(mem['rss_at_start'])} "
+              "before any traffic)")
+        print(f"{'after the runs of':<40} {'log (.log files)':>17} {'max RSS in runs':>16} {'RSS after':>12}")
+        cases: dict[str, list[dict]] = {}
+        for row in mem["runs"]:
+            cases.setdefault(row["case"], []).append(row)
+        for case, rows in cases.items():
+            print(f"{case:<40} {_mb(rows[-1]['log_bytes']):>17} {_mb(max(r['rss_max'] for r in rows)):>16} "
+                  f"{_mb(rows[-1]['rss_end']):>12}")
+        print(f"RSS first {_mb(mem['rss_first'])}, max {_mb(mem['rss_max'])}, last {_mb(mem['rss_last'])}; "
+              f"log {_mb(mem['log_bytes_last'])}")
+    print()
+    if results["problems"]:
+        print(f"PROBLEMS ({len(results['problems'])}):")
+        for p in results["problems"]:
+            print(f"  - {p}")
+    else:
+        print("checks: every message acknowledged, every consumed offset and value as written, no broker errors")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
