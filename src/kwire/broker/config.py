@@ -7,6 +7,7 @@ Unknown keys are an error naming the key, so a typo never silently falls back to
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import uuid
 from dataclasses import dataclass, field
@@ -73,25 +74,23 @@ class BrokerConfig:
         return dataclasses.replace(self, **changes)
 
 
-_TOP_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "log"}
+# Each setting's value type, from its annotation (``int | None`` -> int: None is never written).
+_TOP_TYPES: dict[str, type] = {
+    name: next(t for t in (bool, int, Path, str) if t.__name__ in hint)
+    for name, hint in ((f.name, str(f.type)) for f in dataclasses.fields(BrokerConfig) if f.name != "log")}
 _LOG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
+_TYPE_WORDS = {bool: "true or false", int: "an integer", Path: "a path string", str: "a string"}
 
 
-def _check_type(name: str, value: Any, default: Any) -> Any:
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
-    elif isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name} must be an integer, got {value!r}")
-    elif isinstance(default, Path):
-        if not isinstance(value, str):
-            raise ConfigError(f"{name} must be a path string, got {value!r}")
-        return Path(value)
-    elif default is None or isinstance(default, str):
-        if not isinstance(value, str | int) or isinstance(value, bool):
-            raise ConfigError(f"{name} has the wrong type: {value!r}")
-    return value
+def _check_type(name: str, value: Any) -> Any:
+    kind = _TOP_TYPES[name]
+    if kind is Path and isinstance(value, Path):
+        return value
+    ok = isinstance(value, str) if kind is Path else isinstance(value, kind) and (
+        kind is bool or not isinstance(value, bool))
+    if not ok:
+        raise ConfigError(f"{name} must be {_TYPE_WORDS[kind]}, got {value!r}")
+    return Path(value) if kind is Path else value
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
@@ -113,7 +112,7 @@ def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
                 if not isinstance(value, dict):
                     raise ConfigError(f"{path}: [log] must be a table")
                 log_values.update(value)
-            elif key in _TOP_FIELDS:
+            elif key in _TOP_TYPES:
                 values[key] = value
             else:
                 raise ConfigError(f"{path}: unknown setting {key!r}")
@@ -122,12 +121,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
             continue
         if key == "log":
             log_values.update({k: v for k, v in value.items() if v is not None})
-        elif key in _TOP_FIELDS:
+        elif key in _TOP_TYPES:
             values[key] = value
         else:
             raise ConfigError(f"unknown setting {key!r}")
-    checked = {key: value if isinstance(value, Path) else _check_type(key, value, _TOP_FIELDS[key].default)
-               for key, value in values.items()}
+    checked = {key: _check_type(key, value) for key, value in values.items()}
     for key in log_values:
         if key not in _LOG_FIELDS:
             raise ConfigError(f"unknown log setting {key!r} (known: {', '.join(sorted(_LOG_FIELDS))})")
@@ -140,6 +138,4 @@ def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
 
 def new_cluster_id() -> str:
     """A Kafka-style cluster id: 16 random bytes in URL-safe base64 without padding (22 chars)."""
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

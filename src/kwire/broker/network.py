@@ -98,10 +98,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.registry.open.discard(self)
         self.queue.clear()
-        if self.task is not None:
-            self.task.cancel()  # nobody is left to answer
-            self.registry.closing.add(self.task)
-            self.task.add_done_callback(self.registry.closing.discard)
+        self._abandon_task()
         logger.debug("connection %d from %s closed%s", self.id, self.peer, f": {exc}" if exc else "")
 
     def data_received(self, data: bytes) -> None:
@@ -191,9 +188,16 @@ class Connection(asyncio.Protocol):
         level = logging.DEBUG if why == "broker shutting down" else logging.WARNING
         logger.log(level, "closing connection %d from %s: %s", self.id, self.peer, why)
         self.queue.clear()
-        if self.task is not None and self.task is not asyncio.current_task():
-            self.task.cancel()  # a long-polling fetch or a waiting JoinGroup: nobody to answer
-            self.registry.closing.add(self.task)
-            self.task.add_done_callback(self.registry.closing.discard)
+        self._abandon_task()
         if self.transport is not None:
             self.transport.abort() if why != "broker shutting down" else self.transport.close()
+
+    def _abandon_task(self) -> None:
+        """Cancel the request being served (a long-polling Fetch, a parked JoinGroup): nobody is
+        left to answer.  Shutdown waits for it through the registry."""
+        task = self.task
+        if task is None or task is asyncio.current_task():
+            return
+        task.cancel()
+        self.registry.closing.add(task)
+        task.add_done_callback(self.registry.closing.discard)

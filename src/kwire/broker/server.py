@@ -55,9 +55,9 @@ class Broker:
             self.state.close()
             raise
         bound = self._server.sockets[0].getsockname()[1]
-        if self.config.port == 0 or self.config.advertised_port is None:
-            # Handlers read the advertised address from the state's config.
-            self.state.config = self.state.config.with_(port=bound)
+        # Handlers read the advertised address from the state's config: give it the bound port
+        # (the same as the configured one unless that was 0).
+        self.state.config = self.state.config.with_(port=bound)
         self._tasks.append(loop.create_task(self._every(self.config.retention_check_interval_ms, self._retention)))
         if self.config.fsync == "interval":
             self._tasks.append(loop.create_task(self._every(self.config.fsync_interval_ms, self._flush)))

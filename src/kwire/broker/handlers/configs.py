@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from kwire.protocol import messages
 from kwire.protocol.errors import InvalidRequestError, UnknownTopicOrPartitionError
 
+from ..state import TOPIC_CONFIGS
 from ..storage import LogConfig
 from .registry import handler
 
@@ -29,36 +30,37 @@ class ConfigEntry:
     read_only: bool = False
 
 
-# Topic configs shown, with the LogConfig field giving the effective value, the type and a line of doc.
-_TOPIC_ENTRIES: list[tuple[str, str | None, int, str]] = [
-    ("cleanup.policy", None, LIST, "Only 'delete' (retention by time and size)."),
-    ("retention.ms", "retention_ms", LONG, "How long a segment is kept after its newest record; -1 forever."),
-    ("retention.bytes", "retention_bytes", LONG, "Size a partition's log may reach before old segments go."),
-    ("segment.bytes", "segment_bytes", INT, "Size at which the active segment rolls."),
-    ("segment.ms", "segment_ms", LONG, "Age at which the active segment rolls."),
-    ("index.interval.bytes", "index_interval_bytes", INT, "Bytes between offset index entries."),
-    ("message.timestamp.type", "message_timestamp_type", STRING, "CreateTime or LogAppendTime."),
-    ("max.message.bytes", "max_message_bytes", INT, "Largest record batch accepted."),
-    ("min.insync.replicas", None, INT, "Always 1 on this single-node broker."),
+# Topic configs shown, with their type and a line of doc; the LogConfig field holding each
+# effective value comes from TOPIC_CONFIGS (the settable configs), or _FIXED.
+_TOPIC_ENTRIES: list[tuple[str, int, str]] = [
+    ("cleanup.policy", LIST, "Only 'delete' (retention by time and size)."),
+    ("retention.ms", LONG, "How long a segment is kept after its newest record; -1 forever."),
+    ("retention.bytes", LONG, "Size a partition's log may reach before old segments go."),
+    ("segment.bytes", INT, "Size at which the active segment rolls."),
+    ("segment.ms", LONG, "Age at which the active segment rolls."),
+    ("index.interval.bytes", INT, "Bytes between offset index entries."),
+    ("message.timestamp.type", STRING, "CreateTime or LogAppendTime."),
+    ("max.message.bytes", INT, "Largest record batch accepted."),
+    ("min.insync.replicas", INT, "Always 1 on this single-node broker."),
 ]
 _FIXED = {"cleanup.policy": "delete", "min.insync.replicas": "1"}
 _DEFAULT_LOG = LogConfig()
 
 
-def _value(cfg: LogConfig, key: str, field: str | None) -> str:
-    return _FIXED[key] if field is None else str(getattr(cfg, field))
+def _value(cfg: LogConfig, key: str) -> str:
+    return _FIXED[key] if key in _FIXED else str(getattr(cfg, TOPIC_CONFIGS[key][0]))
 
 
 def topic_config_entries(broker, overrides: dict[str, str]) -> list[ConfigEntry]:
     """The effective configs of a topic with these overrides, each with where it comes from."""
     base = broker.config.log
     out = []
-    for key, field, kind, doc in _TOPIC_ENTRIES:
+    for key, kind, doc in _TOPIC_ENTRIES:
         if key in overrides:
             value, source = overrides[key], DYNAMIC_TOPIC_CONFIG
         else:
-            value = _value(base, key, field)
-            source = DEFAULT_CONFIG if value == _value(_DEFAULT_LOG, key, field) else STATIC_BROKER_CONFIG
+            value = _value(base, key)
+            source = DEFAULT_CONFIG if value == _value(_DEFAULT_LOG, key) else STATIC_BROKER_CONFIG
         out.append(ConfigEntry(key, value, source, kind, doc))
     return out
 

@@ -62,7 +62,7 @@ def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: in
             out.records = records
             return out, len(records)
     except OffsetOutOfRangeError as exc:
-        out.error_code, _ = exc.code, None
+        out.error_code = exc.code
         try:
             log = broker.logs.get(name, p.partition)
             out.high_watermark = out.last_stable_offset = log.high_watermark
@@ -70,7 +70,7 @@ def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: in
         except Exception:  # noqa: BLE001 - deleted meanwhile: the error code says enough
             pass
     except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
-        out.error_code, _ = error_of(exc)
+        out.error_code = error_of(exc)[0]
     return out, 0
 
 

@@ -12,8 +12,8 @@ import time
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    InvalidRecordError,
     InvalidRequiredAcksError,
-    KafkaError,
     KafkaStorageError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -37,7 +37,7 @@ def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionRe
             raise UnknownTopicOrPartitionError(f"{name}-{index} does not exist")
         log = broker.logs.get(name, index)
         if records is None:
-            raise KafkaError.for_code(87)("the partition's records are null")  # INVALID_RECORD
+            raise InvalidRecordError("the partition's records are null")
         now = time.time_ns() // 1_000_000
         base, _last = log.append(records, now_ms=now)
         resp.base_offset = base
