@@ -150,3 +150,53 @@ def test_bytes_after_a_request_are_ignored_as_kafka_does(broker):
         s.sendall(padded)
         _, resp = decode_response(_read_frame(s), 3, 13)
         assert resp.brokers[0].node_id == 1
+
+
+def _produce_request(topic: str, records: bytes):
+    R = messages.ProduceRequest
+    return R(acks=1, timeout_ms=1000, topic_data=[R.TopicProduceData(name=topic, partition_data=[
+        R.TopicProduceData.PartitionProduceData(index=0, records=records)])])
+
+
+def _batches(count: int, value_size: int) -> bytes:
+    from kwire.protocol.records import RecordBatchBuilder
+
+    out = b""
+    for i in range(count):
+        b = RecordBatchBuilder()
+        for j in range(10):
+            b.append(b"k", bytes([i, j]) * (value_size // 2), timestamp=1_700_000_000_000 + j)
+        out += b.build()
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 997, 65536, None], ids=["byte-by-byte-header", "997", "64KiB", "whole"])
+def test_large_requests_in_any_pieces_with_small_ones_behind_them(broker, chunk):
+    from kwire.protocol.records import iter_batches
+
+    topic = f"pieces-{chunk}"
+    records = _batches(8, 8000)  # ~640 KB: several reads, received into the frame's own buffer
+    with _connect(broker.port) as s:
+        _call(s, messages.MetadataRequest(topics=[messages.MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
+        stream = (encode_request(_produce_request(topic, records), 9, 10)
+                  + encode_request(messages.ApiVersionsRequest(), 3, 11)
+                  + encode_request(_produce_request(topic, records), 9, 12))
+        if chunk == 1:  # the first 100 bytes one at a time, then the rest at once
+            for i in range(100):
+                s.sendall(stream[i:i + 1])
+            s.sendall(stream[100:])
+        else:
+            step = chunk or len(stream)
+            for i in range(0, len(stream), step):
+                s.sendall(stream[i:i + step])
+        answers = [decode_response(_read_frame(s), key, v) for key, v in ((0, 9), (18, 3), (0, 9))]
+    assert [h.correlation_id for h, _ in answers] == [10, 11, 12]
+    assert [r.responses[0].partition_responses[0].base_offset for h, r in (answers[0], answers[2])] == [0, 80]
+    log = broker.call(broker.state.logs.get, topic, 0)
+    stored = b"".join(piece.read() for piece in broker.call(log.read, 0, 1 << 22))
+    got = list(iter_batches(stored))
+    assert [b.base_offset for b in got] == list(range(0, 160, 10))
+    for b in got:
+        b.validate()
+    expected_values = [r.value for b in iter_batches(records) for r in b] * 2
+    assert [r.value for b in got for r in b] == expected_values

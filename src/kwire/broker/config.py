@@ -19,15 +19,12 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from ..settings import ConfigError, coerce, setting_types, unknown_setting
 from .storage import LogConfig
 
 __all__ = ["BrokerConfig", "ConfigError", "FSYNC_POLICIES", "load_config"]
 
 FSYNC_POLICIES = ("never", "interval", "always")
-
-
-class ConfigError(ValueError):
-    """A setting that is missing, unknown or out of range; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -74,23 +71,13 @@ class BrokerConfig:
         return dataclasses.replace(self, **changes)
 
 
-# Each setting's value type, from its annotation (``int | None`` -> int: None is never written).
-_TOP_TYPES: dict[str, type] = {
-    name: next(t for t in (bool, int, Path, str) if t.__name__ in hint)
-    for name, hint in ((f.name, str(f.type)) for f in dataclasses.fields(BrokerConfig) if f.name != "log")}
-_LOG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
-_TYPE_WORDS = {bool: "true or false", int: "an integer", Path: "a path string", str: "a string"}
+# Each setting's value type, read from its annotation (``int | None`` -> int: None is never written).
+_TOP_TYPES: dict[str, type] = {name: t.kind for name, t in setting_types(BrokerConfig).items()}
+_LOG_TYPES: dict[str, type] = {name: t.kind for name, t in setting_types(LogConfig).items()}
 
 
 def _check_type(name: str, value: Any) -> Any:
-    kind = _TOP_TYPES[name]
-    if kind is Path and isinstance(value, Path):
-        return value
-    ok = isinstance(value, str) if kind is Path else isinstance(value, kind) and (
-        kind is bool or not isinstance(value, bool))
-    if not ok:
-        raise ConfigError(f"{name} must be {_TYPE_WORDS[kind]}, got {value!r}")
-    return Path(value) if kind is Path else value
+    return coerce(name, value, _TOP_TYPES[name])
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
@@ -115,7 +102,7 @@ def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
             elif key in _TOP_TYPES:
                 values[key] = value
             else:
-                raise ConfigError(f"{path}: unknown setting {key!r}")
+                raise unknown_setting(key, _TOP_TYPES, where=str(path))
     for key, value in overrides.items():
         if value is None:
             continue
@@ -124,13 +111,14 @@ def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
         elif key in _TOP_TYPES:
             values[key] = value
         else:
-            raise ConfigError(f"unknown setting {key!r}")
+            raise unknown_setting(key, _TOP_TYPES)
     checked = {key: _check_type(key, value) for key, value in values.items()}
     for key in log_values:
-        if key not in _LOG_FIELDS:
-            raise ConfigError(f"unknown log setting {key!r} (known: {', '.join(sorted(_LOG_FIELDS))})")
+        if key not in _LOG_TYPES:
+            raise unknown_setting(key, _LOG_TYPES, what="log setting", list_known=True)
+    log_checked = {key: coerce(key, value, _LOG_TYPES[key]) for key, value in log_values.items()}
     try:
-        log = LogConfig(**log_values)
+        log = LogConfig(**log_checked)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"log settings: {exc}") from None
     return BrokerConfig(**checked, log=log)

@@ -74,8 +74,12 @@ def _refuse(header, code: int, why: str) -> Reply:
     return _finish(header, resp)
 
 
-def dispatch(state, frame: bytes, *, client_host: str, connection_id: int):
+def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id: int):
     """Serve one request frame body (no size prefix).
+
+    ``records`` fields (Produce) are decoded as views into ``frame``, which the handler may
+    modify: give it a frame nobody else uses (the network layer hands over each frame's own
+    buffer), or bytes.
 
     Returns a ``Reply``, None (no response: acks=0), or an awaitable of one of those.
     Raises ``CloseConnection`` when the connection must close.
@@ -104,7 +108,7 @@ def dispatch(state, frame: bytes, *, client_host: str, connection_id: int):
         return _refuse(header, UnsupportedVersionError.code,
                        f"{cls.SPEC.name} v{version} is not served (v{entry.min_version}-{entry.max_version} are)")
     try:
-        request, end = cls.codec(version).decode(frame, offset, strict=False)
+        request, end = cls.codec(version).decode(frame, offset, strict=False, record_views=True)
     except ProtocolError as exc:
         raise CloseConnection(f"malformed {cls.SPEC.name} v{version}: {exc}") from None
     if end != len(frame):

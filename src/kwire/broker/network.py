@@ -3,7 +3,13 @@
 One ``Connection`` per client socket.  Requests on a connection are served one at a time in
 arrival order (Kafka does the same: a client pipelines, the broker answers in order), so a
 long-polling Fetch holds back only its own connection.  Handlers that finish at once are
-answered inside ``data_received`` without creating a task.
+answered inside ``buffer_updated`` without creating a task.
+
+Receiving: a ``BufferedProtocol``, so the kernel writes into buffers the ``FrameSplitter``
+hands out; a large frame (a Produce request) is received straight into a buffer of its own,
+which then goes to the handler as it is: its record batches are stored from it, with no copy
+in between (asyncio's ``data_received`` path would cost a new bytes object per read, and
+splitting those another copy or two per frame).
 
 Zero-copy: a reply's ``FileRecords`` pieces go out with ``loop.sendfile`` (os.sendfile on plain
 TCP; asyncio falls back to read-and-write on transports that can't, such as TLS).
@@ -69,13 +75,14 @@ class _FileView:
         pass
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, state, registry: ConnectionRegistry, max_request_size: int):
         self.state = state
         self.registry = registry
         self.id = registry.next_id()
         self.splitter = FrameSplitter(max_request_size)
-        self.queue: collections.deque[bytes] = collections.deque()
+        # Each frame is a bytearray of its own: handlers may keep views of it and write into it.
+        self.queue: collections.deque[bytearray] = collections.deque()
         self.busy = False
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -83,7 +90,7 @@ class Connection(asyncio.Protocol):
         self.paused = False
         self.task: asyncio.Task | None = None
 
-    # -- asyncio.Protocol ---------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol -------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
@@ -101,11 +108,16 @@ class Connection(asyncio.Protocol):
         self._abandon_task()
         logger.debug("connection %d from %s closed%s", self.id, self.peer, f": {exc}" if exc else "")
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.closed:  # asyncio stops reading a closed transport; never hand a broken splitter out
+            return memoryview(bytearray(1))
+        return self.splitter.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
         try:
-            frames = self.splitter.feed(data)
+            frames = self.splitter.buffer_updated(nbytes)
         except ProtocolError as exc:
             self.close(f"bad frame: {exc}")
             return

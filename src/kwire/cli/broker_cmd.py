@@ -5,6 +5,8 @@
 
 SIGINT and SIGTERM stop it cleanly (flush, clean-shutdown marker); the next start then skips
 recovery.  With ``--json`` the startup line is one JSON object (for scripts waiting on it).
+On glibc the process keeps freed request buffers for reuse (``kwire.broker.malloc``); malloc
+settings given in the environment (``MALLOC_*_``, ``GLIBC_TUNABLES``) take precedence.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from kwire.broker import Broker, ConfigError, load_config
 from kwire.broker.config import FSYNC_POLICIES
+from kwire.broker.malloc import tune_malloc
 from kwire.protocol.errors import KafkaError
 
 from .output import fail
@@ -72,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config, **_settings(args))
     except ConfigError as exc:
         return fail(str(exc))
+    # This process is the broker and nothing else: let it keep freed request buffers for reuse
+    # (see kwire.broker.malloc; the embedded broker leaves its host process alone).
+    tune_malloc()
     try:
         return asyncio.run(_serve(config, args.json))
     except (KafkaError, OSError) as exc:

@@ -203,9 +203,10 @@ def _fixed_runs(fields: list[FieldSpec]) -> list[list[FieldSpec]]:
 class _Writer:
     """Accumulates generated source for one (message, version)."""
 
-    def __init__(self, message: MessageSpec, version: int):
+    def __init__(self, message: MessageSpec, version: int, *, record_views: bool = False):
         self.message = message
         self.version = version
+        self.record_views = record_views
         self.flexible = message.is_flexible(version)
         self.lines: list[str] = []
         self.ns: dict[str, Any] = {
@@ -229,6 +230,7 @@ class _Writer:
             "_UUID": uuid.UUID,
             "_str": str,
             "_bytes": bytes,
+            "_mv": memoryview,
             "_splice": splice_records,
         }
         self.done: dict[int, tuple[str, str]] = {}
@@ -315,6 +317,8 @@ class _Writer:
         out.append(f"{ind}        raise DecodeError('{t} of %d bytes is longer than the %d bytes left' % ({n}, blen - pos))")
         if t == "string":
             out.append(f"{ind}    {target} = _str(buf[pos:{end}], 'utf-8')")
+        elif t == "records" and self.record_views:
+            out.append(f"{ind}    {target} = _mv(buf)[pos:{end}]")
         else:
             out.append(f"{ind}    {target} = _bytes(buf[pos:{end}])")
         out.append(f"{ind}    pos = {end}")
@@ -633,7 +637,7 @@ class _ElementSpec:
 class Codec:
     """The compiled decoder and encoder of one message at one version."""
 
-    __slots__ = ("message", "version", "decode_from", "encode_into", "source")
+    __slots__ = ("message", "version", "decode_from", "encode_into", "source", "_view_decode_from")
 
     def __init__(self, message: MessageSpec, version: int):
         w = _Writer(message, version)
@@ -644,11 +648,32 @@ class Codec:
         self.version = version
         self.decode_from = w.ns[dec]
         self.encode_into = w.ns[enc]
+        self._view_decode_from = None
 
-    def decode(self, data, pos: int = 0, *, strict: bool = True):
-        """Decode one message from data[pos:]; with strict, bytes left over are an error."""
+    def _view_decoder(self):
+        """The decoder whose ``records`` fields are views of the input (compiled on first use)."""
+        if self._view_decode_from is None:
+            w = _Writer(self.message, self.version, record_views=True)
+            dec, _enc = w.struct_functions(self.message.struct)
+            source = "\n".join(w.lines) + "\n"
+            if source == self.source:  # no records field anywhere in this message
+                self._view_decode_from = self.decode_from
+            else:
+                exec(compile(source, f"<kwire {self.message.name} v{self.version} record views>", "exec"), w.ns)
+                self._view_decode_from = w.ns[dec]
+        return self._view_decode_from
+
+    def decode(self, data, pos: int = 0, *, strict: bool = True, record_views: bool = False):
+        """Decode one message from data[pos:]; with strict, bytes left over are an error.
+
+        With ``record_views``, ``records`` fields are ``memoryview`` slices of ``data`` instead
+        of ``bytes`` copies: no copy of the (large) record batches, and writable when ``data``
+        is (a broker stamps offsets into a Produce request's batches in place).  The views keep
+        ``data`` alive and, while they exist, a ``bytearray`` ``data`` cannot be resized.
+        """
+        decode_from = self._view_decoder() if record_views else self.decode_from
         try:
-            obj, end = self.decode_from(data, pos)
+            obj, end = decode_from(data, pos)
         except ProtocolError as e:
             e.what, e.version = self.message.name, self.version
             raise

@@ -3,13 +3,30 @@
 Kafka frames are a big-endian int32 size followed by that many bytes.  The same splitter serves
 MongoDB's wire protocol (little-endian int32 size that counts itself) through its options, so
 the client, the broker and the analyzer all share one implementation.
+
+Two ways in, one set of rules (size checks, error messages):
+
+* ``feed(data)``: bytes the caller already holds (a capture, a ``data_received`` chunk).
+* ``get_buffer()`` / ``buffer_updated(n)``: the splitter says where the next bytes go, for
+  ``recv_into`` and ``asyncio.BufferedProtocol``.  A frame that is not complete in the
+  receive buffer gets a buffer of its own as soon as its size is known, and the rest of it is
+  received straight into that buffer: a large frame is never copied after the kernel wrote it.
 """
 
 from __future__ import annotations
 
+import struct
+
 from .errors import DecodeError, FrameTooLargeError
 
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
+# The buffer API's staging area, allocated at the first read: small frames (most requests and
+# responses) arrive several per read and are copied out of it once; a larger one leaves only its
+# first part in it.  Small, since a broker holds one per connection.
+DEFAULT_RECEIVE_BUFFER_SIZE = 16 * 1024
+
+_SIZE_BIG = struct.Struct(">i")
+_SIZE_LITTLE = struct.Struct("<i")
 
 
 class FrameSplitter:
@@ -19,31 +36,67 @@ class FrameSplitter:
     ``keep_prefix``).  A size above ``max_frame_size`` or below zero raises ``FrameTooLargeError``
     / ``DecodeError`` before any memory is set aside for it; after that the stream is out of sync
     and the splitter refuses further input.
+
+    The buffer API (``get_buffer``/``buffer_updated``) returns each frame as a ``bytearray`` of
+    its own, which the caller may keep and modify.  Use one API per splitter: each holds its own
+    partial data, so mixing them would reorder the stream (``RuntimeError``).
     """
 
-    __slots__ = ("max_frame_size", "_buf", "_need", "_little", "_includes_prefix", "_keep_prefix", "_broken")
+    __slots__ = ("max_frame_size", "_buf", "_need", "_size", "_includes_prefix", "_keep_prefix", "_broken",
+                 "_receive_size", "_stage", "_stage_view", "_start", "_end", "_frame", "_frame_view", "_filled")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, byteorder: str = "big",
-                 size_includes_prefix: bool = False, keep_prefix: bool = False):
+                 size_includes_prefix: bool = False, keep_prefix: bool = False,
+                 receive_buffer_size: int = DEFAULT_RECEIVE_BUFFER_SIZE):
         if byteorder not in ("big", "little"):
             raise ValueError("byteorder must be 'big' or 'little'")
+        if receive_buffer_size < 8:
+            raise ValueError("receive_buffer_size must be at least 8")
         self.max_frame_size = max_frame_size
         self._buf = bytearray()
         self._need = -1  # total bytes of the frame being assembled (prefix included), -1: unknown
-        self._little = byteorder == "little"
+        self._size = (_SIZE_LITTLE if byteorder == "little" else _SIZE_BIG).unpack_from
         self._includes_prefix = size_includes_prefix
         self._keep_prefix = keep_prefix
         self._broken: DecodeError | None = None
+        # Buffer API state, allocated on first use so feed-only splitters don't pay for it.
+        self._receive_size = receive_buffer_size
+        self._stage: bytearray | None = None
+        self._stage_view: memoryview | None = None
+        self._start = self._end = 0  # unsplit bytes are _stage[_start:_end]
+        self._frame: bytearray | None = None  # the frame being received into its own buffer
+        self._frame_view: memoryview | None = None
+        self._filled = 0  # bytes of _frame received so far
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet form a whole frame."""
-        return len(self._buf)
+        partial = self._filled + (0 if self._keep_prefix else 4) if self._frame is not None else 0
+        return len(self._buf) + self._end - self._start + partial
 
+    def _frame_total(self, buf, start: int) -> int:
+        """Bytes of the frame whose size prefix is at ``buf[start:start + 4]``, prefix included.
+
+        Checks the size before anything is allocated for the frame; a bad one breaks the stream.
+        """
+        size = self._size(buf, start)[0]
+        body = size - 4 if self._includes_prefix else size
+        if body < 0:
+            self._broken = DecodeError(f"negative frame size {size}", what="frame", offset=start)
+            raise self._broken
+        if body > self.max_frame_size:
+            self._broken = FrameTooLargeError(
+                f"frame of {body} bytes is over the maximum of {self.max_frame_size}", what="frame")
+            raise self._broken
+        return body + 4
+
+    # -- feeding bytes ------------------------------------------------------------------------
     def feed(self, data) -> list[bytes]:
         """Add bytes; return every frame they complete, in order."""
         if self._broken is not None:
             raise self._broken
+        if self._end or self._frame is not None:
+            raise RuntimeError("feed() on a splitter holding data received through get_buffer()")
         buf = self._buf
         buf += data
         frames: list[bytes] = []
@@ -53,16 +106,7 @@ class FrameSplitter:
             if self._need < 0:
                 if end - start < 4:
                     break
-                size = int.from_bytes(buf[start:start + 4], "little" if self._little else "big", signed=True)
-                body = size - 4 if self._includes_prefix else size
-                if body < 0:
-                    self._broken = DecodeError(f"negative frame size {size}", what="frame", offset=start)
-                    raise self._broken
-                if body > self.max_frame_size:
-                    self._broken = FrameTooLargeError(
-                        f"frame of {body} bytes is over the maximum of {self.max_frame_size}", what="frame")
-                    raise self._broken
-                self._need = body + 4
+                self._need = self._frame_total(buf, start)
             if end - start < self._need:
                 break
             frame_start = start if self._keep_prefix else start + 4
@@ -71,4 +115,60 @@ class FrameSplitter:
             self._need = -1
         if start:
             del buf[:start]
+        return frames
+
+    # -- receiving into the splitter's buffers ------------------------------------------------
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next received bytes go (never empty); then call ``buffer_updated(n)``.
+
+        ``sizehint`` is accepted for ``asyncio.BufferedProtocol`` and ignored: inside a frame
+        the buffer is the rest of that frame, so a read never runs into the next one.
+        """
+        if self._broken is not None:
+            raise self._broken
+        if self._frame_view is not None:
+            return self._frame_view[self._filled:]
+        if self._stage_view is None:
+            if self._buf:
+                raise RuntimeError("get_buffer() on a splitter holding data given to feed()")
+            self._stage = bytearray(self._receive_size)
+            self._stage_view = memoryview(self._stage)
+        return self._stage_view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> list[bytearray]:
+        """``nbytes`` were written at the start of the last ``get_buffer()``; return every frame
+        completed, in order, each a ``bytearray`` the caller owns."""
+        if self._broken is not None:
+            raise self._broken
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled < len(self._frame):
+                return []
+            frame = self._frame
+            self._frame_view.release()  # the frame must stay resizable for its new owner
+            self._frame = self._frame_view = None
+            return [frame]
+        self._end += nbytes
+        return self._split_stage()
+
+    def _split_stage(self) -> list[bytearray]:
+        stage, start, end = self._stage, self._start, self._end
+        skip = 0 if self._keep_prefix else 4
+        frames: list[bytearray] = []
+        while end - start >= 4:
+            total = self._frame_total(stage, start)
+            if end - start >= total:
+                frames.append(stage[start + skip:start + total])  # one copy, of a frame that fits
+                start += total
+                continue
+            # Incomplete: from here on its bytes are received into the frame's own buffer.
+            have = end - start - skip
+            frame = bytearray(total - skip)
+            frame[:have] = self._stage_view[start + skip:end]
+            self._frame, self._frame_view, self._filled = frame, memoryview(frame), have
+            start = end
+        left = end - start
+        if left and start:  # at most 3 bytes of a size prefix: move them to the front
+            stage[:left] = stage[start:end]
+        self._start, self._end = 0, left
         return frames

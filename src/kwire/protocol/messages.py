@@ -41,9 +41,12 @@ class Message(Struct):
         return codec(spec, version)
 
     @classmethod
-    def decode(cls, data, version: int, *, strict: bool = True):
-        """Decode the message body (no size prefix, no header).  With strict, trailing bytes are an error."""
-        return cls.codec(version).decode(data, 0, strict=strict)[0]
+    def decode(cls, data, version: int, *, strict: bool = True, record_views: bool = False):
+        """Decode the message body (no size prefix, no header).  With strict, trailing bytes are an error.
+
+        ``record_views``: ``records`` fields become memoryview slices of data (see ``Codec.decode``).
+        """
+        return cls.codec(version).decode(data, 0, strict=strict, record_views=record_views)[0]
 
     def encode(self, version: int) -> bytes:
         """The message body at this version (no size prefix, no header)."""

@@ -21,7 +21,9 @@ written against:
 Handlers run on the broker's event loop, one at a time, so there is no locking; the timers run
 on the same loop.  Everything a restarted broker needs (committed offsets, each group's
 generation and protocol) is written to the ``GroupStore`` journal before the request that
-changed it is answered.  Members are not restored after a restart: groups come back Empty and
+changed it is answered.  With fsync "always" an OffsetCommit (the frequent write) is fsynced in
+a worker thread, shared by the commits that arrive meanwhile, and answered after it
+(``journal_synced``); the rarer group records are fsynced as they are written.  Members are not restored after a restart: groups come back Empty and
 their members rejoin, as they would after Kafka expired them.
 """
 
@@ -53,6 +55,7 @@ from kwire.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from ..durability import GroupCommit
 from ..topics import META_DIR
 from .group import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
 from .model import (
@@ -125,6 +128,10 @@ class GroupCoordinator:
         self._retention_check_interval_ms = retention_check_interval_ms
         self._store = GroupStore(Path(data_dir) / META_DIR / GROUPS_DIR, fsync=config.fsync,
                                  compact_min_entries=compact_min_entries)
+        # fsync "always": commits written with defer_fsync share fsyncs run off the event loop.
+        # Its rounds run one after another, so a round that finds nothing left to sync knows
+        # an earlier, finished round covered it.
+        self._journal_commit = GroupCommit()
         if not clean_shutdown and not self._store.findings:
             # After a crash, what the journal holds may still sit in the page cache only: the
             # rewrite fsyncs it, and the next crash can't take it away.
@@ -168,6 +175,15 @@ class GroupCoordinator:
             self.expire_offsets()
         finally:
             self._schedule(("retention",), self._retention_check_interval_ms, self._retention_tick)
+
+    def journal_synced(self):
+        """What to wait for before answering a ``commit_offsets(..., defer_fsync=True)``: with
+        fsync "always", a future done once every journal write made so far is fsynced (or
+        failed with the OSError); None when the journal does not fsync every write.  Without a
+        running event loop the fsync happens at once."""
+        if not self._store.fsyncs_every_write:
+            return None
+        return self._journal_commit.request([self])
 
     def flush(self) -> None:
         """fsync the journal (the broker calls this periodically with ``fsync = "interval"``)."""
@@ -680,12 +696,17 @@ class GroupCoordinator:
 
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                        entries: Sequence[OffsetCommitEntry], *, retention_ms: int = -1,
-                       api_version: int = 8) -> list[int]:
+                       api_version: int = 8, defer_fsync: bool = False) -> list[int]:
         """Store offsets; an error code per entry, in order.
 
         ``generation_id`` -1 with no member id is a commit outside group management (a
         standalone consumer or the admin client), accepted while the group has no members.
         ``retention_ms`` (v2-v4) >= 0 gives these offsets their own expiry time.
+
+        ``defer_fsync``: with fsync "always", return before the journal is fsynced; the caller
+        must wait for ``journal_synced()`` before answering.  The new offsets are served to
+        OffsetFetch meanwhile (a crash then can only take back offsets nobody was told were
+        committed).
         """
         self._timers.bind()
         errors = [NONE] * len(entries)
@@ -724,7 +745,7 @@ class GroupCoordinator:
                                                                        committed_at, expire)
         if to_store:
             try:
-                self._store.put_offsets(group_id, to_store)
+                self._store.put_offsets(group_id, to_store, fsync=not defer_fsync)
             except OSError:
                 logger.exception("group %s: could not write committed offsets", group_id)
                 return [CoordinatorNotAvailableError.code if i in valid and errors[i] == NONE else errors[i]

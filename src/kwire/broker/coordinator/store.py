@@ -27,7 +27,9 @@ the live state (and at least ``compact_min_entries``).
 
 Durability follows the broker's ``fsync`` policy: "always" fsyncs each write before returning,
 "interval" leaves it to ``flush()`` (the broker calls it periodically, from a worker thread),
-"never" leaves it to the OS (``close()`` still fsyncs).
+"never" leaves it to the OS (``close()`` still fsyncs).  ``put_offsets(..., fsync=False)`` lets
+a caller under "always" take the fsync off the event loop: the write returns at once and the
+caller answers only after a ``flush()`` (in a worker thread) that started after it returned.
 """
 
 from __future__ import annotations
@@ -248,8 +250,9 @@ class GroupStore:
         if not existed:
             fsync_dir(self.directory)
 
-    def _append(self, obj: dict[str, Any], entries: int) -> None:
+    def _append(self, obj: dict[str, Any], entries: int, fsync: bool = True) -> None:
         line = _encode_line(obj)
+        sync = fsync and self._fsync_always
         with self._lock:
             if self._fd is None:
                 raise RuntimeError(f"{self.path} is closed")
@@ -258,7 +261,7 @@ class GroupStore:
                 view = memoryview(line)
                 while view:
                     view = view[os.write(self._fd, view):]
-                if self._fsync_always:
+                if sync:
                     os.fsync(self._fd)
                     self.fsyncs += 1
             except OSError:
@@ -269,15 +272,19 @@ class GroupStore:
                     logger.exception("%s: could not truncate a failed write", self.path)
                 raise
             self._size = start + len(line)
-            self._dirty = not self._fsync_always
+            self._dirty = not sync  # an fsync covers every earlier write too
             self._written += entries
         self._maybe_compact()
 
-    def put_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], CommittedOffset]) -> None:
-        """Record committed offsets (durably, per the fsync policy) before the commit is answered."""
+    def put_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], CommittedOffset], *,
+                    fsync: bool = True) -> None:
+        """Record committed offsets (durably, per the fsync policy) before the commit is answered.
+
+        ``fsync=False``: not even with fsync "always"; the caller answers after a later ``flush()``.
+        """
         if not offsets:
             return
-        self._append(_offsets_json(group_id, offsets), len(offsets))
+        self._append(_offsets_json(group_id, offsets), len(offsets), fsync)
         self.groups.setdefault(group_id, StoredGroup()).offsets.update(offsets)
 
     def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
@@ -357,6 +364,11 @@ class GroupStore:
                 os.close(self._fd)
                 self._fd = None
                 self._dirty = False
+
+    @property
+    def fsyncs_every_write(self) -> bool:
+        """fsync "always": writes are durable before they are answered."""
+        return self._fsync_always
 
     @property
     def dirty(self) -> bool:

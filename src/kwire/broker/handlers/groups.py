@@ -19,6 +19,8 @@ the newest version the codec knows:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from typing import TYPE_CHECKING, Any
 
 from kwire.protocol import messages
@@ -223,7 +225,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         request.group_instance_id if v >= 7 else None,
         entries,
         retention_ms=request.retention_time_ms if 2 <= v <= 4 else -1,
-        api_version=v)
+        api_version=v, defer_fsync=True)
     topics = []
     for t, parts in plan:
         rt = T(partitions=[P(partition_index=index, error_code=errors[ref] if is_entry else ref)
@@ -233,7 +235,24 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         else:
             rt.name = t.name
         topics.append(rt)
-    return R(throttle_time_ms=0, topics=topics)
+    response = R(throttle_time_ms=0, topics=topics)
+    synced = broker.coordinator.journal_synced() if any(e == 0 for e in errors) else None
+    if synced is None:
+        return response
+    return _answer_when_synced(synced, response)
+
+
+async def _answer_when_synced(synced, response):
+    """Answer an OffsetCommit once the journal's fsync covers it (off the event loop)."""
+    try:
+        await asyncio.wrap_future(synced) if isinstance(synced, concurrent.futures.Future) else await synced
+    except OSError:
+        # As for a failed write: the commit may not be on disk, so it is not acknowledged.
+        for t in response.topics:
+            for p in t.partitions:
+                if p.error_code == 0:
+                    p.error_code = CoordinatorNotAvailableError.code
+    return response
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None):

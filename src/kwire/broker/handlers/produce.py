@@ -2,6 +2,10 @@
 
 The records are never decoded: the log checks batch headers and CRCs and assigns offsets.
 acks=0 gets no response; acks=all with ``fsync = "always"`` is answered after group commit.
+
+A request's ``records`` are the handler's to consume: served by ``dispatch``, they are views
+into the request frame the connection received, and the log writes the offsets into them and
+stores them from there instead of copying them (a read-only buffer, such as bytes, is copied).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionRe
         if records is None:
             raise InvalidRecordError("the partition's records are null")
         now = time.time_ns() // 1_000_000
-        base, _last = log.append(records, now_ms=now)
+        base, _last = log.append(records, now_ms=now, reuse_buffer=True)
         resp.base_offset = base
         if log.config.log_append_time:
             resp.log_append_time_ms = now

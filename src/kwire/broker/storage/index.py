@@ -57,6 +57,9 @@ class _IndexFile:
     def flush(self) -> None:
         os.fsync(self._fd)
 
+    def fileno(self) -> int:
+        return self._fd
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

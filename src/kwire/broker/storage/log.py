@@ -5,7 +5,9 @@ appended batch is committed at once, so ``high_watermark`` is the log end offset
 
 Durability: appends go to the page cache; ``flush()`` fsyncs and moves the recovery point
 (persisted, with the log start offset, in the partition checkpoint).  After a crash the loader
-re-validates everything from the recovery point.
+re-validates everything from the recovery point.  ``flush()`` fsyncs without holding the
+partition lock: with ``fsync = "always"`` it runs in a worker thread while the event loop keeps
+appending, and an append must not wait for the disk.
 
 Idempotent producers: ``producer_state`` (see producer_state.py) checks every batch with a
 producer id before it is stored, and is rebuilt on open from its snapshots and the log.
@@ -14,6 +16,7 @@ producer id before it is stored, and is rebuilt on open from its snapshots and t
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import threading
 import time
@@ -61,6 +64,10 @@ class PartitionLog:
         self.config = config or LogConfig()
         self.name = self.dir.name
         self._lock = threading.RLock()
+        # Serialises checkpoint writes (one temp file name), including those made by flush()
+        # without the partition lock.  Order: partition lock, then this one; never the reverse.
+        self._checkpoint_lock = threading.Lock()
+        self._truncations = 0  # truncate_to() calls: a flush spanning one must not move the point
         loaded = load_partition(self.dir, self.config, clean_shutdown=clean_shutdown)
         self._segments: list[LogSegment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self._segments]
@@ -114,18 +121,22 @@ class PartitionLog:
             raise KafkaStorageError(f"partition log {self.name} is closed")
 
     def _checkpoint(self) -> None:
-        write_checkpoint(self.dir, PartitionCheckpoint(self._log_start_offset, self._recovery_point))
+        with self._checkpoint_lock:
+            write_checkpoint(self.dir, PartitionCheckpoint(self._log_start_offset, self._recovery_point))
 
     # -- appending --------------------------------------------------------------------------
     def append(self, batch_bytes: bytes | bytearray | memoryview, *, leader_epoch: int = 0,
-               now_ms: int | None = None, allow_control: bool = False) -> tuple[int, int]:
+               now_ms: int | None = None, allow_control: bool = False, reuse_buffer: bool = False) -> tuple[int, int]:
         """Validate the batches, assign offsets from the log end, store them.
 
         Returns (base offset, last offset) of what was appended.  With LogAppendTime the
         batches' max timestamp becomes ``now_ms`` (default: the clock).  Refused input raises
         a kwire.protocol.errors Kafka error (see ``validation.prepare_append`` and
-        ``ProducerStateManager.check_append``) and changes nothing.  ``allow_control`` is for
-        the broker's own transaction markers.
+        ``ProducerStateManager.check_append``) and changes nothing, ``batch_bytes`` included.
+        ``allow_control`` is for the broker's own transaction markers.
+
+        ``batch_bytes`` is left as it was, unless ``reuse_buffer``: then the caller gives it up
+        and, if writable, the offsets are written into it and it is stored from there (no copy).
 
         A retry of an idempotent producer's batch (same producer, epoch and sequence range as
         one of its last 5) is not stored again: the offsets it got the first time are returned,
@@ -135,10 +146,12 @@ class PartitionLog:
             self._check_open()
             now = _now_ms() if now_ms is None else now_ms
             prepared = prepare_append(batch_bytes, next_offset=self.log_end_offset, config=self.config,
-                                      leader_epoch=leader_epoch, now_ms=now, allow_control=allow_control)
-            check = self.producer_state.check_append(prepared.data, now)
+                                      leader_epoch=leader_epoch, now_ms=now, allow_control=allow_control,
+                                      reuse_buffer=reuse_buffer)
+            check = self.producer_state.check_append(prepared.data, now, first_offset=prepared.base_offset)
             if check.duplicate is not None:
                 return check.duplicate
+            prepared.stamp()  # every check passed: only now is a byte of the batches written
             if self._should_roll(len(prepared.data), prepared.max_timestamp, prepared.last_offset, now):
                 self.roll(now_ms=now)
             self._segments[-1].append(prepared.data, prepared.base_offset, prepared.last_offset,
@@ -334,6 +347,7 @@ class PartitionLog:
                 self._segments.pop().delete()
                 self._bases.pop()
             self._segments[-1].truncate_to(offset)
+            self._truncations += 1
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._checkpoint()
             # Forget the removed batches' sequences: rebuild from a snapshot and the log.
@@ -341,10 +355,48 @@ class PartitionLog:
 
     # -- durability -------------------------------------------------------------------------
     def flush(self) -> None:
-        """fsync every segment that may hold data past the recovery point, then advance it."""
+        """fsync every segment that may hold data past the recovery point, then advance it.
+
+        The fsyncs run without the partition lock, so appends carry on meanwhile (Kafka's
+        UnifiedLog.flush does the same).  What to sync is taken under the lock: the log end
+        offset and duplicated descriptors of the segments past the recovery point.  The point
+        then moves to that end offset, never further: what was appended during the fsyncs may
+        not be covered and waits for the next flush.
+        """
         with self._lock:
             self._check_open()
-            self._flush_locked()
+            end = self.log_end_offset
+            if end <= self._recovery_point:
+                return
+            truncations = self._truncations
+            fds: list[int] = []
+            try:
+                for segment in self._segments:
+                    if segment.next_offset > self._recovery_point:
+                        fds.extend(segment.sync_descriptors())
+            except BaseException:
+                _close_all(fds)
+                raise
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            _close_all(fds)
+        with self._lock:
+            if self._closed or self._truncations != truncations or end <= self._recovery_point:
+                return  # closed (close() flushed), cut back meanwhile, or a later flush got further
+            self._recovery_point = end
+        # Also outside the partition lock: writing the checkpoint is two more fsyncs.
+        with self._checkpoint_lock:
+            if self._closed:
+                return
+            # The newest values, read here: a change made meanwhile under the partition lock is
+            # followed by its own checkpoint write, which waits for this one.
+            try:
+                write_checkpoint(self.dir, PartitionCheckpoint(self._log_start_offset, self._recovery_point))
+            except OSError:
+                if not self._closed:  # else deleted meanwhile (close_without_flush takes no lock of ours)
+                    raise
 
     def _flush_locked(self) -> None:
         end = self.log_end_offset
@@ -380,3 +432,11 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (f"PartitionLog({self.name!r}, start={self._log_start_offset}, end={self.log_end_offset}, "
                 f"segments={len(self._segments)})")
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

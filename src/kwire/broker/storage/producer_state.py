@@ -91,10 +91,13 @@ class BatchHeader(NamedTuple):
     is_control: bool
 
 
-def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Parse the v2 header at ``pos`` (the caller has validated the batch)."""
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0, *, base_offset: int | None = None) -> BatchHeader:
+    """Parse the v2 header at ``pos`` (the caller has validated the batch).  ``base_offset``
+    replaces the one in the header (a batch whose offsets are decided but not yet written)."""
     (base, length, _epoch, _magic, _crc, attributes, delta, _base_ts, _max_ts,
      producer_id, producer_epoch, base_seq, _count) = _HEADER.unpack_from(buf, pos)
+    if base_offset is not None:
+        base = base_offset
     # Sequences wrap at int32 max like Kafka's (a batch may run from near max through 0).
     last_seq = -1 if base_seq < 0 else (base_seq + delta) if base_seq <= INT32_MAX - delta \
         else delta - (INT32_MAX - base_seq) - 1
@@ -102,13 +105,16 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
                        bool(attributes & _TRANSACTIONAL_BIT), bool(attributes & _CONTROL_BIT))
 
 
-def iter_headers(data: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
-    """Headers of consecutive, already validated batches."""
+def iter_headers(data: bytes | bytearray | memoryview, *, first_offset: int | None = None) -> Iterator[BatchHeader]:
+    """Headers of consecutive, already validated batches.  With ``first_offset``, the batches
+    are taken to hold consecutive offsets from it, whatever their headers say."""
     pos, end = 0, len(data)
     while pos < end:
-        header = read_header(data, pos)
+        header = read_header(data, pos, base_offset=first_offset)
         yield header
         pos += header.size
+        if first_offset is not None:
+            first_offset = header.last_offset + 1
 
 
 class BatchMetadata(NamedTuple):
@@ -197,8 +203,10 @@ class ProducerStateManager:
         return self._producers.get(producer_id)
 
     # -- appends ----------------------------------------------------------------------------
-    def check_append(self, data: bytes | bytearray | memoryview, now_ms: int) -> AppendCheck:
-        """Check the batches of one append (offsets already assigned) against the state.
+    def check_append(self, data: bytes | bytearray | memoryview, now_ms: int, *,
+                     first_offset: int | None = None) -> AppendCheck:
+        """Check the batches of one append against the state: their offsets are those in
+        ``data``, or, with ``first_offset``, consecutive from it (offsets decided, not yet written).
 
         Batch by batch, each seeing the ones before it, so several batches of one producer in a
         request must follow each other.  Raises (nothing changed):
@@ -212,7 +220,7 @@ class ProducerStateManager:
         updates: dict[int, ProducerEntry] = {}
         duplicates: list[BatchMetadata] = []
         new_batches = 0
-        for header in iter_headers(data):
+        for header in iter_headers(data, first_offset=first_offset):
             pid = header.producer_id
             if header.is_control:
                 new_batches += 1

@@ -299,7 +299,8 @@ class LogSegment:
         self._bytes_since_index_entry += size
         self._next_offset = last + 1
 
-    def append(self, batch_bytes: bytes | bytearray, base_offset: int, last_offset: int, max_timestamp: int) -> None:
+    def append(self, batch_bytes: bytes | bytearray | memoryview, base_offset: int, last_offset: int,
+               max_timestamp: int) -> None:
         """Write already-validated batches whose offsets run ``base_offset..last_offset``.
 
         Indexes are updated per batch in the blob.  On an I/O error the file is cut back to its
@@ -342,6 +343,23 @@ class LogSegment:
         self.on_become_inactive()
         self.offset_index.flush()
         self.time_index.flush()
+
+    def sync_descriptors(self) -> list[int]:
+        """For a flush that fsyncs without the partition lock: duplicates of the data and index
+        descriptors, in the order to fsync them (data first), after recording the max timestamp
+        in the time index as ``flush`` does.  Duplicates, because a close or delete may run
+        meanwhile and a closed descriptor's number may be reused by another file.  The caller
+        closes them."""
+        self.on_become_inactive()
+        fds: list[int] = []
+        try:
+            for fd in (self._fd(), self.offset_index.fileno(), self.time_index.fileno()):
+                fds.append(os.dup(fd))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     # -- reading --------------------------------------------------------------------------
     def _scan(self, position: int, header_size: int) -> Iterator[tuple[int, int, int, bytes | bytearray, int]]:

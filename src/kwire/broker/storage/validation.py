@@ -1,8 +1,12 @@
 """Checking a Produce request's records and preparing them for the log (Kafka's LogValidator,
 reduced to what a v2-only, non-transactional broker needs).
 
-Works on a private copy, so a refused request leaves neither the caller's buffer nor the log
-changed.  Only headers are read and CRCs checked: records are not decoded.
+Two steps, so that a refused request changes nothing: ``prepare_append`` reads and checks every
+batch without writing a byte; the caller runs its own checks (producer sequences), and only then
+``PreparedAppend.stamp()`` writes the offsets (and LogAppendTime with its CRC).  The stamps go
+into a private copy, or, when the caller hands its buffer over (``reuse_buffer``) and that
+buffer is writable, into the buffer itself: a Produce request's batches are stored without
+being copied in user space.  Only headers are read and CRCs checked: records are not decoded.
 """
 
 from __future__ import annotations
@@ -29,18 +33,37 @@ _MAGIC_AT = 16
 
 @dataclass(frozen=True)
 class PreparedAppend:
-    """Batches with offsets assigned, ready for ``LogSegment.append``."""
+    """Validated batches with their offsets decided, ready for ``stamp()`` and then
+    ``LogSegment.append(data, ...)``."""
 
-    data: bytearray
+    data: bytearray | memoryview  # writable; holds the client's offsets until stamp()
     base_offset: int
     last_offset: int
     max_timestamp: int
     batch_count: int
+    leader_epoch: int
+    log_append_time_ms: int | None  # set: LogAppendTime, stamped into every batch
+    batches: tuple[tuple[int, int], ...]  # (position, last offset delta) of each batch
+
+    def stamp(self) -> None:
+        """Write the offsets (and LogAppendTime) into ``data``.  Call once, after every check."""
+        buf, offset, epoch, append_time = self.data, self.base_offset, self.leader_epoch, self.log_append_time_ms
+        for pos, delta in self.batches:
+            rewrite_base_offset(buf, offset, partition_leader_epoch=epoch, pos=pos)
+            if append_time is not None:
+                set_log_append_time(buf, append_time, pos=pos)
+            offset += delta + 1
 
 
 def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, config: LogConfig,
-                   leader_epoch: int, now_ms: int, allow_control: bool = False) -> PreparedAppend:
-    """Validate every batch of ``data`` and assign offsets from ``next_offset``.
+                   leader_epoch: int, now_ms: int, allow_control: bool = False,
+                   reuse_buffer: bool = False) -> PreparedAppend:
+    """Validate every batch of ``data`` and assign offsets from ``next_offset`` (written by
+    ``stamp()``, not here: ``data`` is only read).
+
+    ``reuse_buffer``: the caller gives ``data`` up, so a writable one (bytearray, writable
+    memoryview) is stamped in place; otherwise, or when it is read-only (bytes), the stamps go
+    into a copy.
 
     Raises (kwire.protocol.errors, so a handler can answer with the error code):
     ``CorruptMessageError`` (bad CRC/length, truncated, no batch), ``UnsupportedForMessageFormatError``
@@ -48,24 +71,23 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
     ``RecordListTooLargeError`` (all batches over segment.bytes), ``InvalidRecordError``
     (empty batch, offset deltas not 0..n-1, control batch from a client).
     """
-    buf = bytearray(data)
-    n = len(buf)
+    n = len(data)
     if n == 0:
         raise CorruptMessageError("the produce request holds no record batch")
-    batches: list[tuple[int, int, int]] = []  # (position, size, last offset delta)
+    batches: list[tuple[int, int]] = []  # (position, last offset delta)
     max_timestamp = -1
     pos = 0
     while pos < n:
         left = n - pos
         if left <= _MAGIC_AT:
             raise CorruptMessageError(f"{left} trailing bytes at position {pos} are not a record batch")
-        magic = buf[pos + _MAGIC_AT]
+        magic = data[pos + _MAGIC_AT]
         if magic in (0, 1):
             raise UnsupportedForMessageFormatError(
                 f"message format v{magic} (magic {magic}) is not accepted by this broker: send record batches "
                 "(magic 2, Produce v3+)")
         try:
-            batch = RecordBatch(buf, pos)
+            batch = RecordBatch(data, pos)
             batch.validate()
         except CorruptRecordError as exc:
             raise CorruptMessageError(f"batch at position {pos}: {exc}") from None
@@ -80,18 +102,19 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
                                      f"does not match {batch.record_count} records")
         if batch.is_control and not allow_control:
             raise InvalidRecordError(f"batch at position {pos} is a control batch; clients may not write those")
-        batches.append((pos, size, batch.last_offset_delta))
+        batches.append((pos, batch.last_offset_delta))
         max_timestamp = max(max_timestamp, batch.max_timestamp)
         pos += size
     if n > config.segment_bytes:
         raise RecordListTooLargeError(f"{n} bytes of batches exceed segment.bytes {config.segment_bytes}")
 
-    offset = next_offset
-    for pos, _size, delta in batches:
-        rewrite_base_offset(buf, offset, partition_leader_epoch=leader_epoch, pos=pos)
-        if config.log_append_time:
-            set_log_append_time(buf, now_ms, pos=pos)
-        offset += delta + 1
-    if config.log_append_time:
+    if reuse_buffer and isinstance(data, (bytearray, memoryview)) and not memoryview(data).readonly:
+        buf: bytearray | memoryview = data
+    else:
+        buf = bytearray(data)  # bytes are immutable, and a caller's buffer stays as it was
+    last_offset = next_offset + len(batches) - 1 + sum(delta for _, delta in batches)
+    append_time = now_ms if config.log_append_time else None
+    if append_time is not None:
         max_timestamp = now_ms
-    return PreparedAppend(buf, next_offset, offset - 1, max_timestamp, len(batches))
+    return PreparedAppend(buf, next_offset, last_offset, max_timestamp, len(batches), leader_epoch, append_time,
+                          tuple(batches))

@@ -1,0 +1,169 @@
+"""kwire's one settings parser: dataclass fields checked against their annotations.
+
+The broker (TOML) and the clients (Kafka property names, .properties files, ``-X key=value``)
+describe their settings as dataclass fields; this module reads each field's value type from
+its annotation and checks or coerces a value to it, with errors that name the setting:
+
+    kinds = setting_types(BrokerConfig)                   # {"port": SettingType(int, optional=False), ...}
+    coerce("port", "x", kinds["port"].kind)              # ConfigError: port must be an integer, got 'x'
+    coerce("linger.ms", "5", int, parse_text=True)       # 5: text as in a .properties file
+    unknown_setting("prot", ["port", "host"])            # ConfigError: unknown setting 'prot' (did you mean 'port'?)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import re
+import types
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "SettingType",
+    "check_choice",
+    "check_range",
+    "coerce",
+    "did_you_mean",
+    "setting_types",
+    "unknown_setting",
+    "value_type",
+]
+
+
+class ConfigError(ValueError):
+    """A setting that is missing, unknown, of the wrong type or out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class SettingType:
+    """What a field accepts: ``kind`` is bool, int, float, str, Path or tuple (a tuple of strings)."""
+
+    kind: type
+    optional: bool = False  # the annotation allows None
+
+
+# What the messages call each kind ("port must be an integer, got 'x'").
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+               Path: "a path string", tuple: "a list of strings"}
+_KINDS = tuple(_TYPE_WORDS)
+_INTEGER = re.compile(r"[+-]?\d+")  # what Java's Integer.parseInt takes: no "1_000", no "1e3"
+
+
+def value_type(hint: Any) -> SettingType:
+    """The setting type of a resolved annotation: ``int | None`` -> int (optional), ``tuple[str, ...]`` -> tuple."""
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        if len(args) != 1:
+            raise TypeError(f"a setting has one value type, not {hint!r}")
+        hint = args[0]
+    kind = typing.get_origin(hint) or hint
+    if kind is list:  # read as a tuple: configs are frozen, their lists too
+        kind = tuple
+    if kind not in _KINDS:
+        raise TypeError(f"settings of type {hint!r} are not supported")
+    return SettingType(kind, optional)
+
+
+@functools.cache
+def setting_types(cls: type) -> dict[str, SettingType]:
+    """Each field of dataclass ``cls`` with its setting type.  Fields of other types (a nested
+    dataclass, say) are left out: the caller handles them."""
+    hints = typing.get_type_hints(cls)
+    found: dict[str, SettingType] = {}
+    for f in dataclasses.fields(cls):
+        try:
+            found[f.name] = value_type(hints[f.name])
+        except TypeError:
+            continue
+    return found
+
+
+def coerce(name: str, value: Any, kind: type, *, parse_text: bool = False) -> Any:
+    """``value`` checked against ``kind``; with ``parse_text``, strings are parsed as Kafka parses
+    property values ("1000" -> 1000, "TRUE" -> True, "a, b" -> ("a", "b")).
+
+    bool is never taken for an int nor an int for a bool.  A tuple setting takes a list or tuple of
+    strings, or one comma-separated string (always: that is how every Kafka client writes lists).
+    """
+    if kind is tuple:
+        return _coerce_list(name, value)
+    if parse_text and isinstance(value, str) and kind is not str and kind is not Path:
+        return _parse(name, value, kind)
+    if kind is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{name} must be {_TYPE_WORDS[kind]}, got {value!r}")
+
+
+def _parse(name: str, text: str, kind: type) -> Any:
+    word = text.strip()
+    if kind is bool and word.lower() in ("true", "false"):
+        return word.lower() == "true"
+    if kind is int and _INTEGER.fullmatch(word):
+        return int(word)
+    if kind is float:
+        try:
+            return float(word)
+        except ValueError:
+            pass
+    raise ConfigError(f"{name} must be {_TYPE_WORDS[kind]}, got {text!r}")
+
+
+def _coerce_list(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+        return tuple(item.strip() for item in value)
+    raise ConfigError(f"{name} must be {_TYPE_WORDS[tuple]} (or one comma-separated string), got {value!r}")
+
+
+def check_range(name: str, value: int | float, low: int | float | None = None,
+                high: int | float | None = None) -> None:
+    """ConfigError unless ``low <= value <= high`` (either bound may be None); it names the bound crossed."""
+    if low is not None and value < low:
+        raise ConfigError(f"{name} must be >= {low}, got {value!r}")
+    if high is not None and value > high:
+        raise ConfigError(f"{name} must be <= {high}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
+    """ConfigError unless ``value`` is one of ``choices``."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to ``name`` when it is a likely typo of it, else None."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_setting(name: str, known: Iterable[str], *, what: str = "setting", where: str = "",
+                    list_known: bool = False) -> ConfigError:
+    """The error for a key that is no setting: ``<where>: unknown <what> 'x' (did you mean 'y'?)``.
+
+    With ``list_known`` and no close match, the known names are listed instead.
+    """
+    known = sorted(known)
+    message = f"{where}: " if where else ""
+    message += f"unknown {what} {name!r}"
+    guess = did_you_mean(name, known)
+    if guess is not None:
+        message += f" (did you mean {guess!r}?)"
+    elif list_known:
+        message += f" (known: {', '.join(known)})"
+    return ConfigError(message)
