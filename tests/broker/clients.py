@@ -157,3 +157,31 @@ def check_same(produced, got: list[Rec]) -> None:
         # One producer wrote them in order: per partition, production order is offset order.
         sequence = [int(dict(r.headers)["n"]) for r in recs]
         assert sequence == sorted(sequence)
+
+
+# -- groups of confluent-kafka consumers -----------------------------------------------------
+def consume_exactly(consumers: list[confluent_kafka.Consumer], n: int,
+                    timeout: float = 30) -> dict[confluent_kafka.Consumer, int]:
+    """Exactly n messages from the group (never more: the commit that follows must cover just
+    these), polling every member so none holds up a rebalance; how many each one got."""
+    got = dict.fromkeys(consumers, 0)
+    deadline = time.monotonic() + timeout
+    while sum(got.values()) < n and time.monotonic() < deadline:
+        for c in consumers:
+            for m in c.consume(n - sum(got.values()), 0.2) if sum(got.values()) < n else []:
+                assert m.error() is None, m.error()
+                got[c] += 1
+    assert sum(got.values()) == n, f"consumed {sum(got.values())} of {n}"
+    return got
+
+
+def wait_for_assignment(consumers: list[confluent_kafka.Consumer], partitions: int, timeout: float = 30) -> None:
+    """Poll the consumers until each has a share of the group's partitions and all are assigned."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            assert c.poll(0.2) is None  # nothing produced yet: polling only drives the rebalance
+        shares = [len(c.assignment()) for c in consumers]
+        if all(shares) and sum(shares) == partitions:
+            return
+    raise AssertionError(f"the group never assigned its {partitions} partitions to its members")

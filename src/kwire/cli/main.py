@@ -7,11 +7,11 @@ import sys
 
 from kwire import __version__
 
-from . import broker_cmd, protocol_cmd
+from . import broker_cmd, consume_cmd, groups_cmd, lag_cmd, metadata_cmd, produce_cmd, protocol_cmd, topics_cmd
 
 # Each command module exposes register(subparsers); its parsers set ``func`` to a handler that
 # takes the parsed arguments and returns an exit code.
-COMMAND_MODULES = [protocol_cmd, broker_cmd]
+COMMAND_MODULES = [protocol_cmd, broker_cmd, produce_cmd, consume_cmd, metadata_cmd, topics_cmd, groups_cmd, lag_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +29,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse stops filling a trailing ``nargs="*"`` positional at the first option, so in
+    # ``kwire produce t -p 2 a b`` the values a b come back unparsed; commands that name such a
+    # positional in ``trailing_positionals`` get them.  Anything else left over is an error.
+    trailing = getattr(args, "trailing_positionals", None)
+    if extra and trailing and not any(e.startswith("-") and e != "-" for e in extra):
+        getattr(args, trailing).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -35,7 +35,8 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, file: 
                 align_right: Iterable[int] = ()) -> None:
     """A plain aligned table; columns listed in align_right (numbers) are right-aligned.
 
-    Cells wider than the terminal allows are cut with an ellipsis so lines never wrap.
+    On a terminal, cells wider than it allows are cut with an ellipsis so lines never wrap;
+    into a pipe or a file every cell is written whole (a script may be reading it).
     """
     out = file or sys.stdout
     text_rows = [["" if c is None else str(c) for c in row] for row in rows]
@@ -43,7 +44,8 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, file: 
     for row in text_rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
-    total = shutil.get_terminal_size((120, 24)).columns
+    is_terminal = getattr(out, "isatty", lambda: False)()
+    total = shutil.get_terminal_size((120, 24)).columns if is_terminal else sum(widths) + 2 * len(widths)
     while sum(widths) + 2 * (len(widths) - 1) > total and max(widths) > 12:
         widest = widths.index(max(widths))
         widths[widest] -= 1
@@ -68,3 +70,12 @@ def fail(message: str, code: int = 2) -> int:
     """Print a one-line error to stderr and return the exit code for main()."""
     print(f"kwire: error: {message}", file=sys.stderr)
     return code
+
+
+def print_fields(fields: Iterable[tuple[str, Any]], *, file: TextIO | None = None) -> None:
+    """``Label: value`` lines with the values aligned (a record's header above its tables)."""
+    pairs = [(label, "" if value is None else str(value)) for label, value in fields]
+    width = max((len(label) for label, _ in pairs), default=0) + 1
+    out = file or sys.stdout
+    for label, value in pairs:
+        print(f"{label + ':':<{width}} {value}".rstrip(), file=out)

@@ -1,0 +1,273 @@
+"""Per-partition batching of produced records, and the memory they hold.
+
+``send`` appends a record to its partition's open batch; the sender takes batches out when they
+are full (``batch.size``), old enough (``linger.ms``), or wanted sooner (flush, close, memory
+exhausted).  A partition's batches leave in the order they were made, and a batch that must be
+sent again goes back to the front of its partition's queue, so each partition keeps its order.
+
+A batch keeps its records as ``(key, value, timestamp, headers)`` tuples and is encoded only when
+it is first sent: one ``RecordBatchBuilder.extend`` call per batch instead of an encoding call per
+record, and the producer id, epoch and sequence go into the header at that point.
+
+Memory: every record counts its estimated encoded size against ``buffer.memory`` from ``send`` until
+its batch completes.  ``send`` waits (FIFO, up to ``max.block.ms``) while the budget is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder
+
+from .errors import ClientTimeoutError
+from .idempotence import wire_sequence
+from .types import TopicPartition
+
+__all__ = ["ProducerBatch", "RecordAccumulator", "record_size", "BATCH_OVERHEAD"]
+
+BATCH_OVERHEAD = 61  # a v2 batch header
+# Per record beside key, value and headers: length, attributes, timestamp and offset deltas, key
+# and value lengths, header count (varints at their widest that matter here).
+_RECORD_OVERHEAD = 21
+
+
+def record_size(key: bytes | None, value: bytes | None, headers) -> int:
+    """An upper estimate of a record's encoded size (before compression)."""
+    size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    if headers:
+        for hkey, hvalue in headers:
+            size += 10 + len(hkey) + (len(hvalue) if hvalue is not None else 0)
+    return size
+
+
+class ProducerBatch:
+    """Records for one partition, sent together in one Produce request."""
+
+    __slots__ = ("tp", "records", "tokens", "size", "created", "deadline", "open", "attempts", "retry_at",
+                 "producer_id", "epoch", "sequence", "data", "data_magic", "sent", "ambiguous", "last_error",
+                 "waiter", "completed")
+
+    def __init__(self, tp: TopicPartition, created: float, deadline: float):
+        self.tp = tp
+        self.records: list[tuple] = []   # (key, value, timestamp, headers)
+        self.tokens: list[Any] = []      # per record, what the producer completes (a future...)
+        self.size = BATCH_OVERHEAD       # estimated encoded bytes, counted against buffer.memory
+        self.created = created
+        self.deadline = deadline         # created + delivery.timeout.ms
+        self.open = True                 # still taking records
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.producer_id = -1
+        self.epoch = -1
+        self.sequence = -1
+        self.data: bytes | None = None   # encoded, kept for resends
+        self.data_magic = -1
+        self.sent = False                # handed to a connection at least once under its stamp
+        self.ambiguous = False           # an attempt ended without an answer: maybe written
+        self.last_error: BaseException | None = None
+        self.waiter: asyncio.Future | None = None  # made on demand by flush()
+        self.completed = False
+
+    def __repr__(self) -> str:
+        return f"<ProducerBatch {self.tp} {len(self.records)} records seq {self.sequence}>"
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    def set_producer_state(self, producer_id: int, epoch: int, sequence: int) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.sequence = sequence
+        self.data = None
+        self.sent = False
+        self.ambiguous = False  # (of this numbering: it has not been sent yet)
+
+    def encode(self, compression: int, magic: int) -> bytes:
+        """The batch's bytes (built once, and again after the producer state changed)."""
+        if self.data is None or self.data_magic != magic:
+            self.data_magic = magic
+            if magic == 2:
+                builder = RecordBatchBuilder(compression=compression, producer_id=self.producer_id,
+                                             producer_epoch=self.epoch,
+                                             base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1)
+                builder.extend(self.records)
+            else:
+                builder = LegacyMessageSetBuilder(magic, compression=compression)
+                for key, value, timestamp, _ in self.records:
+                    builder.append(key, value, timestamp if magic else None)
+            self.data = builder.build()
+        return self.data
+
+    def done(self) -> asyncio.Future:
+        """A future resolved when the batch completes (for flush)."""
+        if self.waiter is None:
+            self.waiter = asyncio.get_running_loop().create_future()
+            if self.completed:
+                self.waiter.set_result(None)
+        return self.waiter
+
+
+class RecordAccumulator:
+    """The producer's queued batches per partition, and its memory budget.  Event loop only."""
+
+    def __init__(self, *, batch_size: int, linger: float, delivery_timeout: float, buffer_memory: int,
+                 compression: int = Compression.NONE, wakeup: Callable[[], None] = lambda: None):
+        self.batch_size = batch_size
+        self.linger = linger
+        self.delivery_timeout = delivery_timeout
+        self.buffer_memory = buffer_memory
+        self.compression = compression
+        self.wakeup = wakeup               # tells the sender that something became sendable
+        self.queues: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        self.incomplete: set[ProducerBatch] = set()
+        self.buffered = 0                  # estimated bytes of records not yet completed
+        self.record_count = 0              # records not yet completed
+        self._memory_waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+
+    # -- appending --------------------------------------------------------------------------------
+    def append(self, tp: TopicPartition, record: tuple, token: Any, size: int, *, new_batch: bool = True) -> bool:
+        """Add ``record`` (key, value, timestamp, headers) with its ``token`` to ``tp``'s open batch.
+
+        Returns False, adding nothing, when a new batch would be needed and ``new_batch`` is False
+        (the sticky partitioner then picks another partition first).
+        """
+        queue = self.queues.get(tp)
+        if queue:
+            batch = queue[-1]
+            if batch.open:
+                if batch.size + size <= self.batch_size:
+                    batch.records.append(record)
+                    batch.tokens.append(token)
+                    batch.size += size
+                    self.buffered += size
+                    self.record_count += 1
+                    return True
+                batch.open = False
+                self.wakeup()  # a full batch is ready at once
+        if not new_batch:
+            return False
+        now = time.monotonic()
+        batch = ProducerBatch(tp, now, now + self.delivery_timeout)
+        batch.records.append(record)
+        batch.tokens.append(token)
+        batch.size += size
+        if batch.size >= self.batch_size:
+            batch.open = False  # one record as big as a batch goes alone
+        if queue is None:
+            queue = self.queues[tp] = collections.deque()
+        queue.append(batch)
+        self.incomplete.add(batch)
+        self.buffered += batch.size
+        self.record_count += 1
+        self.wakeup()  # the sender (re)schedules its linger timer
+        return True
+
+    # -- taking out and putting back --------------------------------------------------------------
+    def reenqueue(self, batch: ProducerBatch) -> None:
+        """Put a batch to be sent again back in its partition's queue, before every newer batch."""
+        queue = self.queues.setdefault(batch.tp, collections.deque())
+        batch.open = False
+        # Batches to resend sit at the front, oldest (lowest sequence, or creation) first.
+        i = 0
+        for i, queued in enumerate(queue):  # noqa: B007 - the index is the answer
+            if queued.attempts == 0 or _before(batch, queued):
+                break
+        else:
+            i = len(queue)
+        queue.insert(i, batch)
+
+    def complete(self, batch: ProducerBatch) -> None:
+        """Release a finished batch's memory (its records' outcomes are the caller's business)."""
+        if batch.completed:
+            return
+        batch.completed = True
+        self.incomplete.discard(batch)
+        self.buffered -= batch.size
+        self.record_count -= len(batch.records)
+        if batch.waiter is not None and not batch.waiter.done():
+            batch.waiter.set_result(None)
+        if self._memory_waiters:
+            self._wake_memory_waiters()
+
+    def expired(self, now: float) -> list[ProducerBatch]:
+        """Take out the queued (not in flight) batches whose delivery timeout has passed."""
+        gone = []
+        for queue in self.queues.values():
+            # Deadlines grow from the front (a resent batch is older than those behind it).
+            while queue and queue[0].deadline <= now:
+                gone.append(queue.popleft())
+        return gone
+
+    def abort_all(self) -> list[ProducerBatch]:
+        """Take out every queued batch (closing without waiting)."""
+        gone = [b for queue in self.queues.values() for b in queue]
+        self.queues.clear()
+        return gone
+
+    # -- memory -----------------------------------------------------------------------------------
+    @property
+    def memory_exhausted(self) -> bool:
+        """Someone waits for memory: everything queued should go out now, linger or not."""
+        return bool(self._memory_waiters)
+
+    def has_room(self, size: int) -> bool:
+        return not self._memory_waiters and self.buffered + size <= self.buffer_memory
+
+    async def wait_for_room(self, size: int, timeout: float) -> None:
+        """Wait (first come, first served) until ``size`` bytes fit in buffer.memory."""
+        if self.has_room(size):
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        entry = (size, waiter)
+        self._memory_waiters.append(entry)
+        self.wakeup()  # everything queued goes out now: that is what frees memory
+        timer = loop.call_later(timeout, _time_out, waiter)
+        try:
+            await waiter
+        except asyncio.TimeoutError:
+            raise ClientTimeoutError(
+                f"buffer.memory ({self.buffer_memory} bytes) stayed full for max.block.ms "
+                f"({timeout * 1000:g} ms): {self.buffered} bytes of records are waiting to be delivered") from None
+        finally:
+            timer.cancel()
+            if not waiter.done() or waiter.cancelled() or waiter.exception() is not None:
+                # Gave up (timed out or cancelled): leave the line, and let the next one try.
+                try:
+                    self._memory_waiters.remove(entry)
+                except ValueError:
+                    pass
+                if self._memory_waiters:
+                    self._wake_memory_waiters()
+
+    def _wake_memory_waiters(self) -> None:
+        """Let waiters in, in order, while their records fit (the first one always, once the
+        buffer is empty)."""
+        waiters = self._memory_waiters
+        room = self.buffer_memory - self.buffered
+        while waiters:
+            size, waiter = waiters[0]
+            if waiter.done():
+                waiters.popleft()
+                continue
+            if size > room and room < self.buffer_memory:
+                break
+            waiters.popleft()
+            waiter.set_result(None)
+            room -= size
+
+
+def _time_out(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(asyncio.TimeoutError())
+
+
+def _before(a: ProducerBatch, b: ProducerBatch) -> bool:
+    if a.producer_id >= 0 and (a.producer_id, a.epoch) == (b.producer_id, b.epoch):
+        return a.sequence < b.sequence
+    return a.created < b.created

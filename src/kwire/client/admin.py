@@ -1,0 +1,1020 @@
+"""The admin client: topics, configs, consumer groups, offsets and lag, for scripts and the CLI.
+
+``AsyncAdmin`` runs inside your event loop; ``Admin`` is its synchronous twin (each call runs on
+the shared client loop thread).  Both take the settings ``kwire.client.config.AdminConfig`` takes:
+a dict of Kafka's dotted names, keywords with underscores, or an ``AdminConfig``::
+
+    async with AsyncAdmin({"bootstrap.servers": "localhost:9092"}) as admin:
+        await admin.create_topics([NewTopic("orders", num_partitions=6)])
+        lag = await admin.consumer_group_lag("billing")
+
+    with Admin(bootstrap_servers=["localhost:9092"]) as admin:
+        print(admin.list_groups())
+
+Every request goes out at the highest version both sides speak.  Calls that name several
+topics, groups or partitions send them together and wait for all: items that fail with a
+retriable error code (NOT_CONTROLLER, NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER...) are sent again,
+after a backoff and a metadata refresh, until ``timeout`` (seconds; ``request.timeout.ms`` when
+not given) runs out, which raises ``ClientTimeoutError``.
+Any other error code is raised as its ``KafkaError`` subclass naming the topic, group or
+partition (the first one, in the order asked, with the others counted in its message) once the
+rest of the batch is done.
+
+Not found means not found at once: an unknown topic or group is not retried, although Kafka
+marks UNKNOWN_TOPIC_OR_PARTITION retriable (it is, for a producer waiting on a new topic; for an
+operator who mistyped a name, waiting a minute helps nobody).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from kwire.protocol import messages
+from kwire.protocol.errors import DecodeError, KafkaError
+from kwire.protocol.messages import Request, Response
+
+from .assignors.protocol import decode_assignment, decode_subscription
+from .cluster import Cluster
+from .errors import ClientError, UnsupportedApiError, is_retriable
+from .loop_thread import LoopThread
+from .metadata import NO_TOPIC_ID, BrokerInfo, ClusterMetadata, TopicInfo
+from .retry import retrying
+from .types import OffsetAndMetadata, TopicPartition
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "MAX_TIMESTAMP",
+    "Admin",
+    "AsyncAdmin",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSource",
+    "ConfigSynonym",
+    "CreatedTopic",
+    "GroupDescription",
+    "GroupLag",
+    "GroupListing",
+    "ListedOffset",
+    "MemberDescription",
+    "NewTopic",
+    "PartitionLag",
+    "ResourceType",
+]
+
+logger = logging.getLogger("kwire.client.admin")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# Api keys.
+LIST_OFFSETS, METADATA, OFFSET_FETCH = 2, 3, 9
+DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
+CREATE_TOPICS, DELETE_TOPICS = 19, 20
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, DELETE_GROUPS, DESCRIBE_CLUSTER = 32, 37, 42, 60
+
+# Error codes the admin client treats specially.
+UNKNOWN_TOPIC_OR_PARTITION = 3
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+GROUP_ID_NOT_FOUND = 69
+UNKNOWN_TOPIC_ID = 100
+_COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
+
+# ListOffsets' special timestamps.
+LATEST = -1          # the log end offset: the offset the next record will get
+EARLIEST = -2        # the log start offset
+MAX_TIMESTAMP = -3   # the record with the largest timestamp (ListOffsets v7+, KIP-734)
+
+_OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST, "max_timestamp": MAX_TIMESTAMP}
+_ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
+
+
+# -- what the calls take and return -----------------------------------------------------------------
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic for ``create_topics``.  -1 leaves partitions / replication to the broker's default
+    (CreateTopics v4+); ``replica_assignment`` (partition -> broker ids) replaces both."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+    replica_assignment: Mapping[int, Sequence[int]] | None = None
+
+
+@dataclass(frozen=True)
+class CreatedTopic:
+    """What the broker says it created; -1, None and {} where its version does not say
+    (the partition count, replication factor and configs from CreateTopics v5, the id from v7)."""
+
+    name: str
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int          # -1 when the broker does not say
+    brokers: tuple[BrokerInfo, ...]
+
+
+class ResourceType(IntEnum):
+    """DescribeConfigs resource types (Kafka's numbering)."""
+
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class ConfigSource(IntEnum):
+    """Where a config value comes from (DescribeConfigs v1+, Kafka's numbering)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+
+class ConfigResource(NamedTuple):
+    """A topic (by name) or a broker (by node id as a string) whose configs to describe."""
+
+    type: ResourceType
+    name: str
+
+    @classmethod
+    def topic(cls, name: str) -> ConfigResource:
+        return cls(ResourceType.TOPIC, name)
+
+    @classmethod
+    def broker(cls, node_id: int | str) -> ConfigResource:
+        return cls(ResourceType.BROKER, str(node_id))
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config value as DescribeConfigs gives it.  ``value`` is None for sensitive ones.
+
+    ``source`` is UNKNOWN from a v0 broker, which gives only ``is_default``; from v1 on
+    ``is_default`` is derived from the source.  ``config_type`` (0 unknown) and
+    ``documentation`` come from v3 when asked for.
+    """
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    is_default: bool
+    read_only: bool
+    sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()
+    config_type: int = 0
+    documentation: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    """A group as ListGroups names it; ``state`` from v4, ``type`` from v5, None before."""
+
+    group_id: str
+    protocol_type: str
+    state: str | None
+    type: str | None
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """One member of a group.  For the "consumer" protocol type, ``assignment`` and
+    ``subscription`` are decoded from the member's bytes (None when they cannot be read, or
+    before the group's first assignment); ``metadata`` and ``raw_assignment`` keep the bytes."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...] | None
+    subscription: tuple[str, ...] | None
+    metadata: bytes = b""
+    raw_assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group as DescribeGroups describes it.  ``protocol`` is the assignor of a consumer group.
+
+    The classic protocol does not tell who the leader is, so neither can this.
+    """
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator: int
+
+    def assigned(self) -> dict[TopicPartition, MemberDescription]:
+        """Which member holds each assigned partition."""
+        return {tp: m for m in self.members for tp in (m.assignment or ())}
+
+
+@dataclass(frozen=True)
+class ListedOffset:
+    """A ListOffsets answer: the offset (-1 when no record matches a timestamp), the timestamp
+    of the record found (-1 for earliest / latest), and its leader epoch (-1 unknown)."""
+
+    offset: int
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """How far a group is behind on one partition.  ``committed`` is None where the group has
+    no commit (then ``lag`` is None too); ``log_end_offset`` is None for a topic that is gone.
+    The member fields name the member assigned the partition, if any."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    log_end_offset: int | None
+    lag: int | None
+    member_id: str | None = None
+    client_id: str | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    """A group's lag by partition; ``state`` is None where the broker cannot describe groups."""
+
+    group_id: str
+    state: str | None
+    partitions: tuple[PartitionLag, ...]
+
+    @property
+    def total(self) -> int:
+        """The sum of the known lags (partitions without a commit count for nothing)."""
+        return sum(p.lag for p in self.partitions if p.lag is not None)
+
+
+# -- the batch bookkeeping every multi-item call shares ----------------------------------------------
+def _broker_error(code: int, subject: str, message: str | None = None) -> KafkaError:
+    """The typed error for ``code``, its message naming ``subject`` ("topic 'orders'")."""
+    cls = KafkaError.for_code(code)
+    if message:
+        # kwire's broker sends str(exc) as the message: drop the "[Error n] NAME: " it repeats.
+        prefix = f"[Error {code}] {cls.name}: "
+        message = message[len(prefix):] if message.startswith(prefix) else message
+    if not message:
+        return cls(subject)
+    name = subject.split(" ", 1)[-1]
+    # Kafka's own messages usually name the thing already ("Topic 'x' already exists.").
+    return cls(message if name in message else f"{subject}: {message}")
+
+
+class _Batch(Generic[K, V]):
+    """One admin call over several keys: results as they come, keys still to (re)send, failures.
+
+    A round sends every pending key; each key then ``succeed``s or ``fail``s.  A retriable
+    failure keeps the key pending and ``end_round`` raises it so ``retrying`` backs off and runs
+    another round; other failures are kept and raised by ``outcome`` after the batch is done.
+    """
+
+    def __init__(self, keys: Iterable[K], describe: Callable[[K], str]):
+        self.order = list(dict.fromkeys(keys))
+        self.pending: dict[K, None] = dict.fromkeys(self.order)
+        self.results: dict[K, V] = {}
+        self.errors: dict[K, BaseException] = {}
+        self.describe = describe
+        self._retry: BaseException | None = None
+
+    def succeed(self, key: K, value: V) -> None:
+        if key in self.pending:
+            del self.pending[key]
+            self.results[key] = value
+
+    def fail(self, key: K, exc: BaseException, *, final: bool = False) -> None:
+        if key not in self.pending:
+            return
+        if is_retriable(exc) and not final:
+            self._retry = exc
+            return
+        del self.pending[key]
+        self.errors[key] = exc
+
+    def end_round(self) -> None:
+        if not self.pending:
+            return
+        exc, self._retry = self._retry, None
+        if exc is None:
+            missing = ", ".join(self.describe(k) for k in self.pending)
+            raise ClientError(f"the broker's answer left out {missing}")
+        raise exc
+
+    def outcome(self) -> dict[K, V]:
+        if self.errors:
+            failed = [k for k in self.order if k in self.errors]
+            first = self.errors[failed[0]]
+            if len(failed) > 1:
+                others = ", ".join(f"{self.describe(k)} ({_error_name(self.errors[k])})" for k in failed[1:])
+                first.args = (f"{first.args[0] if first.args else first}; also failed: {others}",)
+                if isinstance(first, KafkaError):
+                    first.message = first.args[0]
+            raise first
+        return {k: self.results[k] for k in self.order if k in self.results}
+
+
+def _error_name(exc: BaseException) -> str:
+    return exc.name if isinstance(exc, KafkaError) else type(exc).__name__
+
+
+def _topic(name: str) -> str:
+    return f"topic {name!r}"
+
+
+def _group(group_id: str) -> str:
+    return f"group {group_id!r}"
+
+
+def _partition(tp: TopicPartition) -> str:
+    return f"partition {tp.topic}-{tp.partition}"
+
+
+def _make_config(conf: Any, settings: dict[str, Any]) -> Any:
+    """An AdminConfig from a dict of Kafka's names and keywords; a ready config object is kept."""
+    if conf is not None and not isinstance(conf, Mapping):
+        if settings:
+            raise TypeError("give either an AdminConfig or settings, not both")
+        return conf
+    from .config import AdminConfig
+
+    return AdminConfig.from_settings(conf, **settings)
+
+
+# -- the async client -----------------------------------------------------------------------------
+class AsyncAdmin:
+    """Kafka's admin operations over one ``Cluster``.  Use it inside a running event loop."""
+
+    def __init__(self, conf: Mapping[str, Any] | Any = None, /, **settings: Any):
+        self.config = _make_config(conf, settings)
+        self._cluster = Cluster(self.config)
+        #: Seconds a call may take when it is given no ``timeout`` (Java's default.api.timeout.ms,
+        #: which kwire's configs do not have yet): request.timeout.ms.
+        self.default_timeout: float = self.config.request_timeout_ms / 1000
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    async def close(self) -> None:
+        await self._cluster.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _timeout(self, timeout: float | None) -> float:
+        return self.default_timeout if timeout is None else timeout
+
+    async def _send(self, build: Callable[[int], Request], node_id: int | None = None, *, api_key: int,
+                    low: int = 0, high: int | None = None, timeout: float | None = None) -> Response:
+        """Build the request for the version the node will get, and send it there."""
+        cluster = self._cluster
+        conn = await (cluster.any_connection() if node_id is None else cluster.connection(node_id))
+        version = conn.version_for(api_key, low, high)
+        return await conn.send(build(version), version=version, timeout=timeout)
+
+    async def _run(self, batch: _Batch[K, V], round_: Callable[[list[K]], Awaitable[None]], *, what: str,
+                   timeout: float | None, refresh_metadata: bool = False) -> dict[K, V]:
+        """Rounds of ``round_`` over the batch's pending keys until none is left or time runs out."""
+        async def attempt() -> None:
+            await round_(list(batch.pending))
+            batch.end_round()
+
+        async def before_retry(exc: BaseException) -> None:
+            if refresh_metadata:
+                try:
+                    await self._cluster.refresh_metadata(None)
+                except Exception as refresh_error:  # the next round fails the same way, or not
+                    if not is_retriable(refresh_error):
+                        raise
+
+        if batch.pending:
+            await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff, what=what,
+                           before_retry=before_retry)
+        return batch.outcome()
+
+    async def _per_node(self, batch: _Batch[K, Any], by_node: Mapping[int | None, list[K]],
+                        send: Callable[[int | None, list[K]], Awaitable[None]]) -> None:
+        """``send`` to each node concurrently; a node that cannot be reached fails only its keys."""
+        nodes = list(by_node)
+        outcomes = await asyncio.gather(*(send(n, by_node[n]) for n in nodes), return_exceptions=True)
+        for node, result in zip(nodes, outcomes, strict=True):
+            if isinstance(result, BaseException):
+                if not is_retriable(result):
+                    raise result
+                for key in by_node[node]:
+                    batch.fail(key, result)
+
+    async def _controller(self) -> int | None:
+        """The controller's node id (None: any broker; KRaft brokers forward to the controller)."""
+        metadata = self._cluster.metadata
+        if not metadata.fetched_at:
+            metadata = await self._cluster.refresh_metadata([])
+        return metadata.controller_id if metadata.controller_id in metadata.brokers else None
+
+    async def _coordinators(self, batch: _Batch[str, Any], groups: list[str]) -> dict[int | None, list[str]]:
+        """The pending groups by coordinator node; a group whose lookup failed retriably waits."""
+        found = await asyncio.gather(*(self._cluster.coordinator(g) for g in groups), return_exceptions=True)
+        by_node: dict[int | None, list[str]] = {}
+        for group_id, node in zip(groups, found, strict=True):
+            if isinstance(node, BaseException):
+                if not isinstance(node, (KafkaError, ClientError)):
+                    raise node
+                batch.fail(group_id, node)
+            else:
+                by_node.setdefault(node, []).append(group_id)
+        return by_node
+
+    def _group_error(self, batch: _Batch[str, Any], group_id: str, code: int, message: str | None = None) -> None:
+        if code in _COORDINATOR_MOVED:
+            self._cluster.forget_coordinator(group_id)
+        batch.fail(group_id, _broker_error(code, _group(group_id), message), final=code == GROUP_ID_NOT_FOUND)
+
+    # -- topics -----------------------------------------------------------------------------------
+    async def create_topics(self, topics: Iterable[NewTopic | str], *, validate_only: bool = False,
+                            timeout: float | None = None) -> dict[str, CreatedTopic]:
+        """Create topics (names alone take the broker's defaults); ``validate_only`` checks only."""
+        specs = {t.name: t for t in (NewTopic(t) if isinstance(t, str) else t for t in topics)}
+        batch: _Batch[str, CreatedTopic] = _Batch(specs, _topic)
+        # Before v4 the broker needs explicit counts; before v1 it cannot validate only.
+        low = 4 if any(s.replica_assignment is None and -1 in (s.num_partitions, s.replication_factor)
+                       for s in specs.values()) else (1 if validate_only else 0)
+        wait_ms = int(self._timeout(timeout) * 1000)
+        R = messages.CreateTopicsRequest
+
+        def build(version: int) -> Request:
+            request = R(timeout_ms=wait_ms, topics=[R.CreatableTopic(
+                name=s.name,
+                num_partitions=-1 if s.replica_assignment else s.num_partitions,
+                replication_factor=-1 if s.replica_assignment else s.replication_factor,
+                assignments=[R.CreatableTopic.CreatableReplicaAssignment(partition_index=p, broker_ids=list(b))
+                             for p, b in sorted((s.replica_assignment or {}).items())],
+                configs=[R.CreatableTopic.CreatableTopicConfig(name=k, value=v) for k, v in s.configs.items()],
+            ) for s in (specs[n] for n in batch.pending)])
+            if version >= 1:
+                request.validate_only = validate_only
+            return request
+
+        async def round_(names: list[str]) -> None:
+            response = await self._send(build, await self._controller(), api_key=CREATE_TOPICS, low=low)
+            for t in response.topics:
+                if t.error_code:
+                    batch.fail(t.name, _broker_error(t.error_code, _topic(t.name), t.error_message))
+                    continue
+                configs = {c.name: c.value for c in (t.configs or [])}
+                topic_id = t.topic_id if t.topic_id != NO_TOPIC_ID else None
+                batch.succeed(t.name, CreatedTopic(t.name, topic_id, t.num_partitions, t.replication_factor, configs))
+
+        return await self._run(batch, round_, what="CreateTopics", timeout=timeout, refresh_metadata=True)
+
+    async def delete_topics(self, names: Iterable[str], *, timeout: float | None = None) -> None:
+        """Delete topics by name; UnknownTopicOrPartitionError names a topic that does not exist."""
+        batch: _Batch[str, None] = _Batch(names, _topic)
+        wait_ms = int(self._timeout(timeout) * 1000)
+        R = messages.DeleteTopicsRequest
+
+        def build(version: int) -> Request:
+            if version >= 6:
+                return R(timeout_ms=wait_ms, topics=[R.DeleteTopicState(name=n) for n in batch.pending])
+            return R(timeout_ms=wait_ms, topic_names=list(batch.pending))
+
+        async def round_(names: list[str]) -> None:
+            response = await self._send(build, await self._controller(), api_key=DELETE_TOPICS)
+            for t in response.responses:
+                name = t.name if t.name is not None else self._cluster.metadata.topic_name(t.topic_id)
+                if t.error_code:
+                    batch.fail(name, _broker_error(t.error_code, _topic(name), getattr(t, "error_message", None)),
+                               final=t.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    batch.succeed(name, None)
+
+        await self._run(batch, round_, what="DeleteTopics", timeout=timeout, refresh_metadata=True)
+
+    async def create_partitions(self, new_totals: Mapping[str, int], *, validate_only: bool = False,
+                                timeout: float | None = None) -> None:
+        """Grow topics to the given total partition counts (the broker places the new ones)."""
+        batch: _Batch[str, None] = _Batch(new_totals, _topic)
+        wait_ms = int(self._timeout(timeout) * 1000)
+        R = messages.CreatePartitionsRequest
+
+        def build(version: int) -> Request:
+            return R(timeout_ms=wait_ms, validate_only=validate_only, topics=[
+                R.CreatePartitionsTopic(name=n, count=new_totals[n], assignments=None) for n in batch.pending])
+
+        async def round_(names: list[str]) -> None:
+            response = await self._send(build, await self._controller(), api_key=CREATE_PARTITIONS)
+            for t in response.results:
+                if t.error_code:
+                    batch.fail(t.name, _broker_error(t.error_code, _topic(t.name), t.error_message),
+                               final=t.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    batch.succeed(t.name, None)
+
+        await self._run(batch, round_, what="CreatePartitions", timeout=timeout, refresh_metadata=True)
+
+    async def list_topics(self, *, include_internal: bool = False,
+                          timeout: float | None = None) -> dict[str, TopicInfo]:
+        """Every topic with its partitions (leader, replicas, isr), id and internal flag, by name."""
+        metadata = await self._metadata(None, timeout)
+        return {name: info for name, info in sorted(metadata.topics.items())
+                if not info.error_code and (include_internal or not info.is_internal)}
+
+    async def describe_topics(self, names: Iterable[str], *, timeout: float | None = None) -> dict[str, TopicInfo]:
+        """The named topics' partitions (leader, replicas, isr), ids and internal flags."""
+        batch: _Batch[str, TopicInfo] = _Batch(names, _topic)
+
+        async def round_(wanted: list[str]) -> None:
+            metadata = await self._cluster.refresh_metadata(wanted)
+            for name in wanted:
+                info = metadata.topics.get(name)
+                if info is None:
+                    continue  # left out: end_round says so
+                if info.error_code:
+                    batch.fail(name, _broker_error(info.error_code, _topic(name)),
+                               final=info.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    batch.succeed(name, info)
+
+        return await self._run(batch, round_, what="Metadata", timeout=timeout)
+
+    async def metadata(self, topics: Iterable[str] | None = None, *,
+                       timeout: float | None = None) -> ClusterMetadata:
+        """A fresh Metadata answer: brokers, controller, cluster id, and ``topics`` (all when
+        None), topics the broker does not know included with their error code."""
+        if topics is None:
+            return await self._metadata(None, timeout)
+        wanted = sorted(set(topics))
+        metadata = await self._metadata(wanted, timeout)
+        return dataclasses.replace(metadata, topics={n: metadata.topics[n] for n in wanted if n in metadata.topics})
+
+    async def _metadata(self, topics: list[str] | None, timeout: float | None) -> ClusterMetadata:
+        # refresh_metadata retries on its own, within request.timeout.ms.
+        if timeout is None or timeout <= self._cluster.request_timeout:
+            return await self._cluster.refresh_metadata(topics)
+        return await retrying(lambda: self._cluster.refresh_metadata(topics), timeout=timeout,
+                              backoff=self._cluster.retry_backoff, what="Metadata")
+
+    # -- cluster and configs ----------------------------------------------------------------------
+    async def describe_cluster(self, *, timeout: float | None = None) -> ClusterDescription:
+        """Cluster id, controller and brokers: DescribeCluster where the broker has it, else Metadata."""
+        async def attempt() -> ClusterDescription:
+            conn = await self._cluster.any_connection()
+            if not conn.supports(DESCRIBE_CLUSTER):
+                metadata = await self._cluster.refresh_metadata([])
+                return ClusterDescription(metadata.cluster_id, metadata.controller_id,
+                                          tuple(metadata.brokers[n] for n in sorted(metadata.brokers)))
+            version = conn.version_for(DESCRIBE_CLUSTER)
+            response = await conn.send(messages.DescribeClusterRequest(), version=version)
+            if response.error_code:
+                raise _broker_error(response.error_code, "DescribeCluster", response.error_message)
+            brokers = sorted((BrokerInfo(b.broker_id, b.host, b.port, b.rack) for b in response.brokers),
+                             key=lambda b: b.node_id)
+            return ClusterDescription(response.cluster_id, response.controller_id, tuple(brokers))
+
+        return await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff,
+                              what="DescribeCluster")
+
+    async def describe_configs(self, resources: Iterable[ConfigResource], *, include_synonyms: bool = False,
+                               include_documentation: bool = False,
+                               timeout: float | None = None) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Config entries of topics and brokers, by resource, then by config name.
+
+        A broker's configs are asked of that broker; topics' of any broker.
+        """
+        wanted = [ConfigResource(ResourceType(r.type), str(r.name)) for r in resources]
+        batch: _Batch[ConfigResource, dict[str, ConfigEntry]] = _Batch(
+            wanted, lambda r: f"{r.type.name.lower()} {r.name!r}")
+        R = messages.DescribeConfigsRequest
+
+        async def send(node: int | None, keys: list[ConfigResource]) -> None:
+            def build(version: int) -> Request:
+                request = R(resources=[R.DescribeConfigsResource(resource_type=int(r.type), resource_name=r.name,
+                                                                 configuration_keys=None) for r in keys])
+                if version >= 1:
+                    request.include_synonyms = include_synonyms
+                if version >= 3:
+                    request.include_documentation = include_documentation
+                return request
+
+            response = await self._send(build, node, api_key=DESCRIBE_CONFIGS)
+            for result in response.results:
+                key = ConfigResource(ResourceType(result.resource_type), result.resource_name)
+                if result.error_code:
+                    batch.fail(key, _broker_error(result.error_code, batch.describe(key), result.error_message),
+                               final=result.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    batch.succeed(key, {c.name: _config_entry(c) for c in result.configs})
+
+        async def round_(keys: list[ConfigResource]) -> None:
+            by_node: dict[int | None, list[ConfigResource]] = {}
+            for r in keys:
+                node = int(r.name) if r.type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) and r.name else None
+                by_node.setdefault(node, []).append(r)
+            if any(n is not None for n in by_node) and not self._cluster.metadata.fetched_at:
+                await self._cluster.refresh_metadata([])  # broker ids must be known to connect to them
+            await self._per_node(batch, by_node, send)
+
+        return await self._run(batch, round_, what="DescribeConfigs", timeout=timeout)
+
+    # -- groups -----------------------------------------------------------------------------------
+    async def list_groups(self, *, states: Collection[str] = (), types: Collection[str] = (),
+                          timeout: float | None = None) -> list[GroupListing]:
+        """The groups every broker coordinates, sorted by id; ``states`` / ``types`` filter them
+        (in the request where the version has the filter, else here when the answer says)."""
+        states_wanted = {s.lower() for s in states}
+        types_wanted = {t.lower() for t in types}
+        metadata = await self._metadata([], timeout)
+        batch: _Batch[int, list[GroupListing]] = _Batch(sorted(metadata.brokers), lambda n: f"broker {n}")
+
+        async def send(node: int | None, keys: list[int]) -> None:
+            def build(version: int) -> Request:
+                request = messages.ListGroupsRequest()
+                if version >= 4:
+                    request.states_filter = sorted(states)
+                if version >= 5:
+                    request.types_filter = sorted(types)
+                return request
+
+            response = await self._send(build, node, api_key=LIST_GROUPS)
+            if response.error_code:
+                batch.fail(node, _broker_error(response.error_code, f"broker {node}"))
+                return
+            listings = [GroupListing(g.group_id, g.protocol_type, g.group_state or None, g.group_type or None, node)
+                        for g in response.groups]
+            batch.succeed(node, [g for g in listings
+                                 if (not states_wanted or (g.state or "").lower() in states_wanted)
+                                 and (not types_wanted or (g.type or "").lower() in types_wanted)])
+
+        async def round_(nodes: list[int]) -> None:
+            await self._per_node(batch, {n: [n] for n in nodes}, send)
+
+        found = await self._run(batch, round_, what="ListGroups", timeout=timeout)
+        return sorted((g for listing in found.values() for g in listing), key=lambda g: g.group_id)
+
+    async def describe_groups(self, group_ids: Iterable[str], *,
+                              timeout: float | None = None) -> dict[str, GroupDescription]:
+        """State, protocol, assignor and members (with decoded assignments) of each group.
+
+        A group that does not exist raises GroupIdNotFoundError (Kafka before DescribeGroups v6
+        describes it as "Dead" instead; this treats both alike).
+        """
+        batch: _Batch[str, GroupDescription] = _Batch(group_ids, _group)
+
+        async def send(node: int | None, groups: list[str]) -> None:
+            def build(version: int) -> Request:
+                return messages.DescribeGroupsRequest(groups=groups)
+
+            response = await self._send(build, node, api_key=DESCRIBE_GROUPS)
+            for g in response.groups:
+                if g.error_code:
+                    self._group_error(batch, g.group_id, g.error_code, getattr(g, "error_message", None))
+                elif g.group_state == "Dead" and not g.members:
+                    batch.fail(g.group_id, _broker_error(GROUP_ID_NOT_FOUND, _group(g.group_id),
+                                                         f"group {g.group_id!r} does not exist"), final=True)
+                else:
+                    batch.succeed(g.group_id, _group_description(g, node))
+
+        async def round_(groups: list[str]) -> None:
+            await self._per_node(batch, await self._coordinators(batch, groups), send)
+
+        return await self._run(batch, round_, what="DescribeGroups", timeout=timeout)
+
+    async def delete_groups(self, group_ids: Iterable[str], *, timeout: float | None = None) -> None:
+        """Delete groups with their committed offsets; a group with members cannot be deleted
+        (NonEmptyGroupError)."""
+        batch: _Batch[str, None] = _Batch(group_ids, _group)
+
+        async def send(node: int | None, groups: list[str]) -> None:
+            response = await self._send(lambda v: messages.DeleteGroupsRequest(groups_names=groups), node,
+                                        api_key=DELETE_GROUPS)
+            for r in response.results:
+                if r.error_code:
+                    self._group_error(batch, r.group_id, r.error_code)
+                else:
+                    batch.succeed(r.group_id, None)
+
+        async def round_(groups: list[str]) -> None:
+            await self._per_node(batch, await self._coordinators(batch, groups), send)
+
+        await self._run(batch, round_, what="DeleteGroups", timeout=timeout)
+
+    # -- offsets ----------------------------------------------------------------------------------
+    async def list_offsets(self, specs: Mapping[TopicPartition, int | str], *,
+                           isolation_level: str = "read_uncommitted",
+                           timeout: float | None = None) -> dict[TopicPartition, ListedOffset]:
+        """Offsets by partition, each asked of its leader.  A spec is "earliest", "latest",
+        "max_timestamp", EARLIEST / LATEST / MAX_TIMESTAMP, or a timestamp in ms (the first
+        offset whose record's timestamp is at or after it; -1 when there is none)."""
+        try:
+            isolation = _ISOLATION[isolation_level]
+        except KeyError:
+            raise ValueError(f"isolation_level {isolation_level!r} is not one of {sorted(_ISOLATION)}") from None
+        wanted = {TopicPartition(*tp): _offset_spec(spec) for tp, spec in specs.items()}
+        batch: _Batch[TopicPartition, ListedOffset] = _Batch(wanted, _partition)
+        low = 7 if MAX_TIMESTAMP in wanted.values() else 1  # v0 answers in another layout; kwire needs >= 1
+        wait_ms = int(self._timeout(timeout) * 1000)
+        R = messages.ListOffsetsRequest
+
+        async def send(node: int | None, tps: list[TopicPartition]) -> None:
+            def build(version: int) -> Request:
+                by_topic: dict[str, list] = {}
+                for tp in tps:
+                    by_topic.setdefault(tp.topic, []).append(R.ListOffsetsTopic.ListOffsetsPartition(
+                        partition_index=tp.partition, timestamp=wanted[tp],
+                        current_leader_epoch=self._cluster.metadata.leader_epoch(*tp) if version >= 4 else -1))
+                request = R(replica_id=-1, topics=[R.ListOffsetsTopic(name=t, partitions=ps)
+                                                   for t, ps in by_topic.items()], timeout_ms=wait_ms)
+                if version >= 2:
+                    request.isolation_level = isolation
+                return request
+
+            response = await self._send(build, node, api_key=LIST_OFFSETS, low=low)
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if p.error_code:
+                        batch.fail(tp, _broker_error(p.error_code, _partition(tp)))
+                    else:
+                        batch.succeed(tp, ListedOffset(p.offset, p.timestamp, p.leader_epoch))
+
+        async def round_(tps: list[TopicPartition]) -> None:
+            topics = {tp.topic for tp in tps}
+            metadata = await self._cluster.metadata_for(topics)
+            if any(tp.partition not in (metadata.partitions_for(tp.topic) or ()) for tp in tps):
+                metadata = await self._cluster.refresh_metadata(topics)  # grown since, or really unknown
+            by_node: dict[int | None, list[TopicPartition]] = {}
+            for tp in tps:
+                _check_partition_known(batch, metadata, tp)
+                leader = metadata.leader(*tp)
+                if leader is not None:
+                    by_node.setdefault(leader, []).append(tp)
+                elif tp in batch.pending:
+                    batch.fail(tp, _broker_error(5, _partition(tp), "no leader right now"))
+            await self._per_node(batch, by_node, send)
+
+        return await self._run(batch, round_, what="ListOffsets", timeout=timeout, refresh_metadata=True)
+
+    async def list_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
+                                          *, timeout: float | None = None
+                                          ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """A group's committed offsets (OffsetFetch), sorted.  With ``partitions``, those
+        partitions, None for the ones without a commit; without, every partition committed."""
+        wanted = None if partitions is None else sorted({TopicPartition(*tp) for tp in partitions})
+
+        async def attempt() -> dict[TopicPartition, OffsetAndMetadata | None]:
+            node = await self._cluster.coordinator(group_id)
+            try:
+                return await self._offset_fetch(node, group_id, wanted)
+            except KafkaError as exc:
+                if exc.code in _COORDINATOR_MOVED:
+                    self._cluster.forget_coordinator(group_id)
+                raise
+
+        return await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff,
+                              what=f"OffsetFetch for {_group(group_id)}")
+
+    async def _offset_fetch(self, node: int, group_id: str, wanted: list[TopicPartition] | None
+                            ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        cluster = self._cluster
+        by_topic: dict[str, list[int]] = {}
+        for tp in wanted or ():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        high = None
+        if by_topic:
+            # v10 names topics by id: only when every topic asked for has one.
+            metadata = await cluster.metadata_for(by_topic)
+            if any(metadata.topic_id(t) == NO_TOPIC_ID for t in by_topic):
+                high = 9
+        R = messages.OffsetFetchRequest
+        G = R.OffsetFetchRequestGroup
+
+        def build(version: int) -> Request:
+            if version < 8:
+                topics = None if wanted is None else [R.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                                                      for t, ps in by_topic.items()]
+                return R(group_id=group_id, topics=topics)
+            topics = None if wanted is None else [
+                G.OffsetFetchRequestTopics(partition_indexes=ps, **(
+                    {"topic_id": cluster.metadata.topic_id(t)} if version >= 10 else {"name": t}))
+                for t, ps in by_topic.items()]
+            return R(groups=[G(group_id=group_id, topics=topics)])
+
+        response = await self._send(build, node, api_key=OFFSET_FETCH, low=1 if wanted is not None else 2, high=high)
+        if hasattr(response, "groups") and response.groups:
+            answer = response.groups[0]
+            error, topics = answer.error_code, answer.topics
+        else:
+            error, topics = getattr(response, "error_code", 0), response.topics
+        if error:
+            raise _broker_error(error, _group(group_id))
+        names = await self._topic_names(topics)
+        found: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        for t in topics:
+            name = t.name if getattr(t, "name", None) else names.get(getattr(t, "topic_id", None))
+            if name is None:
+                continue  # committed offsets of a topic that is gone: nothing names it any more
+            for p in t.partitions:
+                tp = TopicPartition(name, p.partition_index)
+                if p.error_code:
+                    if p.error_code == UNKNOWN_TOPIC_OR_PARTITION or p.error_code == UNKNOWN_TOPIC_ID:
+                        found[tp] = None
+                        continue
+                    raise _broker_error(p.error_code, _partition(tp) + f" of {_group(group_id)}")
+                found[tp] = (OffsetAndMetadata(p.committed_offset, p.metadata or "", p.committed_leader_epoch)
+                             if p.committed_offset >= 0 else None)
+        for tp in wanted or ():
+            found.setdefault(tp, None)
+        return dict(sorted(found.items()))
+
+    async def _topic_names(self, topics: list) -> dict[uuid.UUID, str]:
+        """Names for the topic ids an OffsetFetch v10 answer uses, refreshing metadata for new ones."""
+        ids = {t.topic_id for t in topics if not getattr(t, "name", None) and getattr(t, "topic_id", None)}
+        metadata = self._cluster.metadata
+        if any(metadata.topic_name(i) is None for i in ids):
+            metadata = await self._cluster.refresh_metadata(None)
+        return {i: name for i in ids if (name := metadata.topic_name(i)) is not None}
+
+    async def consumer_group_lag(self, group_id: str, *, topics: Iterable[str] | None = None,
+                                 timeout: float | None = None) -> GroupLag:
+        """Committed offset, log end offset and lag by partition, sorted.
+
+        The partitions are those of ``topics`` when given, else every partition the group has
+        committed or has assigned to a member.  A partition without a commit has no lag.
+        GroupIdNotFoundError when the group does not exist.
+        """
+        try:
+            description: GroupDescription | None = (await self.describe_groups([group_id], timeout=timeout))[group_id]
+        except UnsupportedApiError:
+            description = None  # a broker without DescribeGroups (librdkafka's mock): no members to show
+        owners = description.assigned() if description is not None else {}
+        if topics is not None:
+            described = await self.describe_topics(topics, timeout=timeout)
+            partitions = sorted(TopicPartition(t, p) for t, info in described.items() for p in info.partitions)
+            committed = await self.list_consumer_group_offsets(group_id, partitions, timeout=timeout)
+        else:
+            committed = await self.list_consumer_group_offsets(group_id, timeout=timeout)
+            partitions = sorted(set(committed) | set(owners))
+        metadata = await self._cluster.refresh_metadata({tp.topic for tp in partitions})
+        live = [tp for tp in partitions if tp.partition in (metadata.partitions_for(tp.topic) or ())]
+        ends = await self.list_offsets({tp: LATEST for tp in live}, timeout=timeout) if live else {}
+        rows = []
+        for tp in partitions:
+            commit = committed.get(tp)
+            end = ends[tp].offset if tp in ends else None
+            member = owners.get(tp)
+            rows.append(PartitionLag(
+                tp.topic, tp.partition, commit.offset if commit else None, end,
+                end - commit.offset if commit is not None and end is not None else None,
+                member.member_id if member else None, member.client_id if member else None,
+                member.host if member else None))
+        return GroupLag(group_id, description.state if description else None, tuple(rows))
+
+
+# -- decoding helpers -------------------------------------------------------------------------------
+def _offset_spec(spec: int | str) -> int:
+    if isinstance(spec, str):
+        try:
+            return _OFFSET_SPECS[spec.lower()]
+        except KeyError:
+            raise ValueError(f"offset spec {spec!r} is not one of {sorted(_OFFSET_SPECS)} or a timestamp") from None
+    if spec < MAX_TIMESTAMP:
+        raise ValueError(f"offset spec {spec} is neither a timestamp (>= 0) nor EARLIEST/LATEST/MAX_TIMESTAMP")
+    return int(spec)
+
+
+def _check_partition_known(batch: _Batch[TopicPartition, Any], metadata: ClusterMetadata,
+                           tp: TopicPartition) -> None:
+    """Fail a partition at once when the fresh metadata says its topic or number does not exist."""
+    info = metadata.topics.get(tp.topic)
+    if info is not None and info.error_code == UNKNOWN_TOPIC_OR_PARTITION:
+        batch.fail(tp, _broker_error(UNKNOWN_TOPIC_OR_PARTITION, _partition(tp),
+                                     f"topic {tp.topic!r} does not exist"), final=True)
+    elif info is not None and not info.error_code and info.partitions and tp.partition not in info.partitions:
+        batch.fail(tp, _broker_error(UNKNOWN_TOPIC_OR_PARTITION, _partition(tp),
+                                     f"topic {tp.topic!r} has {len(info.partitions)} partitions"), final=True)
+
+
+def _config_entry(c) -> ConfigEntry:
+    source = ConfigSource(c.config_source) if c.config_source in ConfigSource._value2member_map_ \
+        else ConfigSource.UNKNOWN
+    is_default = c.is_default if c.config_source == -1 else source == ConfigSource.DEFAULT_CONFIG
+    synonyms = tuple(ConfigSynonym(s.name, s.value, ConfigSource(s.source)
+                                   if s.source in ConfigSource._value2member_map_ else ConfigSource.UNKNOWN)
+                     for s in (c.synonyms or ()))
+    return ConfigEntry(c.name, c.value, source, bool(is_default), c.read_only, c.is_sensitive, synonyms,
+                       c.config_type, c.documentation)
+
+
+def _group_description(g, coordinator: int | None) -> GroupDescription:
+    consumer = g.protocol_type == "consumer"
+    members = []
+    for m in g.members:
+        assignment = subscription = None
+        if consumer:
+            try:
+                if m.member_assignment:
+                    assignment = tuple(decode_assignment(m.member_assignment).partitions)
+                if m.member_metadata:
+                    subscription = tuple(decode_subscription(m.member_metadata).topics)
+            except DecodeError as exc:
+                logger.info("member %s of group %r: undecodable consumer protocol bytes: %s", m.member_id,
+                            g.group_id, exc)
+        members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host, assignment,
+                                         subscription, bytes(m.member_metadata or b""),
+                                         bytes(m.member_assignment or b"")))
+    return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members),
+                            -1 if coordinator is None else coordinator)
+
+
+# -- the synchronous twin ---------------------------------------------------------------------------
+def _sync(name: str):
+    async_method = getattr(AsyncAdmin, name)
+
+    @functools.wraps(async_method)
+    def method(self: Admin, *args, **kwargs):
+        return self._call(getattr(self._admin, name)(*args, **kwargs), kwargs.get("timeout"))
+
+    method.__doc__ = f"Synchronous ``AsyncAdmin.{name}``.\n\n{async_method.__doc__ or ''}"
+    return method
+
+
+class Admin:
+    """The admin client for code without an event loop; every method blocks until its answer.
+
+    Same methods, arguments and results as ``AsyncAdmin``, which runs on kwire's client loop
+    thread.  Close it (or use ``with``) to drop its connections.
+    """
+
+    def __init__(self, conf: Mapping[str, Any] | Any = None, /, **settings: Any):
+        self._loop = LoopThread.get()
+        self._admin = AsyncAdmin(conf, **settings)
+
+    @property
+    def config(self) -> Any:
+        return self._admin.config
+
+    def _call(self, coro, timeout: float | None):
+        # The async call keeps its own deadline; this outer one only guards against a hang.
+        limit = (self._admin.default_timeout if timeout is None else timeout) * 2 + self._admin.cluster.request_timeout
+        return self._loop.run(coro, limit)
+
+    def close(self) -> None:
+        self._loop.run(self._admin.close(), self._admin.cluster.request_timeout)
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    create_topics = _sync("create_topics")
+    delete_topics = _sync("delete_topics")
+    create_partitions = _sync("create_partitions")
+    list_topics = _sync("list_topics")
+    metadata = _sync("metadata")
+    describe_topics = _sync("describe_topics")
+    describe_cluster = _sync("describe_cluster")
+    describe_configs = _sync("describe_configs")
+    list_groups = _sync("list_groups")
+    describe_groups = _sync("describe_groups")
+    delete_groups = _sync("delete_groups")
+    list_offsets = _sync("list_offsets")
+    list_consumer_group_offsets = _sync("list_consumer_group_offsets")
+    consumer_group_lag = _sync("consumer_group_lag")

@@ -1,0 +1,462 @@
+"""Fetching records: Fetch requests to each partition's leader, and records out to the consumer.
+
+One Fetch is in flight per leader at a time, for the assigned partitions it leads that are not
+paused and have a position.  A response is kept raw (the records bytes per partition, with the
+batch headers walked to know where the next fetch starts) and decoded batch by batch only as
+the application takes records, so decoding never runs ahead of use.
+
+Prefetch with bounded memory: a partition is fetched again while the application consumes its
+previous answer, but at most two answers per partition wait in the buffer, and no new Fetch is
+sent while the buffered bytes exceed ``fetch.max.bytes``.
+
+Sessionless full fetches (KIP-227 session id 0, epoch -1).  Fetch v13+ names topics by id
+(from the metadata); a topic whose id is unknown makes that request use v12 or older.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from kwire.protocol import messages
+from kwire.protocol.errors import KafkaError, error_name
+from kwire.protocol.records import iter_batches
+
+from .cluster import Cluster
+from .errors import ClientError, is_retriable
+from .metadata import NO_TOPIC_ID
+from .subscription import NONE_RESET, PartitionState, SubscriptionState
+from .types import ConsumerRecord, TopicPartition
+
+__all__ = ["Fetcher", "READ_COMMITTED", "READ_UNCOMMITTED", "isolation_level_code"]
+
+logger = logging.getLogger("kwire.client.consumer")
+
+FETCH = 1
+OFFSET_OUT_OF_RANGE = 1
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+_MAX_CHUNKS_PER_PARTITION = 2
+_ABORT = 0  # control record type of an abort marker
+
+
+def isolation_level_code(name: str) -> int:
+    try:
+        return {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}[name]
+    except KeyError:
+        raise ValueError(f"isolation.level must be read_uncommitted or read_committed, not {name!r}") from None
+
+
+class _Chunk:
+    """The records of one partition from one Fetch response: its batches, taken in order."""
+
+    __slots__ = ("batches", "index", "aborted", "nbytes")
+
+    def __init__(self, batches: list, aborted: list[tuple[int, int]], nbytes: int):
+        self.batches = batches
+        self.index = 0
+        self.aborted = aborted  # heap of (first offset, producer id) of aborted transactions
+        self.nbytes = nbytes
+
+
+class _PartitionBuffer:
+    """Fetched, not yet consumed data of one partition.
+
+    ``pending`` holds the decoded records of the batch being consumed (from ``pending_pos``);
+    ``chunks`` the raw answers after it.  ``fetch_offset`` is where the next fetch starts.
+    """
+
+    __slots__ = ("tp", "seek_epoch", "chunks", "pending", "pending_pos", "pending_next", "pending_epoch",
+                 "fetch_offset", "aborted_pids")
+
+    def __init__(self, tp: TopicPartition, seek_epoch: int, fetch_offset: int):
+        self.tp = tp
+        self.seek_epoch = seek_epoch
+        self.chunks: deque[_Chunk] = deque()
+        self.pending: list[ConsumerRecord] | None = None
+        self.pending_pos = 0
+        self.pending_next = 0
+        self.pending_epoch = -1
+        self.fetch_offset = fetch_offset
+        self.aborted_pids: set[int] = set()
+
+    @property
+    def empty(self) -> bool:
+        return self.pending is None and not self.chunks
+
+
+class Fetcher:
+    """Fetches for one consumer; ``drain()`` hands out records, ``maybe_fetch()`` keeps fetches going."""
+
+    def __init__(self, cluster: Cluster, config, subscriptions: SubscriptionState,
+                 wakeup: Callable[[], None]):
+        self._cluster = cluster
+        self._sub = subscriptions
+        self._wakeup = wakeup
+        self._min_bytes = config.fetch_min_bytes
+        self._max_bytes = config.fetch_max_bytes
+        self._max_wait_ms = config.fetch_max_wait_ms
+        self._partition_max_bytes = config.max_partition_fetch_bytes
+        self._isolation = isolation_level_code(config.isolation_level)
+        self._check_crcs = config.check_crcs
+        self._rack = config.client_rack or ""
+        self._reset_strategy = config.auto_offset_reset
+        self._buffers: dict[TopicPartition, _PartitionBuffer] = {}
+        self._buffered_bytes = 0
+        self._fetching_nodes: dict[int, asyncio.Task] = {}
+        self._fetching: set[TopicPartition] = set()
+        self._node_retry_at: dict[int, float] = {}
+        self._partition_retry_at: dict[TopicPartition, float] = {}
+        self._errors: list[BaseException] = []
+        self._refresh: asyncio.Task | None = None
+        self._refresh_wanted = False
+        self._refresh_failures = 0
+        self._refresh_not_before = 0.0
+        self._closed = False
+        # The newest Fetch version to use (None: the newest both sides speak), for brokers that
+        # misbehave in newer versions and for tests of the older ones.
+        self.max_version: int | None = None
+
+    # -- handing out records ----------------------------------------------------------------------
+    def drain(self, max_records: int) -> list[ConsumerRecord]:
+        """Up to ``max_records`` buffered records, partition by partition, advancing positions.
+
+        Raises an error a fetch stored for the application (once), after any records already
+        taken in an earlier call were handed out.
+        """
+        if self._errors:
+            raise self._errors.pop(0)
+        out: list[ConsumerRecord] = []
+        if not self._buffers:
+            return out
+        assignment = self._sub.assignment
+        need = max_records
+        for tp in list(self._buffers):
+            buf = self._buffers[tp]
+            state = assignment.get(tp)
+            if state is None or state.seek_epoch != buf.seek_epoch:
+                self._drop(tp)
+                continue
+            if state.paused:
+                continue
+            try:
+                need -= self._take(buf, state, need, out)
+            except Exception as exc:
+                if not out:
+                    raise
+                self._errors.append(exc)  # hand out what was read; the error comes next
+                break
+            # Fairness: a partition that still has data goes to the back of the line.
+            del self._buffers[tp]
+            if buf.empty:
+                continue
+            self._buffers[tp] = buf
+            if need <= 0:
+                break
+        return out
+
+    def _take(self, buf: _PartitionBuffer, state: PartitionState, need: int, out: list) -> int:
+        got = 0
+        while got < need:
+            pending = buf.pending
+            if pending is not None:
+                pos = buf.pending_pos
+                left = len(pending) - pos
+                if left <= need - got:
+                    out += pending if pos == 0 else pending[pos:]
+                    got += left
+                    buf.pending = None
+                    state.position = buf.pending_next
+                else:
+                    end = pos + need - got
+                    out += pending[pos:end]
+                    buf.pending_pos = end
+                    state.position = pending[end - 1][2] + 1
+                    got = need
+                state.leader_epoch = buf.pending_epoch
+                continue
+            if not self._decode_next_batch(buf, state):
+                break
+        return got
+
+    def _decode_next_batch(self, buf: _PartitionBuffer, state: PartitionState) -> bool:
+        """Decode the next batch that has records for the application into ``buf.pending``,
+        skipping control batches, aborted transactions (read_committed) and records before the
+        position.  False when the buffer has no batch left."""
+        while buf.chunks:
+            chunk = buf.chunks[0]
+            if chunk.index >= len(chunk.batches):
+                buf.chunks.popleft()
+                self._buffered_bytes -= chunk.nbytes
+                continue
+            batch = chunk.batches[chunk.index]
+            if self._check_crcs:
+                batch.validate()
+            chunk.index += 1
+            next_offset = batch.next_offset
+            if self._isolation == READ_COMMITTED and batch.producer_id >= 0:
+                aborted, pids = chunk.aborted, buf.aborted_pids
+                last = batch.last_offset
+                while aborted and aborted[0][0] <= last:
+                    pids.add(heapq.heappop(aborted)[1])
+                if batch.is_control:
+                    records = batch.records()
+                    if records and records[0].type == _ABORT:
+                        pids.discard(batch.producer_id)
+                    state.position = next_offset
+                    continue
+                if batch.is_transactional and batch.producer_id in pids:
+                    state.position = next_offset
+                    continue
+            if batch.is_control:
+                state.position = next_offset
+                continue
+            try:
+                records = batch.records()
+            except Exception:
+                chunk.index -= 1  # the application sees the error again until it seeks past the batch
+                raise
+            if not records:
+                state.position = next_offset
+                continue
+            tp = buf.tp
+            topic, partition = tp
+            position = state.position
+            if batch.magic == 2:
+                ts_type = 1 if batch.attributes & 0x08 else 0
+                epoch = batch.partition_leader_epoch
+            else:
+                ts_type = -1 if batch.magic == 0 else int(batch.timestamp_type)
+                epoch = -1
+            new = tuple.__new__
+            cr = ConsumerRecord
+            if records[0][0] >= position:
+                pending = [new(cr, (topic, partition, o, t, ts_type, k, v, h, epoch)) for o, t, k, v, h in records]
+            else:  # a batch that starts before the position (a seek into it, a compressed batch)
+                pending = [new(cr, (topic, partition, o, t, ts_type, k, v, h, epoch))
+                           for o, t, k, v, h in records if o >= position]
+            if not pending:
+                state.position = next_offset
+                continue
+            buf.pending = pending
+            buf.pending_pos = 0
+            buf.pending_next = next_offset
+            buf.pending_epoch = epoch
+            return True
+        return False
+
+    def _drop(self, tp: TopicPartition) -> None:
+        buf = self._buffers.pop(tp, None)
+        if buf is not None:
+            self._buffered_bytes -= sum(c.nbytes for c in buf.chunks)
+
+    def has_buffered(self, tp: TopicPartition) -> bool:
+        return tp in self._buffers
+
+    def on_assignment_change(self) -> None:
+        """Drop buffered data of partitions no longer assigned (or seeked since they were fetched)."""
+        assignment = self._sub.assignment
+        for tp, buf in list(self._buffers.items()):
+            state = assignment.get(tp)
+            if state is None or state.seek_epoch != buf.seek_epoch:
+                self._drop(tp)
+
+    # -- sending fetches --------------------------------------------------------------------------
+    def maybe_fetch(self) -> None:
+        """Send a Fetch to each leader with fetchable partitions and none in flight."""
+        if self._closed or self._buffered_bytes >= self._max_bytes:
+            return
+        metadata = self._cluster.metadata
+        now = time.monotonic()
+        by_node: dict[int, list[tuple[PartitionState, int]]] = {}
+        for state in self._sub.fetchable():
+            tp = state.tp
+            if tp in self._fetching:
+                continue
+            buf = self._buffers.get(tp)
+            if buf is not None and buf.seek_epoch != state.seek_epoch:
+                self._drop(tp)
+                buf = None
+            if buf is not None and len(buf.chunks) >= _MAX_CHUNKS_PER_PARTITION:
+                continue
+            retry_at = self._partition_retry_at.get(tp)
+            if retry_at is not None:
+                if retry_at > now:
+                    continue
+                del self._partition_retry_at[tp]
+            leader = metadata.leader(*tp)
+            if leader is None:
+                self._refresh_wanted = True
+                continue
+            if leader in self._fetching_nodes or self._node_retry_at.get(leader, 0.0) > now:
+                continue
+            by_node.setdefault(leader, []).append((state, state.position if buf is None else buf.fetch_offset))
+        for node, parts in by_node.items():
+            for state, _ in parts:
+                self._fetching.add(state.tp)
+            self._fetching_nodes[node] = asyncio.ensure_future(self._fetch(node, parts))
+        if self._refresh_wanted:
+            self._start_metadata_refresh()
+
+    def _start_metadata_refresh(self) -> None:
+        if self._refresh is not None or self._closed:
+            return
+        wait = self._refresh_not_before - time.monotonic()
+        self._refresh = asyncio.ensure_future(self._refresh_metadata(max(wait, 0.0)))
+
+    async def _refresh_metadata(self, wait: float) -> None:
+        try:
+            if wait:
+                await asyncio.sleep(wait)
+            self._refresh_wanted = False
+            topics = {tp.topic for tp in self._sub.assignment}
+            if topics:
+                metadata = await self._cluster.refresh_metadata(topics)
+            # Leaders still missing (a topic not created yet, an election going on) count as a
+            # failure too: the refreshes back off exponentially until they appear.
+            if topics and any(metadata.leader(*tp) is None for tp in self._sub.assignment):
+                self._refresh_failures += 1
+            else:
+                self._refresh_failures = 0
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._refresh_failures += 1
+            logger.info("metadata refresh for fetching failed: %s", exc)
+        finally:
+            self._refresh = None
+            # Do not ask again before the backoff, however often leaders turn out missing.
+            self._refresh_not_before = time.monotonic() + self._cluster.retry_backoff.delay(self._refresh_failures)
+        if not self._closed:
+            self.maybe_fetch()
+            self._wakeup()
+
+    def _build_request(self, parts: list[tuple[PartitionState, int]], with_ids: bool):
+        metadata = self._cluster.metadata
+        topics: dict[str, list] = {}
+        for state, offset in parts:
+            topics.setdefault(state.tp.topic, []).append(messages.FetchRequest.FetchTopic.FetchPartition(
+                partition=state.tp.partition, current_leader_epoch=metadata.leader_epoch(*state.tp),
+                fetch_offset=offset, partition_max_bytes=self._partition_max_bytes))
+        request = messages.FetchRequest(
+            replica_id=-1, max_wait_ms=self._max_wait_ms, min_bytes=self._min_bytes, max_bytes=self._max_bytes,
+            isolation_level=self._isolation, session_id=0, session_epoch=-1, rack_id=self._rack,
+            topics=[messages.FetchRequest.FetchTopic(
+                topic=name, topic_id=metadata.topic_id(name) if with_ids else NO_TOPIC_ID, partitions=ps)
+                for name, ps in topics.items()])
+        return request
+
+    async def _fetch(self, node: int, parts: list[tuple[PartitionState, int]]) -> None:
+        sent = {state.tp: (state.seek_epoch, offset) for state, offset in parts}
+        try:
+            conn = await self._cluster.connection(node)
+            low = 4 if self._isolation == READ_COMMITTED else 0
+            metadata = self._cluster.metadata
+            ids = {metadata.topic_id(tp.topic): tp.topic for tp in sent}
+            # v13+ names topics by id: a topic without a known id has to go by name (v12).
+            high = None if NO_TOPIC_ID not in ids else 12
+            if self.max_version is not None:
+                high = self.max_version if high is None else min(high, self.max_version)
+            version = conn.version_for(FETCH, low, high)
+            request = self._build_request(parts, with_ids=version >= 13)
+            response = await conn.send(request, version=version,
+                                       timeout=self._cluster.request_timeout + self._max_wait_ms / 1000)
+            self._handle_response(node, response, version, sent, ids)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not is_retriable(exc) and not isinstance(exc, ClientError):
+                logger.warning("fetch from node %d failed: %r", node, exc)
+            else:
+                logger.info("fetch from node %d failed: %s", node, exc)
+            self._node_retry_at[node] = time.monotonic() + self._cluster.retry_backoff.delay(0)
+            self._refresh_wanted = True
+        finally:
+            self._fetching.difference_update(sent)
+            if self._fetching_nodes.get(node) is asyncio.current_task():
+                del self._fetching_nodes[node]
+        if not self._closed:
+            self.maybe_fetch()
+            self._wakeup()
+
+    def _handle_response(self, node: int, response, version: int, sent: dict, ids: dict) -> None:
+        if response.error_code:
+            logger.info("fetch from node %d refused: %s", node, error_name(response.error_code))
+            self._node_retry_at[node] = time.monotonic() + self._cluster.retry_backoff.delay(0)
+            self._refresh_wanted = True
+            return
+        assignment = self._sub.assignment
+        for topic in response.responses:
+            name = ids.get(topic.topic_id) if version >= 13 else topic.topic
+            if name is None:
+                continue
+            for p in topic.partitions:
+                tp = TopicPartition(name, p.partition_index)
+                asked = sent.get(tp)
+                state = assignment.get(tp)
+                if asked is None or state is None or state.seek_epoch != asked[0]:
+                    continue  # not ours any more, or the application moved the position since
+                buf = self._buffers.get(tp)
+                expected = state.position if buf is None else buf.fetch_offset
+                if expected != asked[1]:
+                    continue
+                if p.error_code:
+                    self._partition_error(tp, state, p.error_code, asked[1], node)
+                    continue
+                state.high_watermark = p.high_watermark
+                state.last_stable_offset = p.last_stable_offset
+                state.log_start_offset = p.log_start_offset
+                records = p.records
+                if not records:
+                    continue
+                batches = list(iter_batches(records))
+                if not batches:
+                    # Only a broker older than KIP-74 (Fetch v3) cuts a batch larger than the limit.
+                    logger.warning("%s: the fetch at offset %d returned %d bytes holding no whole batch; "
+                                   "raise max.partition.fetch.bytes", tp, asked[1], len(records))
+                    self._partition_retry_at[tp] = time.monotonic() + self._cluster.retry_backoff.delay(0)
+                    continue
+                aborted = []
+                if self._isolation == READ_COMMITTED and p.aborted_transactions:
+                    aborted = [(a.first_offset, a.producer_id) for a in p.aborted_transactions]
+                    heapq.heapify(aborted)
+                if buf is None:
+                    buf = self._buffers[tp] = _PartitionBuffer(tp, state.seek_epoch, asked[1])
+                buf.chunks.append(_Chunk(batches, aborted, len(records)))
+                buf.fetch_offset = batches[-1].next_offset
+                self._buffered_bytes += len(records)
+
+    def _partition_error(self, tp: TopicPartition, state: PartitionState, code: int, offset: int, node: int) -> None:
+        error = KafkaError.for_code(code)
+        if code == OFFSET_OUT_OF_RANGE:
+            reason = (f"fetch offset {offset} is out of range (log start {state.log_start_offset}, "
+                      f"high watermark {state.high_watermark} as last seen)")
+            self._drop(tp)
+            strategy = self._reset_strategy
+            if strategy == NONE_RESET:
+                state.request_reset(NONE_RESET, reason)  # the consumer raises NoOffsetForPartitionError
+            else:
+                logger.info("%s: %s; resetting to %s", tp, reason, strategy)
+                state.request_reset(strategy, reason)
+            return
+        self._partition_retry_at[tp] = time.monotonic() + self._cluster.retry_backoff.delay(0)
+        if error.retriable:
+            logger.info("fetch of %s from node %d: %s; refreshing metadata", tp, node, error.name)
+            self._refresh_wanted = True
+        else:
+            self._errors.append(error(f"fetching {tp} from node {node}"))
+
+    # -- closing ----------------------------------------------------------------------------------
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [*self._fetching_nodes.values(), *([self._refresh] if self._refresh else [])]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._buffers.clear()
+        self._buffered_bytes = 0

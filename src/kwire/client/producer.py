@@ -1,0 +1,707 @@
+"""The producer: ``AsyncProducer`` for asyncio code, ``Producer`` for everything else.
+
+::
+
+    async with AsyncProducer({"bootstrap.servers": "localhost:9092"}, linger_ms=5) as producer:
+        future = await producer.send("orders", b"value", key=b"key")   # queued; no network wait
+        metadata = await future                                          # delivered: RecordMetadata
+
+    with Producer({"bootstrap.servers": "localhost:9092"}) as producer:
+        producer.produce("orders", b"value", key="key", on_delivery=report)  # a concurrent Future
+        producer.poll(0)              # runs delivery callbacks of delivered records, in this thread
+        producer.flush(10)
+
+Settings are Kafka's (``ProducerConfig``): a dict of dotted names, keywords with underscores, or
+both.  Besides them both producers take ``on_delivery=callable(error, RecordMetadata)``, called
+once per record (error None when it was delivered; otherwise the metadata's offset is -1).
+
+``send``/``produce`` encode nothing and touch no socket: the record joins its partition's open
+batch (``accumulator``), and the background ``sender`` ships batches to the partition leaders.
+They wait (``max.block.ms`` at most) only for what they cannot do without: the metadata of a topic
+seen for the first time, or room in ``buffer.memory``.
+
+Delivery callbacks: ``AsyncProducer`` calls ``on_delivery`` in the event loop as records complete.
+``Producer`` runs on the shared client loop thread (``LoopThread``) but calls callbacks, like
+confluent-kafka, only from ``poll()``, ``flush()`` and ``close()``, in the thread that calls them:
+never on the loop thread.  A program that gives callbacks should call ``poll`` now and then; the
+futures ``produce`` returns complete either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kwire.protocol.errors import KafkaError
+from kwire.protocol.records import Compression
+from kwire.settings import ConfigError
+
+from .accumulator import ProducerBatch, RecordAccumulator, record_size
+from .cluster import Cluster
+from .config import ProducerConfig
+from .errors import ClientTimeoutError, IllegalStateError, UnsupportedApiError, is_retriable
+from .idempotence import IdempotenceState
+from .loop_thread import LoopThread
+from .partitioner import Partitioner
+from .producer_errors import InvalidPartitionError, RecordTooLargeError
+from .producer_futures import RecordFuture, resolve
+from .retry import retrying
+from .sender import FIRST_BATCH_PRODUCE_VERSION, PRODUCE, Sender
+from .types import RecordMetadata, TopicPartition
+
+__all__ = ["AsyncProducer", "Producer", "DeliveryCallback"]
+
+logger = logging.getLogger("kwire.client.producer")
+
+DeliveryCallback = Callable[[BaseException | None, RecordMetadata], Any]
+
+_CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+           "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+_NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
+
+
+def _as_bytes(data: Any, what: str) -> bytes:
+    """A key, value or header value as bytes: bytes-like as is, str as UTF-8, nothing else."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    raise TypeError(f"{what} must be bytes or str (or None), not {type(data).__name__}")
+
+
+def _headers(headers: Any) -> list[tuple[str, bytes | None]]:
+    """Headers as Kafka keeps them: a list of (str, bytes or None), from such a list or a dict."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    result = []
+    try:
+        for name, value in items:
+            if not isinstance(name, str):
+                raise TypeError(f"header names must be str, not {type(name).__name__}")
+            result.append((name, None if value is None else _as_bytes(value, f"header {name!r}")))
+    except (TypeError, ValueError) as exc:
+        if "header" in str(exc):
+            raise
+        raise TypeError(f"headers must be a dict or a list of (name, value) pairs, not {headers!r}") from None
+    return result
+
+
+def _timestamp(timestamp_ms: Any) -> int:
+    if timestamp_ms is None:
+        return int(time.time() * 1000)
+    if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+        raise TypeError(f"timestamp must be an int of milliseconds since the epoch, not {type(timestamp_ms).__name__}")
+    if timestamp_ms < 0:
+        raise ValueError(f"timestamp must not be negative, got {timestamp_ms}")
+    return timestamp_ms
+
+
+class _TopicRoute:
+    """What ``send`` needs of a topic's metadata, computed once per metadata snapshot."""
+
+    __slots__ = ("count", "available", "partitions")
+
+    def __init__(self, topic: str, count: int, available: list[int]):
+        self.count = count
+        self.available = available
+        self.partitions = [TopicPartition(topic, p) for p in range(count)]
+
+
+def _split_settings(conf: Any, kwargs: dict[str, Any]) -> tuple[Any, dict, dict]:
+    """Take the producer's own options (not Kafka settings) out of ``conf`` and ``kwargs``.
+    ``conf`` is a mapping of Kafka settings, a ready ``ProducerConfig``, or None."""
+    conf = dict(conf) if isinstance(conf, Mapping) else conf
+    own = {}
+    for key in ("on_delivery", "_max_produce_version"):
+        if isinstance(conf, dict) and key in conf:
+            own[key] = conf.pop(key)
+        if key in kwargs:
+            own[key] = kwargs.pop(key)
+    return conf, kwargs, own
+
+
+class AsyncProducer:
+    """An asyncio Kafka producer.  ``await start()`` (or ``async with``) before sending."""
+
+    def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any):
+        conf, kwargs, own = _split_settings(conf, kwargs)
+        if isinstance(conf, ProducerConfig):
+            config = conf.with_(**kwargs) if kwargs else conf
+        else:
+            config = ProducerConfig.from_settings(conf, **kwargs)
+        self.config = config
+        self._on_delivery: DeliveryCallback | None = own.get("on_delivery")
+        # Tests force an old broker's Produce range with this (e.g. 2 for message sets, magic 1).
+        self._max_produce_version: int | None = own.get("_max_produce_version")
+        # The config turns idempotence off when acks/retries/in-flight rule it out and it was not
+        # asked for; whether it was asked for also decides what an old broker means (start()).
+        self._idempotent = bool(config.enable_idempotence)
+        self._idempotence_explicit = "enable_idempotence" in getattr(config, "_given", ())
+        self._compression = _CODECS[config.compression_type]
+        self._max_block = self.config.max_block_ms / 1000
+        self._max_request_size = self.config.max_request_size
+        self._buffer_memory = self.config.buffer_memory
+        self._partitioner = Partitioner.from_config(self.config)
+        self._state = _NEW
+        self._legacy = False
+        self._cluster: Cluster | None = None
+        self._accumulator: RecordAccumulator | None = None
+        self._sender: Sender | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._routes: dict[str, _TopicRoute] = {}
+        self._routes_of = None             # the metadata snapshot _routes was computed from
+        self._topics: set[str] = set()     # topics sent to: kept in the metadata refreshes
+        self._topic_waits: dict[str, asyncio.Future] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect to a bootstrap server and learn its versions; background sending starts."""
+        if self._state != _NEW:
+            raise IllegalStateError("this producer was already started")
+        self._loop = asyncio.get_running_loop()
+        config = self.config
+        self._cluster = cluster = Cluster(config)
+        try:
+            conn = await retrying(cluster.any_connection, timeout=self._max_block, backoff=cluster.retry_backoff,
+                                  what="connecting to the bootstrap servers")
+            self._legacy = self._choose_format(conn)
+        except BaseException:
+            await cluster.close()
+            raise
+        idempotence = IdempotenceState() if self._idempotent else None
+        self._accumulator = RecordAccumulator(
+            batch_size=max(1, config.batch_size), linger=config.linger_ms / 1000,
+            delivery_timeout=config.delivery_timeout_ms / 1000, buffer_memory=config.buffer_memory,
+            compression=self._compression)
+        self._sender = Sender(cluster, self._accumulator, config, deliver=self._complete_batch,
+                              idempotence=idempotence, legacy=self._legacy, topics=lambda: self._topics,
+                              max_produce_version=self._max_produce_version)
+        self._accumulator.wakeup = self._sender.wakeup
+        self._sender.start()
+        self._state = _RUNNING
+
+    def _choose_format(self, conn) -> bool:
+        """Record batches (Produce v3+), or message sets for a broker that only has Produce 0-2."""
+        top = self._max_produce_version
+        if conn.supports(PRODUCE, FIRST_BATCH_PRODUCE_VERSION, top):
+            return False
+        if not conn.supports(PRODUCE, 0, top if top is not None and top < 2 else 2):
+            raise UnsupportedApiError(f"{conn.host}:{conn.port} has no Produce version kwire speaks")
+        if self._idempotent:
+            if self._idempotence_explicit:
+                raise UnsupportedApiError(
+                    f"enable.idempotence=true, but {conn.host}:{conn.port} only speaks Produce v0-2 "
+                    "(message format v0/v1, which has no producer ids)")
+            logger.warning("%s:%d only speaks Produce v0-2 (message format v0/v1): idempotence is off",
+                           conn.host, conn.port)
+            self._idempotent = False
+        if self._compression == Compression.ZSTD:
+            raise ConfigError("compression.type=zstd needs Produce v3+ (record batches); "
+                              f"{conn.host}:{conn.port} only speaks Produce v0-2")
+        return True
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now (linger or not) and wait until every record sent so far
+        is delivered or failed.  ``ClientTimeoutError`` if that takes longer than ``timeout``."""
+        self._check_started()
+        await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
+        sender, accumulator = self._sender, self._accumulator
+        waits = [batch.done() for batch in accumulator.incomplete]
+        if not waits:
+            return
+        sender.flushing += 1
+        sender.wakeup()
+        try:
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+        finally:
+            sender.flushing -= 1
+        if pending:
+            raise ClientTimeoutError(f"flush: {accumulator.record_count} record(s) still not delivered "
+                                     f"after {timeout:g} s")
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush (for ``timeout`` seconds at most; None waits as long as delivery takes), then fail
+        whatever is left, stop and disconnect.  ``close(0)`` gives up on queued records at once."""
+        if self._state in (_CLOSING, _CLOSED):
+            return
+        if self._state == _NEW:
+            self._state = _CLOSED
+            return
+        self._state = _CLOSING
+        try:
+            if timeout is None or timeout > 0:
+                try:
+                    await self._flush(timeout)
+                except ClientTimeoutError:
+                    logger.warning("closing with %d record(s) not delivered", self._accumulator.record_count)
+        finally:
+            self._sender.abort(IllegalStateError("the producer was closed before the record was delivered"))
+            await self._sender.stop()
+            await self._cluster.close()
+            self._state = _CLOSED
+
+    def _check_started(self) -> None:
+        if self._state != _RUNNING:
+            raise IllegalStateError("the producer is " + ("not started" if self._state == _NEW else "closed"))
+
+    # -- sending ----------------------------------------------------------------------------------
+    async def send(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None, *,
+                   partition: int | None = None, timestamp_ms: int | None = None,
+                   headers: Mapping[str, Any] | list[tuple[str, Any]] | None = None) -> asyncio.Future[RecordMetadata]:
+        """Queue a record; returns a future of its ``RecordMetadata`` (await it for delivery).
+
+        Waits only for a new topic's metadata or for room in ``buffer.memory`` (``max.block.ms``
+        at most; then ``ClientTimeoutError``).  A record too large to ever send fails its future
+        with ``RecordTooLargeError``.
+        """
+        if self._state != _RUNNING:
+            self._check_started()
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if headers:
+            headers = _headers(headers)
+            if self._legacy:
+                raise ValueError("headers need Produce v3+ (record batches); the broker only speaks Produce v0-2")
+        else:
+            headers = None
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else _timestamp(timestamp_ms)
+        size = record_size(key, value, headers)
+        future = self._loop.create_future()
+        if size > self._max_request_size or size > self._buffer_memory:
+            error = self._too_large(size)
+            future.set_exception(error)
+            if self._on_delivery is not None:
+                future.exception()  # reported through the callback
+                self._call(self._on_delivery, error, RecordMetadata(
+                    topic, -1 if partition is None else partition, -1, timestamp,
+                    -1 if key is None else len(key), -1 if value is None else len(value)))
+            return future
+        # The topic's route from the cached snapshot without a coroutine call when it is there.
+        route = self._routes.get(topic) if self._cluster.metadata is self._routes_of else None
+        if route is None or partition is not None and (type(partition) is not int
+                                                       or not 0 <= partition < route.count):
+            route = await self._route(topic, partition)
+        accumulator = self._accumulator
+        if not accumulator.has_room(size):
+            await accumulator.wait_for_room(size, self._max_block)
+        if self._state != _RUNNING:
+            self._check_started()  # closed while this send waited
+        self._append(topic, route, partition, key, (key, value, timestamp, headers), future, size)
+        return future
+
+    def _too_large(self, size: int) -> RecordTooLargeError:
+        if size > self._max_request_size:
+            return RecordTooLargeError(f"the record is {size} bytes when encoded, more than max.request.size "
+                                       f"({self._max_request_size})")
+        return RecordTooLargeError(f"the record is {size} bytes when encoded, more than buffer.memory "
+                                   f"({self._buffer_memory})")
+
+    def _append(self, topic: str, route: _TopicRoute, partition: int | None, key: bytes | None,
+                record: tuple, token: Any, size: int) -> None:
+        """Put a checked record in its partition's batch (explicit, keyed or sticky)."""
+        accumulator = self._accumulator
+        if partition is not None:
+            accumulator.append(route.partitions[partition], record, token, size)
+            return
+        # As Java: when the record would open a new batch, the partitioner hears of it first, so a
+        # keyless record's sticky partition moves on once its batch is closed.
+        partitioner = self._partitioner
+        partition = partitioner.partition(topic, key, route.count, route.available)
+        if not accumulator.append(route.partitions[partition], record, token, size, new_batch=False):
+            partitioner.on_new_batch(topic, partition)
+            partition = partitioner.partition(topic, key, route.count, route.available)
+            accumulator.append(route.partitions[partition], record, token, size)
+
+    async def _route(self, topic: str, partition: int | None) -> _TopicRoute:
+        """The topic's partitions, from the metadata (fetched, and created if the broker
+        auto-creates, the first time); checks an explicit ``partition`` against them."""
+        route = self._cached_route(topic) or await self._wait_for_topic(topic)
+        if partition is not None and (type(partition) is not int or not 0 <= partition < route.count):
+            if type(partition) is not int:
+                raise TypeError(f"partition must be an int, not {type(partition).__name__}")
+            # Perhaps the topic grew: look again before refusing.
+            await self._cluster.refresh_metadata([topic])
+            route = await self._wait_for_topic(topic)
+            if not 0 <= partition < route.count:
+                raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{route.count - 1}; "
+                                            f"partition {partition} does not exist")
+        return route
+
+    def _cached_route(self, topic: str) -> _TopicRoute | None:
+        """The topic's route from the current metadata snapshot, if that has the topic."""
+        metadata = self._cluster.metadata
+        if metadata is not self._routes_of:
+            self._routes.clear()
+            self._routes_of = metadata
+        route = self._routes.get(topic)
+        if route is None:
+            partitions = metadata.partitions_for(topic)
+            if partitions:
+                route = self._routes[topic] = _TopicRoute(topic, len(partitions), metadata.available_partitions(topic))
+                self._topics.add(topic)
+        return route
+
+    async def _wait_for_topic(self, topic: str) -> _TopicRoute:
+        route = self._cached_route(topic)
+        if route is not None:
+            return route
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, not {topic!r}")
+        wait = self._topic_waits.get(topic)
+        if wait is None:
+            wait = self._topic_waits[topic] = asyncio.ensure_future(self._fetch_topic(topic))
+            wait.add_done_callback(lambda _: self._topic_waits.pop(topic, None))
+        return await asyncio.shield(wait)
+
+    async def _fetch_topic(self, topic: str) -> _TopicRoute:
+        cluster = self._cluster
+        deadline = time.monotonic() + self._max_block
+        last: BaseException | None = None
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                metadata = await asyncio.wait_for(cluster.refresh_metadata([topic], allow_auto_create=True), left)
+            except asyncio.TimeoutError:
+                break
+            except Exception as exc:  # noqa: BLE001 - retriable ones are retried until max.block.ms
+                if not is_retriable(exc):
+                    raise
+                last = exc
+            else:
+                route = self._cached_route(topic)
+                if route is not None:
+                    return route
+                info = metadata.topics.get(topic)
+                if info is not None and info.error_code:
+                    error = KafkaError.for_code(info.error_code)(f"metadata of topic {topic!r}")
+                    if not error.retriable:
+                        raise error
+                    last = error
+            pause = min(cluster.retry_backoff.delay(attempt), deadline - time.monotonic())
+            attempt += 1
+            if pause > 0:
+                await asyncio.sleep(pause)
+        raise ClientTimeoutError(f"topic {topic!r} not present in metadata after max.block.ms "
+                                 f"({self.config.max_block_ms} ms)" + (f"; last error: {last}" if last else ""))
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition numbers (fetching its metadata, or creating it as the broker allows)."""
+        self._check_started()
+        route = await self._wait_for_topic(topic)
+        return list(range(route.count))
+
+    # -- delivery ---------------------------------------------------------------------------------
+    def _complete_batch(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
+                        error: BaseException | None) -> None:
+        """Complete each record's future (and call on_delivery): the sender's verdict on a batch."""
+        topic, partition = batch.tp
+        callback = self._on_delivery
+        offset = base_offset
+        if error is None:
+            for (key, value, timestamp, _), future in zip(batch.records, batch.tokens, strict=True):
+                metadata = RecordMetadata(topic, partition, offset, timestamp if log_append_time < 0 else log_append_time,
+                                          -1 if key is None else len(key), -1 if value is None else len(value))
+                if offset >= 0:
+                    offset += 1
+                if not future.done():
+                    future.set_result(metadata)
+                if callback is not None:
+                    self._call(callback, None, metadata)
+            return
+        for (key, value, timestamp, _), future in zip(batch.records, batch.tokens, strict=True):
+            if not future.done():
+                future.set_exception(error)
+                if callback is not None:
+                    future.exception()  # reported through the callback: no "never retrieved" warning
+            if callback is not None:
+                self._call(callback, error, RecordMetadata(topic, partition, -1, timestamp, -1 if key is None else len(key),
+                                                           -1 if value is None else len(value)))
+
+    @staticmethod
+    def _call(callback: DeliveryCallback, error: BaseException | None, metadata: RecordMetadata) -> None:
+        try:
+            callback(error, metadata)
+        except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+            logger.exception("on_delivery callback failed")
+
+
+class _SyncCore(AsyncProducer):
+    """The AsyncProducer behind ``Producer``: records arrive through a queue from other threads,
+    and outcomes go to ``RecordFuture``s and a queue of callbacks for the callers' threads."""
+
+    def __init__(self, conf: Mapping[str, Any] | None, kwargs: dict[str, Any]):
+        super().__init__(conf, **kwargs)
+        self.handoff: collections.deque = collections.deque()   # appended by callers, drained on the loop
+        self.drain_scheduled = False
+        self.taken_bytes = 0                                     # written by the loop thread only
+        self.condition = threading.Condition()                   # shared by every RecordFuture
+        self.callbacks: collections.deque = collections.deque()  # (callback, error, metadata)
+        self.callbacks_ready = threading.Event()
+
+    def drain_handoff(self) -> None:
+        """On the loop: move records produced by other threads into their batches, in order."""
+        self.drain_scheduled = False
+        handoff = self.handoff
+        while handoff:
+            topic, partition, key, record, future, size = handoff.popleft()
+            self.taken_bytes += size
+            if self._state != _RUNNING:
+                self.fail_record(future, record, topic, partition,
+                                 IllegalStateError("the producer was closed before the record was queued"))
+                continue
+            route = self._cached_route(topic)
+            if route is None or (partition is not None and partition >= route.count):
+                # The topic's metadata went away since produce() looked: wait like send() does.
+                # Records after it may overtake it; that is a topic changing under the producer.
+                asyncio.ensure_future(self._append_late(topic, partition, key, record, future, size))
+                continue
+            self._append(topic, route, partition, key, record, future, size)
+
+    async def _append_late(self, topic, partition, key, record, future, size) -> None:
+        try:
+            route = await self._route(topic, partition)
+            if self._state != _RUNNING:
+                raise IllegalStateError("the producer was closed before the record was queued")
+        except Exception as exc:  # noqa: BLE001 - the record's outcome
+            self.fail_record(future, record, topic, partition, exc)
+            return
+        self._append(topic, route, partition, key, record, future, size)
+
+    async def wait_for_room(self, size: int) -> None:
+        self.drain_handoff()
+        await self._accumulator.wait_for_room(size, self._max_block)
+
+    async def flush_all(self, timeout: float | None) -> None:
+        self.drain_handoff()
+        await self.flush(timeout)
+
+    async def close_all(self, timeout: float | None) -> None:
+        self.drain_handoff()
+        await self.close(timeout)
+
+    def fail_record(self, future: RecordFuture, record: tuple, topic: str, partition: int | None,
+                    error: BaseException) -> None:
+        """A record that never made it into a batch (any thread)."""
+        key, value = record[0], record[1]
+        metadata = RecordMetadata(topic, -1 if partition is None else partition, -1, record[2],
+                                  -1 if key is None else len(key), -1 if value is None else len(value))
+        resolve(self.condition, (future,), (metadata,), error)
+        if future.on_delivery is not None:
+            self.callbacks.append((future.on_delivery, error, metadata))
+            self.callbacks_ready.set()
+
+    def _complete_batch(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
+                        error: BaseException | None) -> None:
+        topic, partition = batch.tp
+        if base_offset < 0:
+            offsets = itertools.repeat(-1)
+        else:
+            offsets = itertools.count(base_offset)
+        if log_append_time >= 0 and error is None:
+            metadatas = [RecordMetadata(topic, partition, offset, log_append_time, -1 if key is None else len(key),
+                                        -1 if value is None else len(value))
+                         for offset, (key, value, _, _) in zip(offsets, batch.records, strict=False)]
+        else:
+            metadatas = [RecordMetadata(topic, partition, offset, timestamp, -1 if key is None else len(key),
+                                        -1 if value is None else len(value))
+                         for offset, (key, value, timestamp, _) in zip(offsets, batch.records, strict=False)]
+        futures = batch.tokens
+        resolve(self.condition, futures, metadatas, error)
+        callbacks = self.callbacks
+        queued = False
+        for future, metadata in zip(futures, metadatas, strict=True):
+            if future.on_delivery is not None:
+                callbacks.append((future.on_delivery, error, metadata))
+                queued = True
+        if queued:
+            self.callbacks_ready.set()
+
+
+class Producer:
+    """A synchronous Kafka producer, safe to share between threads.
+
+    Runs an ``AsyncProducer`` on the process's client loop thread.  ``produce`` queues a record
+    and returns a ``concurrent.futures.Future`` of its ``RecordMetadata``.  Delivery callbacks
+    (``on_delivery`` given here or per record) run only inside ``poll``, ``flush`` and ``close``,
+    in the calling thread, as with confluent-kafka.
+    """
+
+    def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any):
+        conf, kwargs, own = _split_settings(conf, kwargs)
+        self._default_callback: DeliveryCallback | None = own.pop("on_delivery", None)
+        kwargs.update(own)
+        self._lt = LoopThread.get()
+        core = self._core = _SyncCore(conf, kwargs)
+        self._wait(core.start())
+        self._handed_bytes = 0          # written by producing threads; core.taken_bytes by the loop
+        self._handed_lock = threading.Lock()
+        # topic -> (metadata snapshot, partition count): what produce() checked last
+        self._known_topics: dict[str, tuple[Any, int]] = {}
+        self._closed = False
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._core.config
+
+    def _wait(self, coro: Any) -> Any:
+        """Run ``coro`` on the loop thread and return its result, raising what it raises.
+
+        (Not ``LoopThread.run``: with no timeout of its own, a ``ClientTimeoutError`` the
+        coroutine raises must reach the caller as it is.)
+        """
+        future = self._lt.submit(coro)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def produce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+                partition: int | None = None, timestamp: int | None = None,
+                headers: Mapping[str, Any] | list[tuple[str, Any]] | None = None,
+                on_delivery: DeliveryCallback | None = None) -> concurrent.futures.Future:
+        """Queue a record; a Future of its ``RecordMetadata``.  ``on_delivery(error, metadata)``
+        runs from a later ``poll``/``flush``/``close`` in the thread that calls it.
+
+        Blocks (``max.block.ms`` at most, then ``ClientTimeoutError``) only for a topic's first
+        metadata or for room in ``buffer.memory``.
+        """
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        core = self._core
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if headers:
+            headers = _headers(headers)
+            if core._legacy:
+                raise ValueError("headers need Produce v3+ (record batches); the broker only speaks Produce v0-2")
+        else:
+            headers = None
+        ts = _timestamp(timestamp)
+        size = record_size(key, value, headers)
+        future = RecordFuture(core.condition, on_delivery or self._default_callback)
+        record = (key, value, ts, headers)
+        if size > core._max_request_size or size > core._buffer_memory:
+            core.fail_record(future, record, topic, partition, core._too_large(size))
+            return future
+        known = self._known_topics.get(topic)
+        if known is None or (partition is not None and (known[0] is not core._cluster.metadata or type(partition)
+                                                        is not int or not 0 <= partition < known[1])):
+            self._check_topic(topic, partition)
+        waiting = self._handed_bytes - core.taken_bytes
+        if core._accumulator.buffered + waiting + size > core._buffer_memory:
+            self._wait(core.wait_for_room(size))
+        with self._handed_lock:
+            self._handed_bytes += size
+        handoff = core.handoff
+        handoff.append((topic, partition, key, record, future, size))
+        if not core.drain_scheduled:
+            core.drain_scheduled = True
+            self._lt.call_soon(core.drain_handoff)
+        return future
+
+    def _check_topic(self, topic: str, partition: int | None) -> None:
+        """Wait for the topic's metadata (on the loop) unless the current snapshot has it, and
+        check an explicit partition against it."""
+        core = self._core
+        metadata = core._cluster.metadata
+        partitions = metadata.partitions_for(topic) if isinstance(topic, str) and topic else None
+        if partitions and (partition is None or (type(partition) is int and 0 <= partition < len(partitions))):
+            self._known_topics[topic] = (metadata, len(partitions))
+            return
+        metadata = core._cluster.metadata
+        route = self._wait(core._route(topic, partition))
+        self._known_topics[topic] = (metadata, route.count)
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """Run the delivery callbacks of records completed so far, waiting up to ``timeout``
+        seconds (None: until one) for a first one.  Returns how many ran."""
+        core = self._core
+        if not core.callbacks and timeout != 0:
+            core.callbacks_ready.wait(timeout)
+        return self._run_callbacks()
+
+    def _run_callbacks(self) -> int:
+        core = self._core
+        core.callbacks_ready.clear()
+        callbacks = core.callbacks
+        ran = 0
+        while callbacks:
+            try:
+                callback, error, metadata = callbacks.popleft()
+            except IndexError:
+                break
+            ran += 1
+            try:
+                callback(error, metadata)
+            except Exception:  # noqa: BLE001 - the others still run
+                logger.exception("on_delivery callback failed")
+        return ran
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and wait (``timeout`` seconds at most) for it, running delivery
+        callbacks meanwhile.  Returns how many records are still undelivered (0: all done)."""
+        core = self._core
+        future = self._lt.submit(core.flush_all(timeout))
+        self._wait_running_callbacks(future)
+        try:
+            future.result()
+        except ClientTimeoutError:
+            pass
+        except IllegalStateError:
+            if not self._closed:
+                raise
+        self._run_callbacks()
+        return len(self)
+
+    def _wait_running_callbacks(self, future: concurrent.futures.Future) -> None:
+        core = self._core
+        while not future.done():
+            core.callbacks_ready.wait(0.1)
+            self._run_callbacks()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (``timeout`` seconds at most), fail what is left, disconnect; runs the last callbacks."""
+        if self._closed:
+            return
+        self._closed = True
+        future = self._lt.submit(self._core.close_all(timeout))
+        self._wait_running_callbacks(future)
+        future.result()
+        self._run_callbacks()
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._wait(self._core.partitions_for(topic))
+
+    def __len__(self) -> int:
+        """Records produced and not yet completed, plus completed ones whose callbacks wait for poll."""
+        core = self._core
+        return len(core.handoff) + (core._accumulator.record_count if core._accumulator else 0) + len(core.callbacks)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

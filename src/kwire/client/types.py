@@ -1,0 +1,46 @@
+"""Small value types shared by the producer, the consumer, the admin client and the assignors."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["ConsumerRecord", "OffsetAndMetadata", "RecordMetadata", "TopicPartition"]
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the offset of the next record to read, and optional metadata."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+class RecordMetadata(NamedTuple):
+    """Where a produced record was written.  ``offset`` is -1 with acks=0 (nobody told us)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int          # CreateTime given or chosen by the producer, or the broker's LogAppendTime
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int     # 0 CreateTime, 1 LogAppendTime (Kafka's numbering)
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    leader_epoch: int = -1
