@@ -76,6 +76,19 @@ def _as_bytes(data: Any, what: str) -> bytes:
     raise TypeError(f"{what} must be bytes or str (or None), not {type(data).__name__}")
 
 
+def _record_fields(key: Any, value: Any, headers: Any, legacy: bool) -> tuple[bytes | None, bytes | None, Any]:
+    """A record's key, value and headers as the batch builders take them (both producers' check)."""
+    if value is not None and type(value) is not bytes:
+        value = _as_bytes(value, "value")
+    if key is not None and type(key) is not bytes:
+        key = _as_bytes(key, "key")
+    if not headers:
+        return key, value, None
+    if legacy:
+        raise ValueError("headers need Produce v3+ (record batches); the broker only speaks Produce v0-2")
+    return key, value, _headers(headers)
+
+
 def _headers(headers: Any) -> list[tuple[str, bytes | None]]:
     """Headers as Kafka keeps them: a list of (str, bytes or None), from such a list or a dict."""
     items = headers.items() if isinstance(headers, Mapping) else headers
@@ -271,16 +284,7 @@ class AsyncProducer:
         """
         if self._state != _RUNNING:
             self._check_started()
-        if value is not None and type(value) is not bytes:
-            value = _as_bytes(value, "value")
-        if key is not None and type(key) is not bytes:
-            key = _as_bytes(key, "key")
-        if headers:
-            headers = _headers(headers)
-            if self._legacy:
-                raise ValueError("headers need Produce v3+ (record batches); the broker only speaks Produce v0-2")
-        else:
-            headers = None
+        key, value, headers = _record_fields(key, value, headers, self._legacy)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else _timestamp(timestamp_ms)
         size = record_size(key, value, headers)
         future = self._loop.create_future()
@@ -589,16 +593,7 @@ class Producer:
         if self._closed:
             raise IllegalStateError("the producer is closed")
         core = self._core
-        if value is not None and type(value) is not bytes:
-            value = _as_bytes(value, "value")
-        if key is not None and type(key) is not bytes:
-            key = _as_bytes(key, "key")
-        if headers:
-            headers = _headers(headers)
-            if core._legacy:
-                raise ValueError("headers need Produce v3+ (record batches); the broker only speaks Produce v0-2")
-        else:
-            headers = None
+        key, value, headers = _record_fields(key, value, headers, core._legacy)
         ts = _timestamp(timestamp)
         size = record_size(key, value, headers)
         future = RecordFuture(core.condition, on_delivery or self._default_callback)
