@@ -152,6 +152,10 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             self.busy = True
             self.task = asyncio.get_running_loop().create_task(self._serve_async(result))
+            if asyncio.iscoroutine(result):
+                # A task cancelled before its first step (the connection closed at once) never
+                # awaits the handler's coroutine: close it so it is not reported as never awaited.
+                self.task.add_done_callback(lambda _task, coro=result: coro.close())
             return
         if self.paused and not self.closed and len(self.queue) <= MAX_QUEUED_REQUESTS // 2:
             self.paused = False
