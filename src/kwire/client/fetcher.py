@@ -2,8 +2,9 @@
 
 One Fetch is in flight per leader at a time, for the assigned partitions it leads that are not
 paused and have a position.  A response is kept raw (the records bytes per partition, with the
-batch headers walked to know where the next fetch starts) and decoded batch by batch only as
-the application takes records, so decoding never runs ahead of use.
+batch headers walked to know where the next fetch starts) and decoded a slice of a batch at a
+time as the application takes records, so decoding never runs ahead of use (and records are
+built just before use, so they die young: little work for the garbage collector).
 
 Prefetch with bounded memory: a partition is fetched again while the application consumes its
 previous answer, but at most two answers per partition wait in the buffer, and no new Fetch is
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from kwire.protocol import messages
 from kwire.protocol.errors import KafkaError, error_name
 from kwire.protocol.records import iter_batches
+from kwire.protocol.records.batch import RecordReader
 
 from .cluster import Cluster
 from .errors import ClientError, is_retriable
@@ -42,6 +44,7 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 _MAX_CHUNKS_PER_PARTITION = 2
 _ABORT = 0  # control record type of an abort marker
+_MIN_DECODE = 64  # records decoded at least per slice of a batch
 
 
 def isolation_level_code(name: str) -> int:
@@ -66,12 +69,12 @@ class _Chunk:
 class _PartitionBuffer:
     """Fetched, not yet consumed data of one partition.
 
-    ``pending`` holds the decoded records of the batch being consumed (from ``pending_pos``);
-    ``chunks`` the raw answers after it.  ``fetch_offset`` is where the next fetch starts.
+    ``pending`` holds decoded records of the batch being consumed (from ``pending_pos``),
+    ``reader`` the rest of that batch (v2) not decoded yet; ``chunks`` the raw answers after it.  ``fetch_offset`` is where the next fetch starts.
     """
 
     __slots__ = ("tp", "seek_epoch", "chunks", "pending", "pending_pos", "pending_next", "pending_epoch",
-                 "fetch_offset", "aborted_pids")
+                 "reader", "fetch_offset", "aborted_pids")
 
     def __init__(self, tp: TopicPartition, seek_epoch: int, fetch_offset: int):
         self.tp = tp
@@ -81,12 +84,13 @@ class _PartitionBuffer:
         self.pending_pos = 0
         self.pending_next = 0
         self.pending_epoch = -1
+        self.reader: RecordReader | None = None  # the rest of the batch being consumed, not decoded yet
         self.fetch_offset = fetch_offset
         self.aborted_pids: set[int] = set()
 
     @property
     def empty(self) -> bool:
-        return self.pending is None and not self.chunks
+        return self.pending is None and self.reader is None and not self.chunks
 
 
 class Fetcher:
@@ -170,7 +174,7 @@ class Fetcher:
                     out += pending if pos == 0 else pending[pos:]
                     got += left
                     buf.pending = None
-                    state.position = buf.pending_next
+                    state.position = buf.pending_next if buf.reader is None else pending[-1][2] + 1
                 else:
                     end = pos + need - got
                     out += pending[pos:end]
@@ -179,12 +183,35 @@ class Fetcher:
                     got = need
                 state.leader_epoch = buf.pending_epoch
                 continue
+            if buf.reader is not None:
+                self._read_more(buf, state, need - got)
+                continue
             if not self._decode_next_batch(buf, state):
                 break
         return got
 
+    @staticmethod
+    def _read_more(buf: _PartitionBuffer, state: PartitionState, n: int) -> None:
+        """Decode the next records of the batch being consumed into ``buf.pending``: about as
+        many as the application takes now, so records are built just before use and die young
+        (cheap for the garbage collector) instead of waiting in a whole decoded batch."""
+        reader = buf.reader
+        records = reader.take(max(n, _MIN_DECODE))  # a corrupt record raises here, again at every poll
+        if reader.done:
+            buf.reader = None
+        position = state.position
+        if records and records[0][2] < position:
+            # A batch that starts before the position (a seek into it, a compressed batch).
+            records = [r for r in records if r[2] >= position]
+        if records:
+            buf.pending = records
+            buf.pending_pos = 0
+        elif buf.reader is None:
+            state.position = buf.pending_next
+
     def _decode_next_batch(self, buf: _PartitionBuffer, state: PartitionState) -> bool:
-        """Decode the next batch that has records for the application into ``buf.pending``,
+        """Open the next batch that has records for the application (``buf.reader``, or decoded
+        into ``buf.pending`` for a legacy message set),
         skipping control batches, aborted transactions (read_committed) and records before the
         position.  False when the buffer has no batch left."""
         while buf.chunks:
@@ -215,30 +242,24 @@ class Fetcher:
             if batch.is_control:
                 state.position = next_offset
                 continue
+            tp = buf.tp
             try:
-                records = batch.records()
+                if batch.magic == 2:
+                    # The decoder builds the ConsumerRecords itself (one tuple per record), a
+                    # slice at a time as the application takes them (_read_more).
+                    buf.reader = batch.reader((ConsumerRecord, tp[0], tp[1]))
+                    buf.pending_next = next_offset
+                    buf.pending_epoch = batch.partition_leader_epoch
+                    return True
+                pending = self._legacy_records(batch, tp)
             except Exception:
                 chunk.index -= 1  # the application sees the error again until it seeks past the batch
                 raise
-            if not records:
-                state.position = next_offset
-                continue
-            tp = buf.tp
-            topic, partition = tp
+            epoch = -1
             position = state.position
-            if batch.magic == 2:
-                ts_type = 1 if batch.attributes & 0x08 else 0
-                epoch = batch.partition_leader_epoch
-            else:
-                ts_type = -1 if batch.magic == 0 else int(batch.timestamp_type)
-                epoch = -1
-            new = tuple.__new__
-            cr = ConsumerRecord
-            if records[0][0] >= position:
-                pending = [new(cr, (topic, partition, o, t, ts_type, k, v, h, epoch)) for o, t, k, v, h in records]
-            else:  # a batch that starts before the position (a seek into it, a compressed batch)
-                pending = [new(cr, (topic, partition, o, t, ts_type, k, v, h, epoch))
-                           for o, t, k, v, h in records if o >= position]
+            if pending and pending[0][2] < position:
+                # A batch that starts before the position (a seek into it, a compressed batch).
+                pending = [r for r in pending if r[2] >= position]
             if not pending:
                 state.position = next_offset
                 continue
@@ -248,6 +269,15 @@ class Fetcher:
             buf.pending_epoch = epoch
             return True
         return False
+
+    @staticmethod
+    def _legacy_records(batch, tp: TopicPartition) -> list[ConsumerRecord]:
+        """The records of a magic 0/1 message set as ConsumerRecords (headers: none, as ())."""
+        ts_type = -1 if batch.magic == 0 else int(batch.timestamp_type)
+        new = tuple.__new__
+        cr = ConsumerRecord
+        topic, partition = tp
+        return [new(cr, (topic, partition, o, t, ts_type, k, v, tuple(h), -1)) for o, t, k, v, h in batch.records()]
 
     def _drop(self, tp: TopicPartition) -> None:
         buf = self._buffers.pop(tp, None)
@@ -273,6 +303,12 @@ class Fetcher:
         metadata = self._cluster.metadata
         now = time.monotonic()
         by_node: dict[int, list[tuple[PartitionState, int]]] = {}
+        # Nodes that lead a partition whose prefetch buffer is full: it will want a fetch soon.
+        busy_nodes: set[int] = set()
+        # Per node: whether every partition its fetch would name is caught up (at the high
+        # watermark, or the last stable offset with read_committed, as last seen).
+        caught_up: dict[int, bool] = {}
+        committed = self._isolation == READ_COMMITTED
         for state in self._sub.fetchable():
             tp = state.tp
             if tp in self._fetching:
@@ -282,6 +318,9 @@ class Fetcher:
                 self._drop(tp)
                 buf = None
             if buf is not None and len(buf.chunks) >= _MAX_CHUNKS_PER_PARTITION:
+                leader = metadata.leader(*tp)
+                if leader is not None:
+                    busy_nodes.add(leader)
                 continue
             retry_at = self._partition_retry_at.get(tp)
             if retry_at is not None:
@@ -294,7 +333,17 @@ class Fetcher:
                 continue
             if leader in self._fetching_nodes or self._node_retry_at.get(leader, 0.0) > now:
                 continue
-            by_node.setdefault(leader, []).append((state, state.position if buf is None else buf.fetch_offset))
+            offset = state.position if buf is None else buf.fetch_offset
+            end = state.last_stable_offset if committed else state.high_watermark
+            by_node.setdefault(leader, []).append((state, offset))
+            caught_up[leader] = caught_up.get(leader, True) and 0 <= end <= offset
+        for node in busy_nodes:
+            if caught_up.get(node):
+                # A fetch naming only caught-up partitions waits fetch.max.wait.ms at the broker,
+                # and holds the node's one fetch slot meanwhile: the partitions whose buffers are
+                # full now could not be refilled as they drain, and the application would starve.
+                # The caught-up partitions go with the next fetch those partitions need.
+                del by_node[node]
         for node, parts in by_node.items():
             for state, _ in parts:
                 self._fetching.add(state.tp)

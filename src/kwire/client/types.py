@@ -35,6 +35,10 @@ class RecordMetadata(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
+    """One consumed record.  ``headers`` is a tuple of ``(key, value)`` pairs, ``()`` when the
+    record has none (a tuple rather than a list: immutable, and one GC-tracked object less
+    per record; compare with ``tuple(...)`` or iterate, do not mutate)."""
+
     topic: str
     partition: int
     offset: int
@@ -42,5 +46,5 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int     # 0 CreateTime, 1 LogAppendTime (Kafka's numbering)
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes | None]]
+    headers: tuple[tuple[str, bytes | None], ...]
     leader_epoch: int = -1

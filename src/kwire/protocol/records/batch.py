@@ -46,6 +46,7 @@ from .record import ControlRecord, ControlRecordType, Record, TimestampType, con
 
 __all__ = [
     "RecordBatch",
+    "RecordReader",
     "RecordBatchBuilder",
     "rewrite_base_offset",
     "build_control_batch",
@@ -297,14 +298,49 @@ class RecordBatch:
         """The records section as stored (compressed if the batch is)."""
         return bytes(memoryview(self._data)[self._pos + HEADER_SIZE:self._end])
 
-    def records(self) -> list[Record]:
-        """Decode (decompressing if needed) every record of the batch."""
+    def records(self, into: tuple | None = None) -> list:
+        """Decode (decompressing if needed) every record of the batch.
+
+        By default each record is a ``Record`` (a ``ControlRecord`` in a control batch).  With
+        ``into=(cls, topic, partition)`` (not for control batches), each record is instead built
+        directly as the consumer's 9-field tuple type ``cls``: ``(topic, partition, offset,
+        timestamp, timestamp_type, key, value, headers, leader_epoch)``, with the batch's
+        timestamp type (0/1) and partition leader epoch, and headers as a tuple of
+        ``(key, value)`` pairs (``()`` when none): one tuple per record instead of two, and no
+        list per record for the garbage collector to track.
+        """
+        cls, wide = self._record_type(into)
+        buf, pos, end, where, append_time = self._records_buffer()
+        h = self._header
+        return _decode_records(buf, pos, end, h[12], h[0], h[7], append_time, cls, where, self._pos + _COUNT_OFFSET,
+                               wide)
+
+    def reader(self, into: tuple) -> RecordReader:
+        """A reader handing out the records of ``records(into)`` a slice at a time
+        (``RecordReader.take``), decoding each slice only when asked: records built just before
+        use are freed young, which keeps the garbage collector's work small."""
+        cls, wide = self._record_type(into)
+        buf, pos, end, where, append_time = self._records_buffer()
+        h = self._header
+        return RecordReader((buf, end, h[12], h[0], h[7], append_time, cls, where, self._pos + _COUNT_OFFSET, wide),
+                            pos)
+
+    def _record_type(self, into: tuple | None) -> tuple[type, tuple | None]:
+        h = self._header
+        if into is None:
+            return (ControlRecord if h[5] & _CONTROL_BIT else Record), None
+        if h[5] & _CONTROL_BIT:
+            raise ValueError("a control batch decodes only to ControlRecord")
+        cls, topic, partition = into
+        return cls, (topic, partition, 1 if h[5] & _TIMESTAMP_TYPE_BIT else 0, h[2])
+
+    def _records_buffer(self) -> tuple:
+        """(buf, pos, end, where, append_time) of the records section, decompressed if needed."""
         h = self._header
         data = self._data
         start = self._pos + HEADER_SIZE
         end = self._end
         codec = h[5] & _COMPRESSION_MASK
-        count = h[12]
         if codec:
             try:
                 buf = decompress(codec, memoryview(data)[start:end], max_size=self.max_decompressed_size)
@@ -320,16 +356,37 @@ class RecordBatch:
             # plain bytes object (cheaper than 2 bytes() conversions per record).
             buf = bytes(memoryview(data)[start:end])
             pos, end, where = 0, len(buf), start
-        if h[5] & _TIMESTAMP_TYPE_BIT:
-            # Kafka: with LogAppendTime every record's timestamp is the batch's max timestamp.
-            append_time = h[8]
-        else:
-            append_time = None
-        cls = ControlRecord if h[5] & _CONTROL_BIT else Record
-        return _decode_records(buf, pos, end, count, h[0], h[7], append_time, cls, where, self._pos + _COUNT_OFFSET)
+        # Kafka: with LogAppendTime every record's timestamp is the batch's max timestamp.
+        append_time = h[8] if h[5] & _TIMESTAMP_TYPE_BIT else None
+        return buf, pos, end, where, append_time
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
+
+
+class RecordReader:
+    """The records of one batch, decoded a slice at a time (``RecordBatch.reader``).
+
+    ``take(n)`` decodes and returns up to ``n`` more records; ``done`` once all were taken.  A
+    corrupt record raises from the ``take`` that reaches it, and again from every later one.
+    """
+
+    __slots__ = ("_args", "_state")
+
+    def __init__(self, args: tuple, pos: int):
+        self._args = args
+        self._state = [0, pos]  # index of the next record, its position
+
+    @property
+    def done(self) -> bool:
+        return self._state[0] >= self._args[2]
+
+    def take(self, n: int) -> list:
+        state = self._state
+        buf, end, count, base_offset, base_timestamp, append_time, cls, where, count_at, wide = self._args
+        stop = min(count, state[0] + max(n, 1))
+        return _decode_records(buf, state[1], end, count, base_offset, base_timestamp, append_time, cls, where,
+                               count_at, wide, state, stop)
 
 
 def rewrite_base_offset(buf, base_offset: int, *, partition_leader_epoch: int | None = None, pos: int = 0) -> None:
@@ -363,13 +420,21 @@ def set_log_append_time(buf, timestamp: int, *, pos: int = 0) -> None:
 
 
 def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
-                    append_time: int | None, cls: type, where, count_at: int) -> list[Record]:
+                    append_time: int | None, cls: type, where, count_at: int, wide: tuple | None = None,
+                    state: list | None = None, stop: int | None = None) -> list:
     """Decode ``count`` records from ``buf[pos:end]``; fast path with a careful fallback.
 
     ``where`` says how to report byte offsets: an int to add to them, None if ``pos`` is
     already absolute, or "decompressed" for offsets within the decompressed records.
+    ``wide`` (topic, partition, timestamp type, leader epoch) builds the consumer's 9-field
+    records (``RecordBatch.records(into=...)``), with tuple headers, instead of 5-field ones.
+    ``state`` ([index of the first record to decode, ``pos`` of it], updated on success) and
+    ``stop`` decode only the records ``index..stop-1``, for a ``RecordReader``.
     """
-    if count < 0 or count > (end - pos) // _MIN_RECORD_SIZE:
+    first = 0 if state is None else state[0]
+    if stop is None:
+        stop = count
+    if count < 0 or count - first > (end - pos) // _MIN_RECORD_SIZE:
         raise CorruptRecordError(f"record count {count} does not fit in the {end - pos} bytes of records",
                                  what=_WHAT, path=["record_count"], offset=count_at)
     out: list[Record] = []
@@ -379,6 +444,9 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
     svarlong = read_varlong
     index = 0
     start = pos
+    narrow = wide is None
+    if not narrow:
+        topic, partition, ts_type, epoch = wide
     d1 = _D1
     d2 = _D2
     # Every varint is decoded inline: 1 and 2 bytes through the tables above, 3 bytes (deltas
@@ -388,7 +456,7 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
     # than the buffer holds, and a record that overran (or has a negative length) fails the
     # single end-of-record comparison.
     try:
-        for index in range(count):  # noqa: B007 (read by the error handler)
+        for index in range(first, stop):  # noqa: B007 (read by the error handler)
             start = pos
             # record length
             b = buf[pos]
@@ -478,22 +546,41 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
             # headers
             if buf[pos]:
                 headers, pos = _read_headers(buf, pos, rec_end)
+                if pos != rec_end:
+                    raise IndexError
+                if narrow:
+                    append(new(cls, (offset, timestamp, key, value, headers)))
+                else:
+                    append(new(cls, (topic, partition, offset, timestamp, ts_type, key, value, tuple(headers),
+                                     epoch)))
             else:
-                headers = []
                 pos += 1
-            if pos != rec_end:
-                raise IndexError
-            append(new(cls, (offset, timestamp, key, value, headers)))
+                if pos != rec_end:
+                    raise IndexError
+                if narrow:
+                    append(new(cls, (offset, timestamp, key, value, [])))
+                else:
+                    # () is a shared, untracked constant: no per-record object for the GC.
+                    append(new(cls, (topic, partition, offset, timestamp, ts_type, key, value, (), epoch)))
     except (IndexError, ValueError, DecodeError):
         _diagnose(buf, start, end, index, count, where)
-    if pos != end:
+    if stop < count:
+        if pos > end:  # a record claimed bytes beyond the batch
+            _diagnose(buf, start, end, index, count, where)
+    elif pos != end:
         if pos > end:  # the last record claimed bytes beyond the batch
             _diagnose(buf, start, end, index, count, where)
         raise CorruptRecordError(f"{end - pos} bytes left after the last of {count} records", what=_WHAT,
                                  path=["records"], offset=_report(pos, where))
+    if state is not None:
+        state[0] = stop
+        state[1] = pos
     if append_time is not None:
         # Kafka: with LogAppendTime every record's timestamp is the batch's max timestamp.
-        out = [new(cls, (r[0], append_time, r[2], r[3], r[4])) for r in out]
+        if narrow:
+            out = [new(cls, (r[0], append_time, r[2], r[3], r[4])) for r in out]
+        else:
+            out = [new(cls, (r[0], r[1], r[2], append_time, r[4], r[5], r[6], r[7], r[8])) for r in out]
     if cls is ControlRecord:
         for index, record in enumerate(out):
             if record.key is None or len(record.key) < 4:
