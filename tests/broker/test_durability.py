@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from kwire.broker.config import load_config
-from kwire.broker.dispatch import dispatch
+from kwire.broker.dispatch import PendingReply, Reply, dispatch
 from kwire.broker.state import BrokerState
 from kwire.protocol import encode_request, messages
 
@@ -30,7 +30,7 @@ def test_acks_all_waits_for_fsync_and_producers_share_them(tmp_path):
             pending = [dispatch(state, _produce_frame("dur", i % 4, -1, i), client_host="x", connection_id=i)
                        for i in range(40)]
             # Every append is in the log at once, but nothing is answered before an fsync covers it.
-            assert all(asyncio.iscoroutine(p) for p in pending)
+            assert all(isinstance(p, PendingReply) for p in pending)
             assert all(log.log_end_offset == 30 for log in logs)
             assert all(log.recovery_point == 0 for log in logs)
             replies = []
@@ -55,7 +55,7 @@ def test_acks_one_is_answered_at_once_and_flushed_soon(tmp_path):
 
         async def scenario():
             reply = dispatch(state, _produce_frame("one", 0, 1, 1), client_host="x", connection_id=1)
-            assert not asyncio.iscoroutine(reply)  # answered without waiting for the disk
+            assert isinstance(reply, Reply)  # answered without waiting for the disk
             for _ in range(200):
                 if log.recovery_point == log.log_end_offset == 3:
                     return True
@@ -74,7 +74,7 @@ def test_fsync_never_does_not_flush(tmp_path):
 
         async def scenario():
             reply = dispatch(state, _produce_frame("lazy", 0, -1, 1), client_host="x", connection_id=1)
-            assert not asyncio.iscoroutine(reply)
+            assert isinstance(reply, Reply)
             await asyncio.sleep(0.05)
 
         asyncio.run(scenario())

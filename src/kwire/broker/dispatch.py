@@ -125,8 +125,30 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
         logger.exception("%s v%d handler failed", cls.SPEC.name, version)
         return _refuse(header, UnknownServerError.code, f"{cls.SPEC.name} handler failed")
     if inspect.isawaitable(result):
-        return _await(header, cls.SPEC.name, result)
+        return PendingReply(header, cls.SPEC.name, result)
     return _finish(header, result)
+
+
+class PendingReply:
+    """A handler still at work (a long-polling Fetch, a parked JoinGroup): await it for the Reply.
+
+    ``close()`` when it will never be awaited (its connection closed before it started), so
+    that neither it nor the handler's own coroutine is left unawaited.
+    """
+
+    __slots__ = ("_outer", "_handler")
+
+    def __init__(self, header, name: str, pending) -> None:
+        self._handler = pending
+        self._outer = _await(header, name, pending)
+
+    def __await__(self):
+        return self._outer.__await__()
+
+    def close(self) -> None:
+        self._outer.close()
+        if inspect.iscoroutine(self._handler):
+            self._handler.close()
 
 
 async def _await(header, name: str, pending) -> Reply | None:

@@ -30,7 +30,7 @@ from kwire.protocol.errors import ProtocolError
 from kwire.protocol.framing import FrameSplitter
 from kwire.protocol.splice import SplicedBytes
 
-from .dispatch import CloseConnection, Reply, dispatch
+from .dispatch import CloseConnection, PendingReply, Reply, dispatch
 from .storage.file_records import FileRecords
 
 logger = logging.getLogger("kwire.broker.network")
@@ -152,10 +152,10 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             self.busy = True
             self.task = asyncio.get_running_loop().create_task(self._serve_async(result))
-            if asyncio.iscoroutine(result):
+            if isinstance(result, PendingReply):
                 # A task cancelled before its first step (the connection closed at once) never
-                # awaits the handler's coroutine: close it so it is not reported as never awaited.
-                self.task.add_done_callback(lambda _task, coro=result: coro.close())
+                # awaits the handler: close it so it is not reported as never awaited.
+                self.task.add_done_callback(lambda _task, pending=result: pending.close())
             return
         if self.paused and not self.closed and len(self.queue) <= MAX_QUEUED_REQUESTS // 2:
             self.paused = False
