@@ -195,3 +195,23 @@ def test_async_for_yields_records_one_by_one_and_ends_at_close(broker):
         return seen
 
     assert run(main()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_partitions_for_never_creates_the_topic(broker):
+    from kwire.protocol.errors import UnknownTopicOrPartitionError
+
+    fill(broker.bootstrap, "known", 1)
+
+    async def main():
+        async with AsyncConsumer(quick(broker.bootstrap)) as consumer:
+            known = await consumer.partitions_for("known")
+            with pytest.raises(UnknownTopicOrPartitionError, match="'ghost'"):
+                await consumer.partitions_for("ghost")
+            return known, await consumer.partitions_for("known")
+
+    known, again = run(main())
+    assert known == again == list(range(MOCK_PARTITIONS))
+    with Consumer(quick(broker.bootstrap)) as consumer:
+        assert consumer.partitions_for("known") == known
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.partitions_for("ghost")  # still unknown: asking did not create it

@@ -284,32 +284,26 @@ class _Session:
     # -- setup --
     async def topic_partitions(self) -> list[int]:
         """The topic's partitions, waiting up to --timeout for the topic to exist."""
-        from kwire.client.cluster import Cluster
-        from kwire.client.config import ConsumerConfig
+        from kwire.client.retry import Backoff
+        from kwire.protocol.errors import KafkaError
 
         topic, timeout = self.args.topic, self.args.timeout
-        cluster = Cluster(ConsumerConfig.from_settings(self.settings))
-        try:
-            deadline = time.monotonic() + timeout
-            attempt = 0
-            while True:
-                metadata = await cluster.refresh_metadata([topic])
-                found = metadata.partitions_for(topic)
-                if found:
-                    return found
-                pause = cluster.retry_backoff.delay(attempt)
-                if time.monotonic() + pause >= deadline:
-                    info = metadata.topics.get(topic)
-                    why = ""
-                    if info is not None and info.error_code:
-                        from kwire.protocol.errors import error_name
-
-                        why = f" ({error_name(info.error_code)})"
-                    raise LookupError(f"topic {topic!r} does not exist{why}: not found within {timeout:g} s")
-                attempt += 1
-                await asyncio.sleep(pause)
-        finally:
-            await cluster.close()
+        backoff = Backoff(100, 1000)
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            why = ""
+            try:
+                found = await self.consumer.partitions_for(topic)
+            except KafkaError as exc:
+                found, why = [], f" ({exc.name})"
+            if found:
+                return found
+            pause = backoff.delay(attempt)
+            if time.monotonic() + pause >= deadline:
+                raise LookupError(f"topic {topic!r} does not exist{why}: not found within {timeout:g} s")
+            attempt += 1
+            await asyncio.sleep(pause)
 
     async def start_assigned(self, partitions: list[int]) -> None:
         """No group: assign the partitions and place each where the flags say."""
@@ -476,10 +470,13 @@ async def _main(session: _Session) -> int | None:
 
     args = session.args
     session.install_signal_handlers()
+    listener = session.listener() if session.group and args.exit_at_end else None
+    session.consumer = AsyncConsumer(session.settings, listener=listener)
     try:
         try:
             partitions = await session.until_stopped(session.topic_partitions())
         except LookupError as exc:
+            await session.consumer.close()
             fail(str(exc), 1)
             return None
         chosen = sorted({p for given in args.partitions or () for p in given})
@@ -489,8 +486,6 @@ async def _main(session: _Session) -> int | None:
                 fail(f"topic {args.topic!r} has no partition {', '.join(map(str, missing))} "
                      f"(its partitions are 0-{max(partitions)})", 1)
                 return None
-        listener = session.listener() if session.group and args.exit_at_end else None
-        session.consumer = AsyncConsumer(session.settings, listener=listener)
         if session.group:
             session.consumer.subscribe([args.topic])  # with -e the listener notes the assignment
         else:

@@ -38,6 +38,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from kwire.protocol.errors import KafkaError
+
 from .assignors import COOPERATIVE, GroupProtocols
 from .cluster import Cluster
 from .config import ConsumerConfig
@@ -533,6 +535,19 @@ class AsyncConsumer:
         found = await list_offsets(self._cluster, {tp: EARLIEST_TIMESTAMP for tp in _partitions(partitions)})
         return {tp: answer.offset for tp, answer in found.items() if answer is not None}
 
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition numbers from fresh metadata (asking never creates the topic).
+
+        A topic the broker reports with an error raises it (``UnknownTopicOrPartitionError``...).
+        """
+        self._check_open()
+        metadata = await self._cluster.refresh_metadata([topic])
+        info = metadata.topics.get(topic)
+        if info is None or info.error_code:
+            code = 3 if info is None else info.error_code  # UNKNOWN_TOPIC_OR_PARTITION when not named
+            raise KafkaError.for_code(code)(f"topic {topic!r}")
+        return sorted(info.partitions)
+
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         found = await list_offsets(self._cluster, {tp: LATEST_TIMESTAMP for tp in _partitions(partitions)},
                                    isolation_level=self._isolation)
@@ -887,6 +902,9 @@ class Consumer:
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._run(self._consumer.end_offsets(partitions))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._run(self._consumer.partitions_for(topic))
 
     def pause(self, partitions: Iterable[TopicPartition] | TopicPartition) -> None:
         self._call(self._consumer.pause, partitions)
