@@ -200,3 +200,73 @@ def test_large_requests_in_any_pieces_with_small_ones_behind_them(broker, chunk)
         b.validate()
     expected_values = [r.value for b in iter_batches(records) for r in b] * 2
     assert [r.value for b in got for r in b] == expected_values
+
+
+# -- the shared budget for large requests (queued_max_request_bytes) ------------------------------
+
+@pytest.fixture
+def small_budget_broker(tmp_path):
+    # 1 MiB requests at most, 2 MiB of them in memory at once over all connections.
+    with EmbeddedBroker(tmp_path / "data", max_request_size=1 << 20, queued_max_request_bytes=2 << 20) as b:
+        yield b
+
+
+def _memory(broker):
+    registry = broker.broker._connections
+    return broker.call(lambda: (registry.memory.used, len(registry.memory.waiting)))
+
+
+def _wait_for(check, what: str, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_announced_large_requests_cannot_take_more_than_the_budget(small_budget_broker):
+    broker = small_budget_broker
+    # 40 connections each announce a 900 KB request and send 10 bytes of it: without a budget
+    # that is 36 MB allocated for requests that never come.
+    flood = [_connect(broker.port) for _ in range(40)]
+    try:
+        for s in flood:
+            s.sendall(struct.pack(">i", 900_000) + b"\0" * 10)
+        used, waiting = _wait_for(lambda: (lambda m: m if m[0] + m[1] and m[1] >= 38 else None)(_memory(broker)),
+                                  "the flooding connections to wait for memory")
+        assert used <= 2 * 900_000  # two frames fit the 2 MiB budget; the other 38 wait unallocated
+        assert waiting == 38
+        assert _healthy(broker.port)  # small requests never wait
+    finally:
+        for s in flood:
+            s.close()
+    # Closing them gives everything back.
+    assert _wait_for(lambda: _memory(broker) == (0, 0), "memory to be released")
+
+
+def test_large_requests_over_the_budget_wait_their_turn_and_are_all_answered(small_budget_broker):
+    broker = small_budget_broker
+    topic = "budget"
+    records = _batches(1, 60_000)  # ~600 KB per request: three at once are over the 2 MiB budget
+    with _connect(broker.port) as s:
+        _call(s, messages.MetadataRequest(topics=[messages.MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
+    conns = [_connect(broker.port) for _ in range(8)]
+    try:
+        frame = encode_request(_produce_request(topic, records), 9, 5)
+        for s in conns:  # everything sent before anything is read: the broker must queue them
+            s.sendall(frame[:len(frame) // 2])
+        for s in conns:
+            s.sendall(frame[len(frame) // 2:])
+        offsets = []
+        for s in conns:
+            _, resp = decode_response(_read_frame(s), 0, 9)
+            part = resp.responses[0].partition_responses[0]
+            assert part.error_code == 0
+            offsets.append(part.base_offset)
+    finally:
+        for s in conns:
+            s.close()
+    assert sorted(offsets) == list(range(0, 80, 10))
+    assert _wait_for(lambda: _memory(broker) == (0, 0), "memory to be released")

@@ -41,6 +41,10 @@ class BrokerConfig:
     fsync: str = "never"                              # never | interval | always
     fsync_interval_ms: int = 1000                     # with fsync = "interval"
     max_request_size: int = 100 * 1024 * 1024         # socket.request.max.bytes
+    # Bytes of large requests being received or waiting to be answered, over all connections
+    # (queued.max.request.bytes; Kafka's default is no limit, -1).  Past it, connections that
+    # start another large request stop reading until memory frees.
+    queued_max_request_bytes: int = 256 * 1024 * 1024
     retention_check_interval_ms: int = 5 * 60 * 1000  # log.retention.check.interval.ms
     # Group coordinator (Kafka's names: group.*).  Kafka waits 3 s for more members before the
     # first rebalance of a new group; a development broker answers at once by default.
@@ -61,6 +65,9 @@ class BrokerConfig:
             raise ConfigError(f"fsync_interval_ms must be >= 1, got {self.fsync_interval_ms}")
         if self.max_request_size < 1024:
             raise ConfigError(f"max_request_size must be >= 1024, got {self.max_request_size}")
+        if self.queued_max_request_bytes < -1 or self.queued_max_request_bytes == 0:
+            raise ConfigError("queued_max_request_bytes must be -1 (no limit) or > 0, "
+                              f"got {self.queued_max_request_bytes}")
 
     @property
     def advertised(self) -> tuple[str, int]:

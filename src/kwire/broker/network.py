@@ -35,14 +35,48 @@ from .storage.file_records import FileRecords
 
 logger = logging.getLogger("kwire.broker.network")
 
-__all__ = ["Connection", "ConnectionRegistry"]
+__all__ = ["Connection", "ConnectionRegistry", "RequestMemory"]
 
 # Stop reading from a client with this many requests queued behind the one being served.
 MAX_QUEUED_REQUESTS = 64
 
 
+class RequestMemory:
+    """The broker-wide budget for large requests (Kafka's ``queued.max.request.bytes``).
+
+    A frame too large for a connection's small staging buffer gets a buffer of its own as soon
+    as its size prefix is read; its bytes are charged here from then until its request has been
+    answered.  When the budget is spent, a connection that needs a new frame buffer stops reading
+    (TCP pushes back on its client) and waits its turn: hundreds of clients each announcing a
+    30 MiB request cannot make the broker allocate gigabytes.  One frame is always let through
+    when nothing is charged, so a request up to the maximum request size always fits.
+    Small requests (those that fit the staging buffer) are never charged and never wait.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity  #: bytes; negative: no limit
+        self.used = 0
+        self.waiting: collections.deque[Connection] = collections.deque()
+
+    def reserve(self, nbytes: int) -> bool:
+        if self.capacity >= 0 and self.used and self.used + nbytes > self.capacity:
+            return False
+        self.used += nbytes
+        return True
+
+    def release(self, nbytes: int) -> None:
+        self.used -= nbytes
+        # Each waiting connection asks once per release, in the order they started waiting; one
+        # that is still refused queues up again at the end.
+        for _ in range(len(self.waiting)):
+            if self.capacity >= 0 and self.used >= self.capacity:
+                break
+            self.waiting.popleft().memory_freed()
+
+
 class ConnectionRegistry:
-    def __init__(self) -> None:
+    def __init__(self, queued_max_request_bytes: int = -1) -> None:
+        self.memory = RequestMemory(queued_max_request_bytes)
         self.open: set[Connection] = set()
         # Tasks of closed connections still unwinding; shutdown waits for them.
         self.closing: set[asyncio.Task] = set()
@@ -80,9 +114,13 @@ class Connection(asyncio.BufferedProtocol):
         self.state = state
         self.registry = registry
         self.id = registry.next_id()
-        self.splitter = FrameSplitter(max_request_size)
+        self.splitter = FrameSplitter(max_request_size, reserve=self._reserve)
         # Each frame is a bytearray of its own: handlers may keep views of it and write into it.
-        self.queue: collections.deque[bytearray] = collections.deque()
+        # Queued with the bytes it holds of the registry's RequestMemory (0 for small frames).
+        self.queue: collections.deque[tuple[bytearray, int]] = collections.deque()
+        self.charged = 0  # bytes of RequestMemory this connection holds
+        self.serving_charge = 0  # of which the request being served holds
+        self.waiting_memory = False  # in RequestMemory.waiting
         self.busy = False
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -106,6 +144,7 @@ class Connection(asyncio.BufferedProtocol):
         self.registry.open.discard(self)
         self.queue.clear()
         self._abandon_task()
+        self._release_all()
         logger.debug("connection %d from %s closed%s", self.id, self.peer, f": {exc}" if exc else "")
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -116,25 +155,75 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
+        splitter = self.splitter
+        own = splitter.filling  # the bytes went into a charged frame buffer
         try:
-            frames = self.splitter.buffer_updated(nbytes)
+            frames = splitter.buffer_updated(nbytes)
         except ProtocolError as exc:
             self.close(f"bad frame: {exc}")
             return
-        if not frames:
-            return
-        self.queue.extend(frames)
-        if len(self.queue) > MAX_QUEUED_REQUESTS and not self.paused:
+        self._take(frames, own)
+
+    def _take(self, frames: list[bytearray], own: bool) -> None:
+        if frames:
+            if own:  # that path completes exactly one frame: the one charged when it began
+                self.queue.append((frames[0], len(frames[0])))
+            else:
+                self.queue.extend((f, 0) for f in frames)
+        self._update_reading()
+        if frames and not self.busy:
+            self._serve()
+
+    def _update_reading(self) -> None:
+        """Read while the request queue is short and the splitter is not waiting for memory."""
+        stop = self.splitter.blocked or len(self.queue) > MAX_QUEUED_REQUESTS
+        if stop and not self.paused:
             self.paused = True
             self.transport.pause_reading()
-        if not self.busy:
-            self._serve()
+        elif self.paused and not stop and len(self.queue) <= MAX_QUEUED_REQUESTS // 2:
+            self.paused = False
+            self.transport.resume_reading()
+
+    # -- the shared request memory --------------------------------------------------------------
+    def _reserve(self, nbytes: int) -> bool:
+        memory = self.registry.memory
+        if memory.reserve(nbytes):
+            self.charged += nbytes
+            return True
+        if not self.waiting_memory:
+            self.waiting_memory = True
+            memory.waiting.append(self)
+        return False
+
+    def _release(self, nbytes: int) -> None:
+        if nbytes:
+            self.charged -= nbytes
+            self.registry.memory.release(nbytes)
+
+    def _release_all(self) -> None:
+        memory = self.registry.memory
+        if self.waiting_memory:
+            self.waiting_memory = False
+            memory.waiting.remove(self)
+        self._release(self.charged)
+
+    def memory_freed(self) -> None:
+        """Called by RequestMemory when bytes were released: ask for the frame buffer again."""
+        self.waiting_memory = False  # RequestMemory took it off its queue
+        if self.closed or not self.splitter.blocked:
+            return
+        try:
+            frames = self.splitter.retry()
+        except ProtocolError as exc:
+            self.close(f"bad frame: {exc}")
+            return
+        self._take(frames, False)
 
     # -- serving --------------------------------------------------------------------------------
     def _serve(self) -> None:
         """Answer queued requests in order until one needs to wait (then a task carries on)."""
         while self.queue and not self.closed:
-            frame = self.queue.popleft()
+            frame, charge = self.queue.popleft()
             try:
                 result = dispatch(self.state, frame, client_host=self.peer, connection_id=self.id)
             except CloseConnection as exc:
@@ -147,9 +236,12 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(result, Reply) and not any(isinstance(p, SplicedBytes) for p in result.parts):
                 for part in result.parts:
                     self.transport.write(part)
+                self._release(charge)
                 continue
             if result is None:
+                self._release(charge)
                 continue
+            self.serving_charge = charge  # released when the task has answered
             self.busy = True
             self.task = asyncio.get_running_loop().create_task(self._serve_async(result))
             if isinstance(result, PendingReply):
@@ -157,9 +249,8 @@ class Connection(asyncio.BufferedProtocol):
                 # awaits the handler: close it so it is not reported as never awaited.
                 self.task.add_done_callback(lambda _task, pending=result: pending.close())
             return
-        if self.paused and not self.closed and len(self.queue) <= MAX_QUEUED_REQUESTS // 2:
-            self.paused = False
-            self.transport.resume_reading()
+        if not self.closed:
+            self._update_reading()
 
     async def _serve_async(self, result) -> None:
         try:
@@ -180,6 +271,9 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             self.busy = False
             self.task = None
+            charge, self.serving_charge = self.serving_charge, 0
+            if not self.closed:  # a closed connection released everything it held
+                self._release(charge)
         if not self.closed:
             self._serve()
 
@@ -205,6 +299,7 @@ class Connection(asyncio.BufferedProtocol):
         logger.log(level, "closing connection %d from %s: %s", self.id, self.peer, why)
         self.queue.clear()
         self._abandon_task()
+        self._release_all()
         if self.transport is not None:
             self.transport.abort() if why != "broker shutting down" else self.transport.close()
 

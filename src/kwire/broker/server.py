@@ -28,7 +28,7 @@ class Broker:
         self.config = config
         self.state: BrokerState | None = None
         self._server: asyncio.base_events.Server | None = None
-        self._connections = ConnectionRegistry()
+        self._connections = ConnectionRegistry(config.queued_max_request_bytes)
         self._tasks: list[asyncio.Task] = []
         self.started = asyncio.Event()
 

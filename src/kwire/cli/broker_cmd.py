@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retention-ms", type=int, help="delete segments older than this; -1 never (default 7 days)")
     p.add_argument("--retention-bytes", type=int, help="keep partitions under this size; -1 no limit (default)")
     p.add_argument("--max-request-size", type=int, help="largest request accepted (default 100 MiB)")
+    p.add_argument("--queued-max-request-bytes", type=int,
+                   help="memory for large requests over all connections; past it, connections starting "
+                        "another one wait (default 256 MiB; -1 no limit)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="server log verbosity on stderr (default info)")
     p.add_argument("--json", action="store_true", help="print the startup line as JSON on stdout")
@@ -65,7 +68,8 @@ def _settings(args: argparse.Namespace) -> dict:
     return {"data_dir": args.data_dir, "host": args.host, "port": args.port, "advertised_host": args.advertised_host,
             "advertised_port": args.advertised_port, "node_id": args.node_id, "fsync": args.fsync,
             "fsync_interval_ms": args.fsync_interval_ms, "auto_create_topics": args.auto_create_topics,
-            "default_partitions": args.default_partitions, "max_request_size": args.max_request_size, "log": log}
+            "default_partitions": args.default_partitions, "max_request_size": args.max_request_size,
+            "queued_max_request_bytes": args.queued_max_request_bytes, "log": log}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,14 +40,21 @@ class FrameSplitter:
     The buffer API (``get_buffer``/``buffer_updated``) returns each frame as a ``bytearray`` of
     its own, which the caller may keep and modify.  Use one API per splitter: each holds its own
     partial data, so mixing them would reorder the stream (``RuntimeError``).
+
+    ``reserve`` (buffer API only): called with a frame's size before a buffer of its own is
+    allocated for it; returning False leaves the frame's first bytes in the staging area and the
+    splitter ``blocked``: the caller stops reading (a server shares a memory budget between its
+    connections, so a flood of huge size prefixes cannot allocate memory it does not have) and
+    calls ``retry()`` when memory may be free again.
     """
 
     __slots__ = ("max_frame_size", "_buf", "_need", "_size", "_includes_prefix", "_keep_prefix", "_broken",
-                 "_receive_size", "_stage", "_stage_view", "_start", "_end", "_frame", "_frame_view", "_filled")
+                 "_receive_size", "_stage", "_stage_view", "_start", "_end", "_frame", "_frame_view", "_filled",
+                 "_reserve", "blocked")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, byteorder: str = "big",
                  size_includes_prefix: bool = False, keep_prefix: bool = False,
-                 receive_buffer_size: int = DEFAULT_RECEIVE_BUFFER_SIZE):
+                 receive_buffer_size: int = DEFAULT_RECEIVE_BUFFER_SIZE, reserve=None):
         if byteorder not in ("big", "little"):
             raise ValueError("byteorder must be 'big' or 'little'")
         if receive_buffer_size < 8:
@@ -67,6 +74,8 @@ class FrameSplitter:
         self._frame: bytearray | None = None  # the frame being received into its own buffer
         self._frame_view: memoryview | None = None
         self._filled = 0  # bytes of _frame received so far
+        self._reserve = reserve
+        self.blocked = False  #: a frame waits for ``reserve`` to grant its buffer (stop reading)
 
     @property
     def buffered(self) -> int:
@@ -151,7 +160,22 @@ class FrameSplitter:
         self._end += nbytes
         return self._split_stage()
 
+    @property
+    def filling(self) -> bool:
+        """A frame is being received into a buffer of its own (it was given to ``reserve``)."""
+        return self._frame is not None
+
+    def retry(self) -> list[bytearray]:
+        """After ``reserve`` said no: ask again; return the frames this completes (none while
+        still ``blocked``)."""
+        if self._broken is not None:
+            raise self._broken
+        if not self.blocked:
+            return []
+        return self._split_stage()
+
     def _split_stage(self) -> list[bytearray]:
+        self.blocked = False
         stage, start, end = self._stage, self._start, self._end
         skip = 0 if self._keep_prefix else 4
         frames: list[bytearray] = []
@@ -162,13 +186,16 @@ class FrameSplitter:
                 start += total
                 continue
             # Incomplete: from here on its bytes are received into the frame's own buffer.
+            if self._reserve is not None and not self._reserve(total - skip):
+                self.blocked = True
+                break
             have = end - start - skip
             frame = bytearray(total - skip)
             frame[:have] = self._stage_view[start + skip:end]
             self._frame, self._frame_view, self._filled = frame, memoryview(frame), have
             start = end
         left = end - start
-        if left and start:  # at most 3 bytes of a size prefix: move them to the front
+        if left and start:  # part of a size prefix, or the head of a frame still blocked: to the front
             stage[:left] = stage[start:end]
         self._start, self._end = 0, left
         return frames

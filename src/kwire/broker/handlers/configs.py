@@ -81,6 +81,8 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
         ("message.max.bytes", str(c.log.max_message_bytes), INT, "Default max.message.bytes."),
         ("log.message.timestamp.type", c.log.message_timestamp_type, STRING, "Default message.timestamp.type."),
         ("socket.request.max.bytes", str(c.max_request_size), INT, "Largest request accepted."),
+        ("queued.max.request.bytes", str(c.queued_max_request_bytes), LONG,
+         "Memory for large requests being received or answered, over all connections."),
         ("group.initial.rebalance.delay.ms", str(c.group_initial_rebalance_delay_ms), INT,
          "Wait for more members before a new group's first rebalance."),
         ("group.min.session.timeout.ms", str(c.group_min_session_timeout_ms), INT, "Smallest session timeout."),
