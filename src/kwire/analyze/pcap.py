@@ -170,6 +170,11 @@ class PcapReader:
         self._started = False
         self._consumed_before = 0  # bytes of the (uncompressed) input before the current buffer
 
+    @property
+    def bytes_consumed(self) -> int:
+        """Bytes of the (uncompressed) input read past so far, for progress reports."""
+        return self._consumed_before
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _read_exact_or_less(self, n: int) -> bytes:

@@ -7,11 +7,22 @@ import sys
 
 from kwire import __version__
 
-from . import broker_cmd, consume_cmd, groups_cmd, lag_cmd, metadata_cmd, produce_cmd, protocol_cmd, topics_cmd
+from . import (
+    analyze_cmd,
+    broker_cmd,
+    consume_cmd,
+    groups_cmd,
+    lag_cmd,
+    metadata_cmd,
+    produce_cmd,
+    protocol_cmd,
+    topics_cmd,
+)
 
 # Each command module exposes register(subparsers); its parsers set ``func`` to a handler that
 # takes the parsed arguments and returns an exit code.
-COMMAND_MODULES = [protocol_cmd, broker_cmd, produce_cmd, consume_cmd, metadata_cmd, topics_cmd, groups_cmd, lag_cmd]
+COMMAND_MODULES = [protocol_cmd, broker_cmd, produce_cmd, consume_cmd, metadata_cmd, topics_cmd, groups_cmd, lag_cmd,
+                   analyze_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,144 @@
+"""The HTML report: one self-contained document, a chart per API and per (group, topic), findings
+marked on their chart, and every string of the capture escaped."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from kwire.analyze.analyzer import AnalyzeOptions
+from kwire.analyze.exchange import WarningLog
+from kwire.analyze.findings import Finding
+from kwire.analyze.report_html import render_html, write_html
+from kwire.analyze.session import analyze_captures
+from kwire.analyze.summary import Summary
+
+from .helpers import DEEPFLOW, TS0
+from .test_summary import empty_analysis, exchange
+
+S = 1_000_000_000
+HOSTILE = '<script>alert("x")</script>'
+VOID = {"meta", "br", "hr", "img", "input", "link"}
+
+
+class Document(HTMLParser):
+    """Tags (with their attributes), text, and whether every element was closed in order."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self.open: list[str] = []
+        self.mismatched: list[str] = []
+        self.titles: list[str] = []  # text of SVG <title> elements (the tooltips)
+        self.h3: list[str] = []
+        self._in_svg_title = False
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag not in VOID:
+            self.open.append(tag)
+        if tag == "h3":
+            self.h3.append("")
+        if tag == "title" and "svg" in self.open:
+            self._in_svg_title = True
+            self.titles.append("")
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if not self.open or self.open[-1] != tag:
+            self.mismatched.append(tag)
+        else:
+            self.open.pop()
+        if tag == "title":
+            self._in_svg_title = False
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self.open and self.open[-1] == "h3":
+            self.h3[-1] += data
+        if self._in_svg_title:
+            self.titles[-1] += data
+
+    def count(self, tag: str) -> int:
+        return sum(1 for t, _ in self.tags if t == tag)
+
+
+def commit(ts_ns, partition, offset, member, *, frame, error_code=0, client_id="consumer-1"):
+    return {"capture": "t.pcap", "conn": 1, "client": "10.0.0.1:4000", "client_id": client_id,
+            "api": "OffsetCommit", "api_version": 8, "request_frame": frame, "response_frame": frame + 1,
+            "ts_ns": ts_ns, "group": "billing", "member_id": member, "generation": 3, "topic": "orders",
+            "partition": partition, "offset": offset, "error_code": error_code,
+            "error": "ILLEGAL_GENERATION" if error_code else None, "status": "answered"}
+
+
+def sample_analysis():
+    s = Summary()
+    for i in range(60):
+        s.add(exchange("Produce", latency_ms=1.0 + i % 5, ts_ns=TS0 + i * S, client_id=HOSTILE))
+        s.add(exchange("Fetch", latency_ms=500.0 + i, ts_ns=TS0 + i * S, conn=2))
+    commits = [commit(TS0 + i * S, i % 2, 100 + i, "member-a" if i < 10 else "member-b", frame=10 + i)
+               for i in range(20)]
+    commits.append(commit(TS0 + 25 * S, 0, 90, "member-a", frame=99, error_code=22))
+    slow = Finding(kind="slow_request", severity="warning", protocol="kafka", message="Fetch answered in 559 ms",
+                   api="Fetch", count=2, first_ts_ns=TS0 + 30 * S, frames=[("t.pcap", 61)])
+    backwards = Finding(kind="offset_backwards", severity="error", protocol="kafka",
+                        message=f"offset went down, by {HOSTILE}", group="billing", topic="orders", partition=0,
+                        count=1, first_ts_ns=TS0 + 12 * S, frames=[("t.pcap", 22)])
+    warnings = WarningLog()
+    warnings("t.pcap", 5, 1, "gap", f"missing bytes near {HOSTILE}")
+    return empty_analysis(s, commits=commits, findings=[backwards, slow], warnings=warnings, exchanges=120)
+
+
+def test_the_report_parses_and_has_a_chart_per_api_and_per_group_topic():
+    doc = Document(render_html(sample_analysis()))
+    assert doc.mismatched == [] and doc.open == []
+    # Produce and Fetch latency, billing/orders commits.
+    assert doc.count("svg") == 3
+    assert doc.h3[:3] == ["kafka Produce", "kafka Fetch", "group billing, topic orders"]
+
+
+def test_findings_are_marked_on_their_charts():
+    doc = Document(render_html(sample_analysis()))
+    marked = [t for t in doc.titles if t.startswith("[")]
+    assert len(marked) == 2
+    assert any(t.startswith("[warning] slow_request: Fetch answered in 559 ms") for t in marked)
+    assert any(t.startswith("[error] offset_backwards") and "frame 22" in t for t in marked)
+    # Points of commits: 20 accepted ones coloured by member, one failed.
+    points = [t for t in doc.titles if t.startswith("orders-")]
+    assert len(points) == 21 and sum("failed: ILLEGAL_GENERATION" in t for t in points) == 1
+
+
+def test_capture_strings_are_escaped_and_nothing_is_loaded_from_elsewhere():
+    text = render_html(sample_analysis())
+    doc = Document(text)
+    assert doc.count("script") == 0
+    assert HOSTILE not in text
+    assert any(HOSTILE in t for t in doc.text)  # shown as text, in the tables and tooltips
+    assert not any(tag in ("link", "img", "iframe", "object") or "src" in attrs for tag, attrs in doc.tags)
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in text
+
+
+def test_an_empty_analysis_still_makes_a_report(tmp_path):
+    path = tmp_path / "r.html"
+    write_html(empty_analysis(captures=[]), path)
+    doc = Document(path.read_text(encoding="utf-8"))
+    assert doc.mismatched == [] and doc.count("svg") == 0
+    assert "No findings." in doc.text
+
+
+def test_report_of_the_deepflow_captures(tmp_path):
+    paths = sorted((DEEPFLOW / "kafka").glob("*.pcap")) + sorted((DEEPFLOW / "mongo").glob("*.pcap"))
+    analysis = analyze_captures(paths, AnalyzeOptions())
+    path = tmp_path / "report.html"
+    write_html(analysis, path)
+    doc = Document(path.read_text(encoding="utf-8"))
+    assert doc.mismatched == []
+    latency_charts = sum(1 for a in analysis.summary.apis.values() if len(a.latencies_ms))
+    commit_charts = len({(r["group"], r["topic"]) for r in analysis.commits if r["ts_ns"] and r["topic"]})
+    assert latency_charts > 0 and commit_charts > 0
+    assert doc.count("svg") == latency_charts + commit_charts
