@@ -1,0 +1,131 @@
+"""Reading one offset range on an executor: kwire's consumer, records out as Arrow batches.
+
+The worker's consumer (``worker_clients``) is assigned the range's partition and moved to its
+start; records come out of ``poll`` until the position reaches the end.  The consumer does
+what a Kafka consumer does with the log: control batches (transaction markers) and, with
+``kafka.isolation.level=read_committed``, aborted transactions never come out, and their
+offsets are stepped over.  So the range ends when the *position* reaches its end, not when a
+record with the last offset arrives (the last offsets may be markers).
+
+Records deleted before they were read (retention, a deleted topic) make the fetch fail with
+an out-of-range offset; the consumer runs with ``auto.offset.reset=none`` so that it says so
+instead of jumping.  Then ``failOnDataLoss`` decides: fail the task with a message naming the
+topic, partition and lost offsets, or log a warning and go on from the log start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from kwire.client.consumer_errors import NoOffsetForPartitionError
+from kwire.client.types import TopicPartition
+from kwire.protocol.errors import KafkaError
+
+from . import worker_clients
+from .options import SourceOptions
+from .planning import OffsetRange
+from .schema import records_to_batch
+
+__all__ = ["DataLossError", "read_range", "report_data_loss"]
+
+logger = logging.getLogger("kwire.spark")
+
+# Rows per Arrow batch handed to Spark: large enough that per-batch costs vanish, small enough
+# to keep a batch of big records in modest memory.
+BATCH_ROWS = 8192
+
+
+class DataLossError(RuntimeError):
+    """Records the query should have read are gone (failOnDataLoss=true)."""
+
+
+def report_data_loss(options: SourceOptions, what: str) -> None:
+    """Fail (failOnDataLoss=true, the default) or warn that data was lost, as Spark does."""
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{what}. Some data may have been lost because it is not available in Kafka any more: "
+            "it aged out (retention) or the topic was deleted before the query read it. "
+            "To skip lost data with a warning instead of failing, set the source option failOnDataLoss to false.")
+    logger.warning("%s; skipping it (failOnDataLoss=false)", what)
+
+
+def read_range(task: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """The records of ``task`` as Arrow batches of Spark's Kafka schema."""
+    if task.size <= 0:
+        return
+    consumer = worker_clients.consumer(options.consumer_settings())
+    tp = task.tp
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, task.start)
+        yield from _poll_range(consumer, tp, task, options)
+    except (GeneratorExit, DataLossError):
+        raise
+    except BaseException:
+        # A consumer that failed mid-read may hold state from it (positions, buffered answers):
+        # the next task gets a fresh one.
+        worker_clients.discard(consumer)
+        raise
+
+
+def _poll_range(consumer, tp: TopicPartition, task: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    position = task.start
+    end = task.end
+    pending: list = []
+    patience = options.poll_timeout_ms / 1000
+    last_progress = time.monotonic()
+    while position < end:
+        try:
+            records = consumer.poll(timeout=min(patience, 1.0), max_records=BATCH_ROWS)
+        except NoOffsetForPartitionError:
+            position = _after_out_of_range(consumer, tp, position, end, options)
+            last_progress = time.monotonic()
+            continue
+        if records:
+            if records[-1][2] >= end:
+                records = [r for r in records if r[2] < end]
+            pending += records
+            if len(pending) >= BATCH_ROWS:
+                yield records_to_batch(pending, task.topic, task.partition, options.include_headers)
+                pending = []
+        now_at = consumer.position(tp)
+        if now_at != position:
+            position = now_at
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > patience:
+            raise TimeoutError(
+                f"no records came from {tp} at offset {position} within kafkaConsumer.pollTimeoutMs "
+                f"({options.poll_timeout_ms} ms); the task reads offsets {task.start} to {end - 1}")
+    # Done with the partition: no prefetching while Spark takes the last batch or the worker idles.
+    consumer.assign([])
+    if pending:
+        yield records_to_batch(pending, task.topic, task.partition, options.include_headers)
+
+
+def _after_out_of_range(consumer, tp: TopicPartition, position: int, end: int, options: SourceOptions) -> int:
+    """The position to go on from after the broker said ``position`` is out of range."""
+    try:
+        earliest = consumer.beginning_offsets([tp]).get(tp)
+        latest = consumer.end_offsets([tp]).get(tp)
+    except KafkaError as exc:  # the partition itself is gone (a deleted topic)
+        report_data_loss(options, f"topic {tp.topic} partition {tp.partition}: offsets {position} to {end - 1} "
+                                  f"cannot be read: {exc}")
+        return end
+    if earliest is not None and position < earliest:
+        lost_until = min(earliest, end)
+        report_data_loss(options, f"topic {tp.topic} partition {tp.partition}: offsets {position} to "
+                                  f"{lost_until - 1} were deleted before they were read (the log now starts "
+                                  f"at offset {earliest})")
+        resume = lost_until
+    else:
+        # Past the log end: the topic was deleted and created again, or its log truncated.
+        report_data_loss(options, f"topic {tp.topic} partition {tp.partition}: offsets {position} to {end - 1} "
+                                  f"are beyond the log end ({latest}); the log lost them")
+        resume = end
+    if resume < end:
+        consumer.seek(tp, resume)
+    return resume

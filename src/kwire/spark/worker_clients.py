@@ -1,0 +1,80 @@
+"""kwire clients kept for the life of a Python worker process.
+
+Spark reuses its Python workers across tasks (``spark.python.worker.reuse``, on by default), so
+a task takes the consumer or producer a previous task of the same query left: no new
+connections, no metadata round trips, and a producer whose batches keep filling across tasks.
+Clients are keyed by their settings; one task at a time runs in a worker, so a client is never
+shared by two tasks at once.  They are closed when the worker exits.
+
+A forked worker starts with an empty cache (the clients' loop thread is per process too).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kwire.client.consumer import Consumer
+from kwire.client.producer import Producer
+
+__all__ = ["consumer", "producer"]
+
+_lock = threading.Lock()
+_clients: dict[tuple, Any] = {}
+_owner_pid: int | None = None
+
+
+def _key(kind: str, settings: Mapping[str, Any]) -> tuple:
+    return (kind, *sorted((k, repr(v)) for k, v in settings.items()))
+
+
+def _get(kind: str, settings: Mapping[str, Any], make) -> Any:
+    global _owner_pid
+    key = _key(kind, settings)
+    with _lock:
+        if _owner_pid != os.getpid():
+            # Clients inherited through a fork belong to the parent (their loop thread did not
+            # survive): forget them without closing them.
+            _clients.clear()
+            _owner_pid = os.getpid()
+        client = _clients.get(key)
+        if client is None or getattr(client, "closed", False):
+            client = _clients[key] = make(dict(settings))
+        return client
+
+
+def consumer(settings: Mapping[str, Any]) -> Consumer:
+    """This worker's consumer for ``settings`` (no group: readers assign and seek)."""
+    return _get("consumer", settings, Consumer)
+
+
+def producer(settings: Mapping[str, Any]) -> Producer:
+    """This worker's producer for ``settings``."""
+    return _get("producer", settings, Producer)
+
+
+def discard(client: Any) -> None:
+    """Drop a client that failed in a way that may have left it unusable, closing it."""
+    with _lock:
+        for key, value in list(_clients.items()):
+            if value is client:
+                del _clients[key]
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001 - it is being thrown away because it failed
+        pass
+
+
+@atexit.register
+def _close_all() -> None:
+    if _owner_pid != os.getpid():
+        return
+    for client in list(_clients.values()):
+        try:
+            client.close(5)
+        except Exception:  # noqa: BLE001 - the worker is exiting; nothing to report to
+            pass
+    _clients.clear()
