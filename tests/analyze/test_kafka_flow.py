@@ -238,6 +238,25 @@ def test_fetch_by_topic_id_is_named_from_an_earlier_metadata_response():
         ("payments", 0, 5, 1), (str(other), 2, 9, 0)]
 
 
+
+def test_topic_ids_named_on_one_connection_name_fetches_on_another():
+    # librdkafka reads Metadata on one connection and fetches on another: the ids a capture has
+    # seen named anywhere name them everywhere in that capture.
+    topic_id = uuid.UUID("6c5f0f3e-8d0a-4a4f-9d6b-2d6c1b1c0a11")
+    metadata = Feeder()
+    fetcher = Feeder()
+    fetcher.ctx.topic_names = metadata.ctx.topic_names  # one capture: the driver shares one map
+    fetcher.flow = KafkaFlow(fetcher.conn, fetcher.ctx)
+    metadata.up(request("Metadata", 12, 1, topics=None))
+    metadata.down(response("Metadata", 12, 1, topics=[{"name": "payments", "topic_id": str(topic_id),
+                                                       "partitions": []}]))
+    fetcher.up(request("Fetch", 13, 2, max_wait_ms=100, topics=[
+        {"topic_id": str(topic_id), "partitions": [{"partition": 0, "fetch_offset": 5}]}]))
+    ex = only(fetcher.down(response("Fetch", 13, 2, responses=[
+        {"topic_id": str(topic_id), "partitions": [{"partition_index": 0, "high_watermark": 6}]}])))
+    assert [(p.topic, p.partition) for p in ex.partitions] == [("payments", 0)]
+
+
 # -- groups and commits -------------------------------------------------------------------------
 
 

@@ -156,6 +156,7 @@ class FlowContext:
     max_frame_size: int = 100 * 1024 * 1024  #: larger size prefixes are forged: warn and resynchronise
     keep_messages: bool = False  #: keep decoded messages in ``Exchange.request`` / ``.response`` (for --json)
     record_values: bool = False  #: with keep_messages, also keep record keys and values (Kafka)
+    topic_names: dict = field(default_factory=dict)  #: Kafka topic id -> name, from Metadata on any connection
 
 
 class Flow(Protocol):

@@ -719,7 +719,9 @@ class KafkaFlow:
         self._sides = (_Side(self._max, conn.directions[TO_SERVER].isn is not None),
                        _Side(self._max, conn.directions[TO_CLIENT].isn is not None))
         self._in_flight: OrderedDict[int, _InFlight] = OrderedDict()
-        self._topic_names: dict[UUID, str] = {}
+        # Topic ids (Fetch v13+, Produce v13+) are named by Metadata responses, which a client
+        # often reads on another connection than the one it fetches on: one map per capture.
+        self._topic_names: dict[UUID, str] = ctx.topic_names
         self._client_id: str | None = None  # the last one seen: SASL tokens carry none
         self._client_id_bytes: bytes | None = None  # its length prefix and bytes, for the resync scan
         self._verdicts: dict[tuple, bool] = {}  # see _verdict
