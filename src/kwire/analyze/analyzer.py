@@ -219,6 +219,10 @@ class CaptureDecoder:
         Kafka and MongoDB clients speak first.  When the TCP layer only guessed the roles (no SYN,
         no known port: it took the higher port for the client) and the side it called the server
         spoke first with what looks like a request, the guess was wrong: swap the roles.
+
+        A contract the Spark job's per-flow decoder (``spark_segments._FlowDecoder``) builds on:
+        the answer is None (undecided) or (protocol, swap), and ``protocol_of_server`` is written
+        only when a sniff of the first bytes decided, never by a fall-back.
         """
         from .kafka import looks_like_kafka_request
         from .mongo import looks_like_mongo_message

@@ -369,8 +369,7 @@ def _decode_flow(decoder: _FlowDecoder, file: int, capture: str, flow: bytes, ro
     def events():
         r = reassembler
         for frame, ts, clock, seg in segments:
-            if clock >= r._due:  # the capture's clock moved on while other flows' packets were read
-                r._housekeeping(clock)
+            r.advance(clock)  # the capture's clock moved on while other flows' packets were read
             decoder.now = (0, frame)
             r.feed(frame, ts, seg)
             if r.events:

@@ -414,6 +414,13 @@ class TcpReassembler:
         if due < self._due:
             self._due = due
 
+    def advance(self, ts: int) -> None:
+        """The capture's clock reached ``ts`` without a packet of this reassembler (a caller that
+        feeds one flow at a time, such as the Spark job, reads the others elsewhere): forget
+        connections closed long enough ago and end idle ones, as ``feed`` would have."""
+        if ts >= self._due:
+            self._housekeeping(ts)
+
     def _housekeeping(self, ts) -> None:
         """Forget connections closed long enough ago, end idle ones; set when to come back."""
         if self._closed and ts - self._closed[0][0] > self.linger_ns:
