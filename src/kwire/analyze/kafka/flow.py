@@ -1,0 +1,445 @@
+"""``KafkaFlow``: one connection's stream events in, ``Exchange``s out.
+
+``KafkaFlow(conn, ctx)`` splits each direction into size-prefixed frames with the codec's
+``FrameSplitter``, decodes requests and responses with ``kwire.protocol`` and pairs them by
+correlation id.  What a capture throws at it, and what it does:
+
+* Responses come in request order on a Kafka connection, so a response to request N means the
+  requests sent before N were answered in bytes the capture lost: they become ``UNANSWERED``
+  (``details["unanswered_by"] = "skipped"``) at once, which also keeps the in-flight table small.
+* Produce with acks=0 gets no response: ``NO_RESPONSE_EXPECTED`` as soon as the request is read.
+* ApiVersions v3+ refused with UNSUPPORTED_VERSION is answered in the v0 layout (KIP-511).
+* After a SaslHandshake v0 answered without error, both sides exchange raw SASL tokens
+  (size-prefixed, no Kafka header) until the client sends a real request again: those become
+  ``SaslToken`` exchanges instead of garbage requests.
+* A ``Gap``, a size prefix no broker would accept (``forged_length``), or a direction captured
+  from its middle: the partial frame is dropped and a bounded scan looks for the next plausible
+  frame start (a request header the codec knows; a response naming a request in flight).
+* Frames that do not decode become ``UNDECODABLE`` exchanges with a warning; nothing raises out
+  of ``feed``/``close``.
+
+The scan after a lost place is ``resync``'s; the fields each api's exchanges take are read by
+``readers``.  Record batches are decompressed to count records and uncompressed bytes (``records``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter, OrderedDict, deque
+from uuid import UUID
+
+from kwire.protocol import (
+    FrameSplitter,
+    ProtocolError,
+    api_name,
+    correlation_id_of_response,
+    decode_request,
+    decode_request_header,
+    decode_response,
+)
+
+from ..exchange import (
+    ANSWERED,
+    NO_RESPONSE_EXPECTED,
+    ORPHAN_RESPONSE,
+    UNANSWERED,
+    UNDECODABLE,
+    Exchange,
+    FlowContext,
+)
+from ..tcp import TO_CLIENT, TO_SERVER, Chunk, Connection, End, Gap
+from .constants import _DIRECTION_NAMES, _NEWEST, API_VERSIONS, PRODUCE, SASL_HANDSHAKE, UNSUPPORTED_VERSION
+from .errors import _error_name, _error_walker
+from .readers import _REQUEST_READERS, _RESPONSE_READERS, _has_throttle
+from .resync import _Resync, _Scan, _Side
+
+SASL_TOKEN = "SaslToken"  #: api name of the raw SASL tokens after a SaslHandshake v0
+UNKNOWN_API = "Unknown"  #: api name when not even the request header could be read
+
+# Requests waiting for a response, per connection.  Kafka clients keep at most a handful in
+# flight (max.in.flight.requests.per.connection is 5 by default); beyond this the capture has
+# lost the responses (one-sided capture) and the oldest are reported rather than kept forever.
+_MAX_IN_FLIGHT = 1024
+
+_INT16 = struct.Struct(">h")
+
+
+class _InFlight:
+    """A request waiting for its response."""
+
+    __slots__ = ("ex", "key", "version", "aux")
+
+    def __init__(self, ex: Exchange, key: int, version: int, aux):
+        self.ex = ex
+        self.key = key
+        self.version = version
+        self.aux = aux
+
+
+class KafkaFlow(_Resync):
+    """Decodes one TCP connection's Kafka traffic into exchanges (see the module docstring)."""
+
+    def __init__(self, conn: Connection, ctx: FlowContext):
+        self.conn = conn
+        self.ctx = ctx
+        self._capture = ctx.capture
+        self._conn_id = conn.id
+        self._client = conn.client
+        self._server = conn.server
+        self._keep = ctx.keep_messages
+        self._max = ctx.max_frame_size
+        self._sides = (_Side(self._max, conn.directions[TO_SERVER].isn is not None),
+                       _Side(self._max, conn.directions[TO_CLIENT].isn is not None))
+        self._in_flight: OrderedDict[int, _InFlight] = OrderedDict()
+        # Topic ids (Fetch v13+, Produce v13+) are named by Metadata responses, which a client
+        # often reads on another connection than the one it fetches on: one map per capture.
+        self._topic_names: dict[UUID, str] = ctx.topic_names
+        self._client_id: str | None = None  # the last one seen: SASL tokens carry none
+        self._client_id_bytes: bytes | None = None  # its length prefix and bytes, for the resync scan
+        self._verdicts: dict[tuple, bool] = {}  # see _verdict
+        self._sasl_raw = False  # raw SASL tokens are being exchanged (after SaslHandshake v0)
+        self._sasl_mechanism: str | None = None
+        self._sasl_tokens: deque[Exchange] = deque()  # client tokens waiting for the server's
+        self._warned_in_flight = False
+        self._closed = False
+
+    # -- Flow ----------------------------------------------------------------------------------
+
+    def feed(self, direction: int, event) -> list[Exchange]:
+        out: list[Exchange] = []
+        try:
+            kind = type(event)
+            if kind is Chunk:
+                side = self._sides[direction]
+                frame = event.frame
+                if side.scan is None:
+                    splitter = side.splitter
+                    had = splitter.buffered
+                    try:
+                        frames = splitter.feed(event.data)
+                    except ProtocolError as e:  # a negative or oversized size prefix
+                        frames = self._forged(direction, side, event, had, e)
+                else:
+                    frames = self._rescan(direction, side, event.data, frame)
+                if frames:
+                    ts = event.ts_ns
+                    if direction == TO_SERVER:
+                        on_request = self._request
+                        for body in frames:
+                            on_request(body, frame, ts, out)
+                    else:
+                        on_response = self._response
+                        for body in frames:
+                            on_response(body, frame, ts, out)
+            elif kind is Gap:
+                self._gap(direction, event, out)
+            elif kind is End:
+                self._sides[direction].ended = event.reason
+        except Exception as e:  # a bug must not stop the analysis of the whole capture
+            self._internal_error(direction, event, e)
+        return out
+
+    def close(self) -> list[Exchange]:
+        out: list[Exchange] = []
+        if self._closed:
+            return out
+        self._closed = True
+        try:
+            ended = any(s.ended in ("fin", "rst") for s in self._sides) or any(
+                d.ended in ("fin", "rst") for d in self.conn.directions)
+            why = "connection_end" if ended else "capture_end"
+            for entry in self._in_flight.values():
+                out.append(self._unanswered(entry.ex, why))
+            self._in_flight.clear()
+            while self._sasl_tokens:
+                out.append(self._unanswered(self._sasl_tokens.popleft(), why))
+            for direction, side in enumerate(self._sides):
+                name = _DIRECTION_NAMES[direction]
+                scan = side.scan
+                if scan is not None:
+                    lost = scan.skipped + len(scan.buf)
+                    if lost and not scan.probe:
+                        self._warn(scan.frame, "resync",
+                                   f"{name}: no frame start found in the {lost} bytes after frame {scan.frame}")
+                    elif lost:
+                        self._warn(scan.frame, "truncated",
+                                   f"{name}: {lost} bytes without a whole frame (the capture holds only a part)")
+                elif side.splitter.buffered:
+                    self._warn(self.conn.last_frame, "truncated",
+                               f"{name}: the last frame is incomplete ({side.splitter.buffered} bytes of it captured)")
+        except Exception as e:
+            self._internal_error(TO_SERVER, None, e)
+        return out
+
+    # -- framing -------------------------------------------------------------------------------
+
+    def _forged(self, direction: int, side: _Side, event: Chunk, had: int, error: ProtocolError) -> list[bytes]:
+        """A size prefix no broker accepts: drop the partial frame and scan this chunk for a frame start.
+
+        With no partial frame before the chunk, the chunk started at a frame boundary: frames
+        before the bad prefix are still found (the scan takes them at once).
+        """
+        self._warn(event.frame, "forged_length",
+                   f"{_DIRECTION_NAMES[direction]}: {error.reason} at frame {event.frame}; resynchronising"
+                   + (f" ({had} bytes of a partial frame dropped)" if had else ""))
+        side.splitter = FrameSplitter(self._max)
+        side.scan = _Scan(event.frame)
+        return self._rescan(direction, side, event.data, event.frame)
+
+    def _gap(self, direction: int, event: Gap, out: list[Exchange]) -> None:
+        side = self._sides[direction]
+        scan = side.scan
+        partial = side.splitter.buffered if scan is None else len(scan.buf)
+        self._warn(event.frame, "gap", f"{_DIRECTION_NAMES[direction]}: {event.size} bytes missing before frame "
+                                       f"{event.frame}" + (f"; {partial} bytes of a partial frame dropped"
+                                                           if partial else ""))
+        side.splitter = FrameSplitter(self._max)
+        side.scan = _Scan(event.frame)
+        if self._sasl_raw:  # the tokens' pairing is lost: look for Kafka frames again
+            self._sasl_raw = False
+            while self._sasl_tokens:
+                out.append(self._unanswered(self._sasl_tokens.popleft(), "skipped"))
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _request(self, body: bytes, frame: int, ts: int, out: list[Exchange]) -> None:
+        if self._sasl_raw:
+            try:
+                header, req = decode_request(body)
+            except ProtocolError:
+                dropped = self._sasl_token(body, frame, ts)
+                if dropped is not None:
+                    out.append(dropped)
+                return
+            self._sasl_raw = False  # a real request: the SASL exchange is over
+            while self._sasl_tokens:
+                out.append(self._unanswered(self._sasl_tokens.popleft(), "skipped"))
+            warning = None
+        else:
+            try:
+                header, req = decode_request(body)
+                warning = None
+            except ProtocolError as e:
+                header, req, warning = self._lenient_request(body, frame, ts, e, out)
+                if header is None:
+                    return
+        key = header.request_api_key
+        version = header.request_api_version
+        cid = header.correlation_id
+        client_id = header.client_id
+        if client_id != self._client_id and req is not None:  # (a garbage header must not teach the scan)
+            self._client_id = client_id
+            encoded = b"\xff\xff" if client_id is None else client_id.encode()
+            self._client_id_bytes = encoded if client_id is None else struct.pack(">h", len(encoded)) + encoded
+        name = api_name(key) if key in _NEWEST else f"ApiKey({key})"
+        ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server, name, key, version, cid,
+                      ANSWERED, client_id, frame, ts)
+        ex.request_bytes = len(body) + 4
+        aux = None
+        if req is None:  # undecodable, but its header is known: its response can still be paired
+            ex.status = UNDECODABLE
+            ex.warning = warning
+        else:
+            if warning is not None:
+                ex.warning = warning
+            if self._keep:
+                ex.request = req
+            reader = _REQUEST_READERS.get(key)
+            if reader is not None:
+                aux = reader(self, ex, req, version, frame)
+            if key == PRODUCE and req.acks == 0:
+                ex.status = NO_RESPONSE_EXPECTED
+                out.append(ex)
+                return
+        self._track(cid, _InFlight(ex, key, version, aux), frame, out)
+
+    def _lenient_request(self, body: bytes, frame: int, ts: int, error: ProtocolError, out: list[Exchange]):
+        """A request the strict decode refused: (header, request or None, warning); header None when
+        not even the header reads (an UNDECODABLE exchange is then emitted here)."""
+        try:
+            header = decode_request_header(body)[0]
+        except ProtocolError as e:
+            message = f"request at frame {frame} has no readable header: {e}"
+            self._warn(frame, "undecodable", message)
+            ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server, UNKNOWN_API, -1, -1, -1,
+                          UNDECODABLE, self._client_id, frame, ts)
+            ex.request_bytes = len(body) + 4
+            ex.warning = message
+            out.append(ex)
+            return None, None, message
+        key, version = header.request_api_key, header.request_api_version
+        if key not in _NEWEST:
+            message = f"unknown api key {key} (version {version}, correlation id {header.correlation_id})"
+            self._warn(frame, "unknown_api", f"frame {frame}: {message}")
+            return header, None, message
+        if version > _NEWEST[key] or version < 0:
+            message = f"{api_name(key)} v{version} is not a version kwire knows"
+            self._warn(frame, "unknown_api", f"frame {frame}: {message} (correlation id {header.correlation_id})")
+            return header, None, message
+        try:  # bytes left over after a request that otherwise decodes (a newer client, padding)
+            header, req = decode_request(body, strict=False)
+        except ProtocolError as e:
+            message = f"{api_name(key)} v{version} request does not decode: {e}"
+            self._warn(frame, "undecodable", f"frame {frame}: {message}")
+            return header, None, message
+        message = f"{api_name(key)} v{version} request: {error}"
+        self._warn(frame, "undecodable", f"frame {frame}: {message}")
+        return header, req, message
+
+    def _track(self, cid: int, entry: _InFlight, frame: int, out: list[Exchange]) -> None:
+        in_flight = self._in_flight
+        old = in_flight.pop(cid, None)
+        if old is not None:  # the client reused a correlation id still waiting: the first lost its answer
+            self._warn(frame, "correlation", f"correlation id {cid} reused at frame {frame} while waiting")
+            out.append(self._unanswered(old.ex, "skipped"))
+        in_flight[cid] = entry
+        if len(in_flight) > _MAX_IN_FLIGHT:
+            if not self._warned_in_flight:
+                self._warned_in_flight = True
+                self._warn(frame, "in_flight", f"over {_MAX_IN_FLIGHT} requests without a response (the capture "
+                                               f"lacks the server's side?): the oldest are reported unanswered")
+            out.append(self._unanswered(in_flight.popitem(last=False)[1].ex, "skipped"))
+
+    def _sasl_token(self, body: bytes, frame: int, ts: int) -> Exchange | None:
+        ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server, SASL_TOKEN, -1, -1, -1,
+                      ANSWERED, self._client_id, frame, ts)
+        ex.request_bytes = len(body) + 4
+        if self._sasl_mechanism:
+            ex.details["mechanism"] = self._sasl_mechanism
+        self._sasl_tokens.append(ex)
+        if len(self._sasl_tokens) > _MAX_IN_FLIGHT:  # a server that never answers: keep memory bounded
+            return self._unanswered(self._sasl_tokens.popleft(), "skipped")
+        return None
+
+    # -- responses -----------------------------------------------------------------------------
+
+    def _response(self, body: bytes, frame: int, ts: int, out: list[Exchange]) -> None:
+        if self._sasl_tokens:  # the server's answer to a raw SASL token
+            ex = self._sasl_tokens.popleft()
+            ex.response_frame, ex.response_ts_ns, ex.response_bytes = frame, ts, len(body) + 4
+            out.append(ex)
+            return
+        size = len(body) + 4
+        in_flight = self._in_flight
+        entry = in_flight.get(correlation_id_of_response(body)) if len(body) >= 4 else None
+        if entry is None:
+            out.append(self._orphan(body, frame, ts))
+            return
+        ex = entry.ex
+        cid = ex.correlation_id
+        if next(iter(in_flight)) != cid:
+            # Responses come in request order: the requests before this one were answered in
+            # bytes the capture lost.
+            while True:
+                first, older = in_flight.popitem(last=False)
+                if first == cid:
+                    break
+                out.append(self._unanswered(older.ex, "skipped"))
+        else:
+            del in_flight[cid]
+        ex.response_frame = frame
+        ex.response_ts_ns = ts
+        ex.response_bytes = size
+        if ex.status == UNDECODABLE:  # its request did not decode; ApiVersions still says its error
+            if entry.key == API_VERSIONS and len(body) >= 6:
+                self._set_error(ex, [_INT16.unpack_from(body, 4)[0]])
+            out.append(ex)
+            return
+        key = entry.key
+        version = entry.version
+        resp, warning = self._decode_response(body, entry)
+        if resp is None:
+            ex.status = UNDECODABLE
+            ex.warning = warning
+            self._warn(frame, "undecodable", f"frame {frame}: {warning}")
+            if key == API_VERSIONS and len(body) >= 6:
+                self._set_error(ex, [_INT16.unpack_from(body, 4)[0]])
+                ex.status = ANSWERED
+            out.append(ex)
+            return
+        if warning is not None:
+            ex.warning = warning
+            self._warn(frame, "undecodable", f"frame {frame}: {warning}")
+        if self._keep:
+            ex.response = resp
+        if _has_throttle(key):
+            ex.throttle_ms = resp.throttle_time_ms
+        walker = _error_walker(key, version)
+        if walker is not None:
+            codes: list[int] = []
+            walker(resp, codes)
+            if codes:
+                self._set_error(ex, codes)
+        reader = _RESPONSE_READERS.get(key)
+        if reader is not None:
+            reader(self, ex, resp, version, entry.aux, frame)
+        if key == SASL_HANDSHAKE and version == 0 and not resp.error_code:
+            # SASL before KIP-152: the client's next frames are the mechanism's raw tokens.
+            self._sasl_raw = True
+            self._sasl_mechanism = entry.aux
+        out.append(ex)
+
+    def _decode_response(self, body: bytes, entry: _InFlight):
+        """(response, warning) or (None, why it does not decode)."""
+        key, version = entry.key, entry.version
+        if key == API_VERSIONS:
+            return self._decode_api_versions(body, version)
+        try:
+            return decode_response(body, key, version)[1], None
+        except ProtocolError as e:
+            try:  # bytes left over after a response that otherwise decodes (a newer broker)
+                response = decode_response(body, key, version, strict=False)[1]
+            except ProtocolError:
+                return None, f"{api_name(key)} v{version} response does not decode: {e}"
+            return response, f"{api_name(key)} v{version} response: {e}"
+
+    def _decode_api_versions(self, body: bytes, version: int):
+        # KIP-511: a broker refusing the request's version (UNSUPPORTED_VERSION) answers in the
+        # v0 layout, the one every client can read.  Try that layout first when the error says so.
+        refused = version > 0 and len(body) >= 6 and _INT16.unpack_from(body, 4)[0] == UNSUPPORTED_VERSION
+        layouts = (0, version) if refused else (version, 0)
+        first_error = None
+        for layout in dict.fromkeys(layouts):
+            try:
+                return decode_response(body, API_VERSIONS, layout)[1], None
+            except ProtocolError as e:
+                first_error = first_error or e
+        return None, f"ApiVersions v{version} response decodes in neither its layout nor v0's: {first_error}"
+
+    def _set_error(self, ex: Exchange, codes: list[int]) -> None:
+        names = [_error_name(c) for c in codes]
+        ex.error_code = codes[0]
+        ex.error = names[0]
+        ex.errors = Counter(names)
+
+    def _orphan(self, body: bytes, frame: int, ts: int) -> Exchange:
+        cid = correlation_id_of_response(body) if len(body) >= 4 and not self._sasl_raw else -1
+        ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server,
+                      SASL_TOKEN if self._sasl_raw else UNKNOWN_API, -1, -1, cid, ORPHAN_RESPONSE)
+        ex.response_frame, ex.response_ts_ns, ex.response_bytes = frame, ts, len(body) + 4
+        return ex
+
+    def _unanswered(self, ex: Exchange, why: str) -> Exchange:
+        if ex.status == ANSWERED:
+            ex.status = UNANSWERED
+        ex.details["unanswered_by"] = why
+        return ex
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _topic_name(self, topic_id) -> str:
+        """A topic named by id: its name if a Metadata response on this connection gave it."""
+        if topic_id is None:
+            return ""
+        return self._topic_names.get(topic_id) or str(topic_id)
+
+    def _warn(self, frame: int, kind: str, message: str) -> None:
+        self.ctx.warn(self._capture, frame, self._conn_id, kind, message)
+
+    def _internal_error(self, direction: int, event, error: Exception) -> None:
+        frame = getattr(event, "frame", 0)
+        self._warn(frame, "internal", f"{_DIRECTION_NAMES[direction]}: {type(error).__name__}: {error} "
+                                      f"(frame {frame}); resynchronising")
+        side = self._sides[direction]
+        side.splitter = FrameSplitter(self._max)
+        side.scan = _Scan(frame)
