@@ -457,8 +457,9 @@ def test_unserved_api_without_error_field_closes(state):
     from kwire.broker.dispatch import CloseConnection, dispatch
     from kwire.protocol import encode_request
 
-    frame = encode_request(messages.CreateAclsRequest(creations=[]), 1, 3)[4:]
-    with pytest.raises(CloseConnection, match="CreateAcls"):
+    # (was CreateAcls, served since the broker has ACLs)
+    frame = encode_request(messages.AlterConfigsRequest(resources=[], validate_only=False), 1, 3)[4:]
+    with pytest.raises(CloseConnection, match="AlterConfigs"):
         dispatch(state, frame, client_host="x", connection_id=1)
 
 

@@ -3,6 +3,9 @@
 TOML keys are the field names below (``port = 9092``, ``fsync = "always"``); the log settings
 sit in a ``[log]`` table named like ``LogConfig``'s fields (``segment_bytes``, ``retention_ms``).
 Unknown keys are an error naming the key, so a typo never silently falls back to a default.
+
+Security settings (listeners, TLS files, SASL mechanisms, the authorizer) are described in
+``listeners`` and ``auth``; see the field comments below for their Kafka names.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from ..settings import ConfigError, coerce, setting_types, unknown_setting
+from .listeners import ListenerSpec, parse_advertised, parse_listeners
 from .storage import LogConfig
 
-__all__ = ["BrokerConfig", "ConfigError", "FSYNC_POLICIES", "load_config"]
+__all__ = ["BrokerConfig", "ConfigError", "FSYNC_POLICIES", "SASL_MECHANISMS", "load_config"]
 
 FSYNC_POLICIES = ("never", "interval", "always")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SSL_CLIENT_AUTH = ("none", "requested", "required")
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,28 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # -- security ----------------------------------------------------------------------------------
+    # listeners: "NAME://host:port" (Kafka's listeners); empty: one PLAINTEXT listener on host:port.
+    # A NAME that is not a protocol needs an entry "NAME:PROTOCOL" in listener_security_protocol_map.
+    listeners: tuple[str, ...] = ()
+    listener_security_protocol_map: tuple[str, ...] = ()
+    advertised_listeners: tuple[str, ...] = ()        # "NAME://host:port" told to clients
+    # TLS for SSL and SASL_SSL listeners: PEM files (librdkafka's names), and ssl.client.auth.
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)  # never in a repr or a log line
+    ssl_ca_location: str | None = None                # CA that signs client certificates (mutual TLS)
+    ssl_client_auth: str = "none"                     # none | requested | required
+    sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS
+    # A failed login is answered after this delay (Kafka's connection.failed.authentication.delay.ms),
+    # doubled for each recent failure from the same host, up to the max.
+    failed_authentication_delay_ms: int = 100
+    failed_authentication_max_delay_ms: int = 5000
+    # ACLs are enforced only with authorizer = true (Kafka's authorizer.class.name); then a resource
+    # without ACLs is denied to all but super users unless allow_everyone_if_no_acl_found.
+    authorizer: bool = False
+    super_users: tuple[str, ...] = ()                 # "User:admin" principals that bypass ACLs
+    allow_everyone_if_no_acl_found: bool = False
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -68,6 +96,39 @@ class BrokerConfig:
         if self.queued_max_request_bytes < -1 or self.queued_max_request_bytes == 0:
             raise ConfigError("queued_max_request_bytes must be -1 (no limit) or > 0, "
                               f"got {self.queued_max_request_bytes}")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        specs = self.listener_specs()
+        parse_advertised(self.advertised_listeners, specs)
+        if any(s.tls for s in specs) and not self.ssl_certificate_location:
+            raise ConfigError("an SSL or SASL_SSL listener needs ssl_certificate_location (and ssl_key_location)")
+        if self.ssl_client_auth not in SSL_CLIENT_AUTH:
+            raise ConfigError(f"ssl_client_auth must be one of {', '.join(SSL_CLIENT_AUTH)}, "
+                              f"got {self.ssl_client_auth!r}")
+        if self.ssl_client_auth != "none" and not self.ssl_ca_location:
+            raise ConfigError(f"ssl_client_auth = {self.ssl_client_auth} needs ssl_ca_location to verify clients")
+        unknown = [m for m in self.sasl_enabled_mechanisms if m not in SASL_MECHANISMS]
+        if unknown:
+            raise ConfigError(f"sasl_enabled_mechanisms: {', '.join(unknown)} not supported "
+                              f"(supported: {', '.join(SASL_MECHANISMS)})")
+        if any(s.sasl for s in specs) and not self.sasl_enabled_mechanisms:
+            raise ConfigError("a SASL listener needs at least one of sasl_enabled_mechanisms")
+        if self.failed_authentication_delay_ms < 0 or \
+                self.failed_authentication_max_delay_ms < self.failed_authentication_delay_ms:
+            raise ConfigError("failed_authentication_delay_ms must be >= 0 and <= failed_authentication_max_delay_ms")
+        for principal in self.super_users:
+            kind, sep, name = principal.partition(":")
+            if not sep or not kind or not name:
+                raise ConfigError(f"super_users entry {principal!r} must be a principal like User:admin")
+
+    def listener_specs(self) -> list[ListenerSpec]:
+        """The configured listeners, or the one PLAINTEXT listener on host:port."""
+        if not self.listeners:
+            if self.listener_security_protocol_map or self.advertised_listeners:
+                raise ConfigError("listener_security_protocol_map and advertised_listeners need listeners")
+            return [ListenerSpec("PLAINTEXT", "PLAINTEXT", self.host, self.port)]
+        return parse_listeners(self.listeners, self.listener_security_protocol_map)
 
     @property
     def advertised(self) -> tuple[str, int]:

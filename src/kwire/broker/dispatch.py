@@ -8,6 +8,10 @@ of it), and the network layer only moves bytes.  Refusals follow Kafka:
   UNSUPPORTED_VERSION in its top-level error code where it has one, else the connection closes;
 * an unknown api key, a version the codec lacks, or a body that doesn't decode: the connection
   closes (there is no response layout to answer in).  Every refusal is logged.
+
+On a SASL listener, before the login completes, only ApiVersions, SaslHandshake and
+SaslAuthenticate are served (anything else closes the connection), and after SaslHandshake v0 the
+frames are bare SASL tokens, answered as bare tokens (see ``auth.sasl``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from kwire.protocol.frames import decode_request_header, encode_response_parts
 from kwire.protocol.messages import request_class, response_class
 from kwire.protocol.schema import REQUEST_NAMES
 
+from .auth.sasl import PRE_AUTH_APIS, SaslStateError
 from .context import RequestContext
 from .handlers import HANDLERS
 from .handlers.api_versions import API_VERSIONS, unsupported_version_response
@@ -74,7 +79,8 @@ def _refuse(header, code: int, why: str) -> Reply:
     return _finish(header, resp)
 
 
-def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id: int):
+def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id: int, session=None,
+             listener=None):
     """Serve one request frame body (no size prefix).
 
     ``records`` fields (Produce) are decoded as views into ``frame``, which the handler may
@@ -83,7 +89,18 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
 
     Returns a ``Reply``, None (no response: acks=0), or an awaitable of one of those.
     Raises ``CloseConnection`` when the connection must close.
+
+    ``session`` (``auth.sasl.Session``) is who is on the connection; None means a trusted caller (no
+    authentication, no ACL checks). ``listener`` is the listener the connection came in on.
     """
+    if session is not None and not session.authenticated:
+        if session.raw_tokens:
+            return _raw_token(session, frame)
+        key = _KEY_VERSION.unpack_from(frame, 0)[0] if len(frame) >= 4 else None
+        if key not in PRE_AUTH_APIS:
+            name = REQUEST_NAMES.get(key, f"api key {key}").removesuffix("Request") if key is not None \
+                else "a short frame"
+            raise CloseConnection(f"{name} before SASL authentication (listener {session.listener})")
     if len(frame) >= 4:  # name an unknown api key or version before the rest of the header
         key, version = _KEY_VERSION.unpack_from(frame, 0)
         if key not in REQUEST_NAMES:
@@ -118,9 +135,12 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("%s v%d correlation %d from %s (client %s)", cls.SPEC.name, version, header.correlation_id,
                      client_host, header.client_id)
-    ctx = RequestContext(state, key, version, header.correlation_id, header.client_id, client_host, connection_id)
+    ctx = RequestContext(state, key, version, header.correlation_id, header.client_id, client_host, connection_id,
+                         session, listener)
     try:
         result = entry.fn(ctx, request)
+    except CloseConnection:
+        raise
     except Exception:
         logger.exception("%s v%d handler failed", cls.SPEC.name, version)
         return _refuse(header, UnknownServerError.code, f"{cls.SPEC.name} handler failed")
@@ -140,7 +160,7 @@ class PendingReply:
 
     def __init__(self, header, name: str, pending) -> None:
         self._handler = pending
-        self._outer = _await(header, name, pending)
+        self._outer = _await(header, name, pending) if header is not None else pending
 
     def __await__(self):
         return self._outer.__await__()
@@ -154,7 +174,24 @@ class PendingReply:
 async def _await(header, name: str, pending) -> Reply | None:
     try:
         response = await pending
+    except CloseConnection:
+        raise
     except Exception:
         logger.exception("%s v%d handler failed", name, header.request_api_version)
         return _refuse(header, UnknownServerError.code, f"{name} handler failed")
     return _finish(header, response)
+
+
+def _raw_token(session, frame) -> PendingReply:
+    """SaslHandshake v0 was answered: this frame is a bare token; so is the answer (no header)."""
+    return PendingReply(None, "SASL token", _answer_token(session, bytes(frame)))
+
+
+async def _answer_token(session, token: bytes) -> Reply:
+    from kwire.security import AuthenticationError
+
+    try:
+        answer = await session.authenticate(token)
+    except (AuthenticationError, SaslStateError) as exc:
+        raise CloseConnection(f"SASL authentication failed (v0 framing): {exc}") from None
+    return Reply(-1, 0, -1, [struct.pack(">i", len(answer)) + answer])

@@ -14,6 +14,14 @@ Asynchronous (runs in the caller's event loop)::
 It listens on a free port of 127.0.0.1 and keeps its data in a temporary directory removed at
 exit, unless ``data_dir`` is given.  Other settings are ``BrokerConfig`` fields as keywords
 (``EmbeddedBroker(default_partitions=3, fsync="always")``).
+
+Security: listeners, TLS files and the authorizer are settings too; users are added with
+``add_user`` (before or after start)::
+
+    with EmbeddedBroker(listeners=["SASL_SSL://127.0.0.1:0"], ssl_certificate_location=cert,
+                        ssl_key_location=key) as broker:
+        broker.add_user("alice", "secret")
+        conf = {"bootstrap.servers": broker.bootstrap_for("SASL_SSL"), ...}
 """
 
 from __future__ import annotations
@@ -51,6 +59,18 @@ class EmbeddedBroker:
     @property
     def port(self) -> int:
         return self.broker.address[1]
+
+    def bootstrap_for(self, listener: str) -> str:
+        """``host:port`` of one listener by name (``"SASL_SSL"``, or the name given in ``listeners``)."""
+        return self.broker.bootstrap_for(listener)
+
+    def add_user(self, username: str, password: str, mechanisms=None, *, iterations: int = 4096) -> None:
+        """Create or replace a SASL user (SCRAM credentials in the data dir; PLAIN checks against them)."""
+        from .auth.credentials import CredentialStore
+        from .auth.sasl import SCRAM_MECHANISMS
+
+        CredentialStore(self.config.data_dir).set_password(username, password, mechanisms or SCRAM_MECHANISMS,
+                                                           iterations=iterations)
 
     @property
     def data_dir(self) -> Path:

@@ -12,7 +12,11 @@ in between (asyncio's ``data_received`` path would cost a new bytes object per r
 splitting those another copy or two per frame).
 
 Zero-copy: a reply's ``FileRecords`` pieces go out with ``loop.sendfile`` (os.sendfile on plain
-TCP; asyncio falls back to read-and-write on transports that can't, such as TLS).
+TCP).  On TLS listeners the bytes must pass through the TLS layer: they are read and written.
+
+Each connection has its listener and a ``Session`` (who is on it, see ``auth.sasl``): on SASL
+listeners frames are limited to 512 KiB until the login completes, and a request whose answer must
+be the last (a failed login) closes the connection once that answer is written.
 
 One bad connection never hurts the others: frame errors, decode errors and handler failures
 close that connection and are logged with the peer's address.
@@ -30,6 +34,8 @@ from kwire.protocol.errors import ProtocolError
 from kwire.protocol.framing import FrameSplitter
 from kwire.protocol.splice import SplicedBytes
 
+from .auth.principal import ANONYMOUS, principal_from_certificate
+from .auth.sasl import PRE_AUTH_MAX_FRAME, Session
 from .dispatch import CloseConnection, PendingReply, Reply, dispatch
 from .storage.file_records import FileRecords
 
@@ -39,6 +45,13 @@ __all__ = ["Connection", "ConnectionRegistry", "RequestMemory"]
 
 # Stop reading from a client with this many requests queued behind the one being served.
 MAX_QUEUED_REQUESTS = 64
+# After a failed login is answered, the connection stays open this long (or until the client sends
+# anything, which closes it): a client that reads the answer and the end of the stream in one go
+# (kafka-python does) may drop the answer and report a bare disconnection instead of the reason.
+FAILED_LOGIN_LINGER_S = 1.0
+# A connection to a SASL listener that has not logged in by then is closed: unauthenticated peers
+# must not hold sockets and buffers forever.
+LOGIN_TIMEOUT_S = 60.0
 
 
 class RequestMemory:
@@ -110,10 +123,13 @@ class _FileView:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, state, registry: ConnectionRegistry, max_request_size: int):
+    def __init__(self, state, registry: ConnectionRegistry, max_request_size: int, listener=None):
         self.state = state
         self.registry = registry
         self.id = registry.next_id()
+        self.listener = listener  # kwire.broker.listeners.Listener; None: a trusted test connection
+        self.session: Session | None = None
+        self.max_request_size = max_request_size
         self.splitter = FrameSplitter(max_request_size, reserve=self._reserve)
         # Each frame is a bytearray of its own: handlers may keep views of it and write into it.
         # Queued with the bytes it holds of the registry's RequestMemory (0 for small frames).
@@ -127,6 +143,8 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.paused = False
         self.task: asyncio.Task | None = None
+        self._linger: asyncio.TimerHandle | None = None  # closing after a failed login
+        self._login_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.BufferedProtocol -------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -137,10 +155,22 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.registry.open.add(self)
-        logger.debug("connection %d from %s", self.id, self.peer)
+        listener = self.listener
+        if listener is not None:
+            # TLS: asyncio calls this after the handshake, so the client certificate (if any) is known.
+            principal = principal_from_certificate(transport.get_extra_info("peercert")) if listener.tls \
+                else ANONYMOUS
+            self.session = Session(self.state.security, listener=listener.name, sasl=listener.sasl, peer=self.peer,
+                                   principal=principal)
+            if listener.sasl:
+                self.splitter.max_frame_size = min(PRE_AUTH_MAX_FRAME, self.max_request_size)
+                self._login_timer = asyncio.get_running_loop().call_later(LOGIN_TIMEOUT_S, self._login_timeout)
+        logger.debug("connection %d from %s on listener %s", self.id, self.peer,
+                     listener.name if listener is not None else "-")
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        self._cancel_timers()
         self.registry.open.discard(self)
         self.queue.clear()
         self._abandon_task()
@@ -223,9 +253,13 @@ class Connection(asyncio.BufferedProtocol):
     def _serve(self) -> None:
         """Answer queued requests in order until one needs to wait (then a task carries on)."""
         while self.queue and not self.closed:
+            if self._linger is not None:
+                self.close(f"request after a failed login ({self.session.close_after})", flush=True)
+                return
             frame, charge = self.queue.popleft()
             try:
-                result = dispatch(self.state, frame, client_host=self.peer, connection_id=self.id)
+                result = dispatch(self.state, frame, client_host=self.peer, connection_id=self.id, session=self.session,
+                                  listener=self.listener)
             except CloseConnection as exc:
                 self.close(str(exc))
                 return
@@ -237,7 +271,9 @@ class Connection(asyncio.BufferedProtocol):
                 for part in result.parts:
                     self.transport.write(part)
                 self._release(charge)
-                continue
+                if self._after_reply():
+                    continue
+                return
             if result is None:
                 self._release(charge)
                 continue
@@ -274,8 +310,38 @@ class Connection(asyncio.BufferedProtocol):
             charge, self.serving_charge = self.serving_charge, 0
             if not self.closed:  # a closed connection released everything it held
                 self._release(charge)
-        if not self.closed:
+        if not self.closed and self._after_reply():
             self._serve()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._linger, self._login_timer):
+            if timer is not None:
+                timer.cancel()
+
+    def _login_timeout(self) -> None:
+        if not self.closed and self.session is not None and not self.session.authenticated:
+            self.close(f"no SASL login within {LOGIN_TIMEOUT_S:g} s")
+
+    def _after_reply(self) -> bool:
+        """What an answer changes on a connection: closed after a failed login (False), the full request
+        size once logged in."""
+        session = self.session
+        if session is None:
+            return True
+        if session.close_after:
+            if self._linger is None:
+                reason = session.close_after
+                self._linger = asyncio.get_running_loop().call_later(
+                    FAILED_LOGIN_LINGER_S, lambda: self.close(reason, flush=True))
+                if self.queue:  # the client did not wait for the answer: nothing to linger for
+                    self.close(reason, flush=True)
+            return False
+        if session.authenticated and self.splitter.max_frame_size != self.max_request_size:
+            self.splitter.max_frame_size = self.max_request_size
+            if self._login_timer is not None:
+                self._login_timer.cancel()
+                self._login_timer = None
+        return True
 
     async def _send(self, reply: Reply) -> None:
         loop = asyncio.get_running_loop()
@@ -283,7 +349,12 @@ class Connection(asyncio.BufferedProtocol):
         for part in reply.parts:
             if self.closed:
                 return
-            if isinstance(part, FileRecords):
+            if isinstance(part, FileRecords) and self.listener is not None and self.listener.tls:
+                # No sendfile through TLS: read the ranges (off the loop when large) and write them.
+                data = part.read() if len(part) < 1 << 20 else await loop.run_in_executor(None, part.read)
+                if not self.closed:
+                    transport.write(data)
+            elif isinstance(part, FileRecords):
                 for piece in part.slices:
                     await loop.sendfile(transport, _FileView(piece.fileno()), piece.position, piece.length)
             elif isinstance(part, SplicedBytes):
@@ -291,17 +362,22 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 transport.write(part)
 
-    def close(self, why: str) -> None:
+    def close(self, why: str, *, flush: bool = False) -> None:
+        """Close now (abort: drop what is unsent), or with flush once written data went out."""
         if self.closed:
             return
         self.closed = True
+        self._cancel_timers()
         level = logging.DEBUG if why == "broker shutting down" else logging.WARNING
         logger.log(level, "closing connection %d from %s: %s", self.id, self.peer, why)
         self.queue.clear()
         self._abandon_task()
         self._release_all()
         if self.transport is not None:
-            self.transport.abort() if why != "broker shutting down" else self.transport.close()
+            if flush or why == "broker shutting down":
+                self.transport.close()
+            else:
+                self.transport.abort()
 
     def _abandon_task(self) -> None:
         """Cancel the request being served (a long-polling Fetch, a parked JoinGroup): nobody is

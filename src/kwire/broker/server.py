@@ -14,7 +14,10 @@ import asyncio
 import logging
 import time
 
+from kwire.security import server_context
+
 from .config import BrokerConfig
+from .listeners import Listener, ListenerSpec, parse_advertised, wildcard_host
 from .network import Connection, ConnectionRegistry
 from .state import BrokerState
 
@@ -27,20 +30,59 @@ class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.state: BrokerState | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._connections = ConnectionRegistry(config.queued_max_request_bytes)
         self._tasks: list[asyncio.Task] = []
         self.started = asyncio.Event()
 
     @property
     def address(self) -> tuple[str, int]:
-        """The advertised (host, port) clients connect to (the bound port when port was 0)."""
-        return self.state.config.advertised
+        """The advertised (host, port) of the first listener (the bound port when port was 0)."""
+        return self.state.listeners[0].advertised
 
     @property
     def bootstrap(self) -> str:
         host, port = self.address
         return f"{host}:{port}"
+
+    @property
+    def listeners(self) -> dict[str, Listener]:
+        """The bound listeners by name."""
+        return {listener.name: listener for listener in self.state.listeners}
+
+    def bootstrap_for(self, name: str) -> str:
+        """host:port of one listener (by name, e.g. "SASL_SSL"), for clients' bootstrap.servers."""
+        listener = self.listeners.get(name.upper())
+        if listener is None:
+            raise KeyError(f"no listener {name!r} (listeners: {', '.join(self.listeners)})")
+        host, port = listener.advertised
+        return f"{host}:{port}"
+
+    def _advertise(self, spec: ListenerSpec, bound: int, legacy: bool) -> tuple[str, int]:
+        config = self.config
+        named = parse_advertised(config.advertised_listeners, config.listener_specs()).get(spec.name)
+        if named is not None:
+            return named[0], named[1] or bound
+        host = config.advertised_host or (spec.host if not wildcard_host(spec.host) else "127.0.0.1")
+        return host, (config.advertised_port if legacy and config.advertised_port else bound)
+
+    async def _listen(self, loop) -> None:
+        config = self.config
+        specs = config.listener_specs()
+        tls = None
+        if any(spec.tls for spec in specs):
+            tls = server_context(certificate_location=config.ssl_certificate_location,
+                                 key_location=config.ssl_key_location, key_password=config.ssl_key_password,
+                                 ca_location=config.ssl_ca_location, client_auth=config.ssl_client_auth)
+        for spec in specs:
+            listener = Listener(spec, spec.port, ("", 0), tls if spec.tls else None)
+            server = await loop.create_server(
+                lambda listener=listener: Connection(self.state, self._connections, config.max_request_size, listener),
+                spec.host or None, spec.port, reuse_address=True, backlog=1024, ssl=listener.ssl_context)
+            self._servers.append(server)
+            listener.port = server.sockets[0].getsockname()[1]
+            listener.advertised = self._advertise(spec, listener.port, legacy=not config.listeners)
+            self.state.listeners.append(listener)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -48,22 +90,34 @@ class Broker:
         # Opening the data dir may recover logs after a crash: keep it off the event loop.
         self.state = await loop.run_in_executor(None, BrokerState, self.config)
         try:
-            self._server = await loop.create_server(
-                lambda: Connection(self.state, self._connections, self.config.max_request_size),
-                self.config.host, self.config.port, reuse_address=True, backlog=1024)
+            await self._listen(loop)
         except BaseException:
+            for server in self._servers:
+                server.close()
+            self._servers.clear()
             self.state.close()
             raise
-        bound = self._server.sockets[0].getsockname()[1]
-        # Handlers read the advertised address from the state's config: give it the bound port
-        # (the same as the configured one unless that was 0).
-        self.state.config = self.state.config.with_(port=bound)
+        first = self.state.listeners[0]
+        # Requests not from a listener's connection read the advertised address from the state's
+        # config: give it the first listener's (the bound port when port was 0).
+        self.state.config = self.state.config.with_(port=first.port, advertised_host=first.advertised[0],
+                                                    advertised_port=first.advertised[1])
         self._tasks.append(loop.create_task(self._every(self.config.retention_check_interval_ms, self._retention)))
         if self.config.fsync == "interval":
             self._tasks.append(loop.create_task(self._every(self.config.fsync_interval_ms, self._flush)))
-        logger.info("kwire broker %d listening on %s:%d (advertised %s), data in %s, started in %.2f s",
-                    self.config.node_id, self.config.host, bound, self.bootstrap, self.config.data_dir,
-                    time.monotonic() - t0)
+        for listener in self.state.listeners:
+            logger.info("listener %s (%s) on %s:%d, advertised as %s:%d", listener.name, listener.protocol,
+                        listener.spec.host or "*", listener.port, *listener.advertised)
+        security = self.state.security
+        if any(listener.sasl for listener in self.state.listeners):
+            logger.info("SASL mechanisms %s; %d user(s) in %s", ", ".join(security.mechanisms),
+                        len(security.credentials.users()), security.credentials.path)
+        if security.authorizer is not None:
+            logger.info("authorizer on: %d ACL(s); super users: %s; no ACL found means %s",
+                        len(security.acls.bindings()), ", ".join(sorted(security.authorizer.super_users)) or "none",
+                        "allow" if security.authorizer.allow_if_no_acl else "deny")
+        logger.info("kwire broker %d listening (bootstrap %s), data in %s, started in %.2f s",
+                    self.config.node_id, self.bootstrap, self.config.data_dir, time.monotonic() - t0)
         self.started.set()
 
     async def _every(self, interval_ms: int, job) -> None:
@@ -84,7 +138,7 @@ class Broker:
         self.state.coordinator.flush()
 
     async def serve_forever(self) -> None:
-        await self._server.serve_forever()
+        await asyncio.gather(*(server.serve_forever() for server in self._servers))
 
     async def stop(self, *, clean: bool = True) -> None:
         """Stop listening, close every connection, close the state (clean: flush + marker)."""
@@ -96,12 +150,12 @@ class Broker:
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         await self._connections.close_all()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
         if self.state is not None:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, lambda: self.state.close(clean=clean))

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from .auth.security import BrokerSecurity
 from .config import BrokerConfig, new_cluster_id
 from .durability import GroupCommit
 from .storage import LogConfig, LogManager
@@ -81,6 +82,8 @@ class BrokerState:
 
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.coordinator = GroupCoordinator(self.data_dir, config, self.topics, clean_shutdown=self.clean_shutdown)
+        self.security = BrokerSecurity(config, self.data_dir)
+        self.listeners: list = []  # kwire.broker.listeners.Listener, filled in when the server binds them
         self._closed = False
 
     def _load_cluster_id(self) -> str:

@@ -2,6 +2,12 @@
 
     kwire broker                                   127.0.0.1:9092, data in ./kwire-data
     kwire broker --port 19092 --fsync always --config broker.toml
+    kwire broker --listener PLAINTEXT://127.0.0.1:9092 --listener SASL_SSL://0.0.0.0:9093 \
+        --ssl-certificate-location broker.pem --ssl-key-location broker.key --authorizer --super-user User:admin
+
+Security: ``--listener`` (repeatable, Kafka's NAME://host:port; a NAME that is not a protocol needs
+``--listener-security-protocol-map NAME:PROTOCOL``), PEM files for TLS, SASL users from
+``kwire users``, ACLs from ``kwire acls`` enforced with ``--authorizer``.
 
 SIGINT and SIGTERM stop it cleanly (flush, clean-shutdown marker); the next start then skips
 recovery.  With ``--json`` the startup line is one JSON object (for scripts waiting on it).
@@ -15,16 +21,19 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from kwire.broker import Broker, ConfigError, load_config
-from kwire.broker.config import FSYNC_POLICIES
+from kwire.broker.config import FSYNC_POLICIES, SASL_MECHANISMS, SSL_CLIENT_AUTH
 from kwire.broker.malloc import tune_malloc
 from kwire.protocol.errors import KafkaError
 
 from .output import fail
+
+KEY_PASSWORD_ENV = "KWIRE_SSL_KEY_PASSWORD"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +65,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--queued-max-request-bytes", type=int,
                    help="memory for large requests over all connections; past it, connections starting "
                         "another one wait (default 256 MiB; -1 no limit)")
+    sec = p.add_argument_group("security (TLS, SASL, ACLs)")
+    sec.add_argument("--listener", dest="listeners", action="append", metavar="NAME://HOST:PORT",
+                     help="a listener (repeatable): PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, or a name mapped "
+                          "with --listener-security-protocol-map; replaces --host/--port")
+    sec.add_argument("--listener-security-protocol-map", dest="protocol_map", action="append", metavar="NAME:PROTO",
+                     help="a listener name's security protocol, e.g. CLIENT:SASL_SSL (repeatable or comma-separated)")
+    sec.add_argument("--advertised-listener", dest="advertised_listeners", action="append",
+                     metavar="NAME://HOST:PORT", help="what clients of a listener are told to connect to (repeatable)")
+    sec.add_argument("--ssl-certificate-location", metavar="PEM", help="the broker's certificate (chain), PEM")
+    sec.add_argument("--ssl-key-location", metavar="PEM", help="its private key, PEM")
+    sec.add_argument("--ssl-key-password", help=f"the key's pass phrase (better: ${KEY_PASSWORD_ENV})")
+    sec.add_argument("--ssl-ca-location", metavar="PEM", help="CA certificates that sign client certificates")
+    sec.add_argument("--ssl-client-auth", choices=SSL_CLIENT_AUTH,
+                     help="ask TLS clients for a certificate: none (default), requested, required (mutual TLS)")
+    sec.add_argument("--sasl-enabled-mechanisms", metavar="LIST",
+                     help=f"SASL mechanisms offered, comma-separated (default {','.join(SASL_MECHANISMS)})")
+    sec.add_argument("--failed-authentication-delay-ms", type=int,
+                     help="delay before answering a failed login, doubled per recent failure of the host "
+                          "(default 100)")
+    authz = sec.add_mutually_exclusive_group()
+    authz.add_argument("--authorizer", dest="authorizer", action="store_true", default=None,
+                       help="enforce ACLs (kwire acls); a resource without ACLs is then denied to non-super users")
+    authz.add_argument("--no-authorizer", dest="authorizer", action="store_false", help="no ACLs (the default)")
+    sec.add_argument("--super-user", dest="super_users", action="append", metavar="PRINCIPAL",
+                     help="a principal that bypasses ACLs, e.g. User:admin (repeatable)")
+    sec.add_argument("--allow-everyone-if-no-acl-found", action="store_true", default=None,
+                     help="with --authorizer: a resource without any ACL is open to all")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="server log verbosity on stderr (default info)")
     p.add_argument("--json", action="store_true", help="print the startup line as JSON on stdout")
@@ -69,12 +105,30 @@ def _settings(args: argparse.Namespace) -> dict:
             "advertised_port": args.advertised_port, "node_id": args.node_id, "fsync": args.fsync,
             "fsync_interval_ms": args.fsync_interval_ms, "auto_create_topics": args.auto_create_topics,
             "default_partitions": args.default_partitions, "max_request_size": args.max_request_size,
-            "queued_max_request_bytes": args.queued_max_request_bytes, "log": log}
+            "queued_max_request_bytes": args.queued_max_request_bytes, "log": log,
+            "listeners": args.listeners, "listener_security_protocol_map": _split(args.protocol_map),
+            "advertised_listeners": args.advertised_listeners,
+            "ssl_certificate_location": args.ssl_certificate_location, "ssl_key_location": args.ssl_key_location,
+            "ssl_key_password": args.ssl_key_password or os.environ.get(KEY_PASSWORD_ENV) or None,
+            "ssl_ca_location": args.ssl_ca_location, "ssl_client_auth": args.ssl_client_auth,
+            "sasl_enabled_mechanisms": _split([args.sasl_enabled_mechanisms] if args.sasl_enabled_mechanisms else None),
+            "failed_authentication_delay_ms": args.failed_authentication_delay_ms,
+            "authorizer": args.authorizer, "super_users": args.super_users,
+            "allow_everyone_if_no_acl_found": args.allow_everyone_if_no_acl_found}
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Repeated and/or comma-separated values, as one list (None when not given)."""
+    if values is None:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.listeners and (args.host is not None or args.port is not None):
+        return fail("--host and --port make the one PLAINTEXT listener; with --listener give every address there")
     try:
         config = load_config(args.config, **_settings(args))
     except ConfigError as exc:
@@ -84,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     tune_malloc()
     try:
         return asyncio.run(_serve(config, args.json))
-    except (KafkaError, OSError) as exc:
+    except (KafkaError, OSError, ValueError) as exc:  # ValueError: unusable TLS files (ssl.SSLError is an OSError)
         return fail(f"broker could not start: {exc}", 1)
 
 
@@ -97,10 +151,12 @@ async def _serve(config, as_json: bool) -> int:
         loop.add_signal_handler(sig, stop.set)
     host, port = broker.address
     if as_json:
-        print(json.dumps({"bootstrap": broker.bootstrap, "host": host, "port": port,
+        listeners = {name: f"{li.advertised[0]}:{li.advertised[1]}" for name, li in broker.listeners.items()}
+        print(json.dumps({"bootstrap": broker.bootstrap, "host": host, "port": port, "listeners": listeners,
                           "data_dir": str(config.data_dir), "cluster_id": broker.state.cluster_id}), flush=True)
     else:
-        print(f"kwire broker ready: bootstrap.servers={broker.bootstrap} data={config.data_dir} "
+        listeners = " ".join(f"{name}={li.advertised[0]}:{li.advertised[1]}" for name, li in broker.listeners.items())
+        print(f"kwire broker ready: bootstrap.servers={broker.bootstrap} ({listeners}) data={config.data_dir} "
               f"(Ctrl-C stops it)", flush=True)
     await stop.wait()
     logging.getLogger("kwire.broker").info("signal received: shutting down cleanly")

@@ -28,8 +28,27 @@ The flags:
   give them.
 * ``--json``: one JSON document on stdout instead of tables.
 
-Precedence, lowest first: the default bootstrap, ``--config``, ``-X`` (later ones win),
-``--bootstrap``.  ``client_settings(args)`` returns the merged dotted settings.
+Security (TLS, SASL; see ``kwire.client.config``) has flags of its own, each also read from an
+environment variable, so that a password need not be on the command line (where ``ps`` and the
+shell's history show it):
+
+    --security-protocol P        KWIRE_SECURITY_PROTOCOL      security.protocol
+    --sasl-mechanism M           KWIRE_SASL_MECHANISM         sasl.mechanism
+    --sasl-username U            KWIRE_SASL_USERNAME          sasl.username
+    --sasl-password P            KWIRE_SASL_PASSWORD          sasl.password
+    --ssl-ca-location F          KWIRE_SSL_CA_LOCATION        ssl.ca.location
+    --ssl-certificate-location F KWIRE_SSL_CERTIFICATE_LOCATION  ssl.certificate.location
+    --ssl-key-location F         KWIRE_SSL_KEY_LOCATION       ssl.key.location
+                                 KWIRE_SSL_KEY_PASSWORD       ssl.key.password
+                                 KWIRE_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM
+
+Variables the protocol in effect does not use are ignored (``KWIRE_SASL_*`` without a SASL
+protocol, ``KWIRE_SSL_*`` without TLS), so that variables exported for one cluster do not get in
+the way of another; the same settings given as flags, ``-X`` or in the file are errors there.
+
+Precedence, lowest first: the defaults, the environment (``KWIRE_BOOTSTRAP``, ``KWIRE_SASL_...``),
+``--config``, ``-X`` (later ones win), the dedicated flags (``--bootstrap``, ``--sasl-username``...).
+``client_settings(args)`` returns the merged dotted settings.
 
 ``client_command(handler)`` wraps a handler so that configuration errors, broker error codes,
 unreachable clusters and timeouts end as one line on stderr (``kwire: error: ...``) and exit
@@ -50,6 +69,7 @@ __all__ = [
     "BOOTSTRAP_ENV",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_TIMEOUT",
+    "SECURITY_OPTIONS",
     "add_client_options",
     "build_config",
     "client_command",
@@ -62,6 +82,30 @@ DEFAULT_BOOTSTRAP = "localhost:9092"
 DEFAULT_TIMEOUT = 30.0
 
 C = TypeVar("C")
+
+# Security settings with a flag (None: environment only) and an environment variable each:
+# Kafka name -> (flag, variable, help).
+SECURITY_OPTIONS: dict[str, tuple[str | None, str, str]] = {
+    "security.protocol": ("--security-protocol", "KWIRE_SECURITY_PROTOCOL",
+                          "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL"),
+    "sasl.mechanism": ("--sasl-mechanism", "KWIRE_SASL_MECHANISM", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    "sasl.username": ("--sasl-username", "KWIRE_SASL_USERNAME", "the SASL user to log in as"),
+    "sasl.password": ("--sasl-password", "KWIRE_SASL_PASSWORD",
+                      "the SASL password (discouraged: ps and shell history show it; prefer "
+                      "$KWIRE_SASL_PASSWORD or sasl.password in --config FILE)"),
+    "ssl.ca.location": ("--ssl-ca-location", "KWIRE_SSL_CA_LOCATION",
+                        "PEM file of the CA that signed the brokers' certificates (default: the system's)"),
+    "ssl.certificate.location": ("--ssl-certificate-location", "KWIRE_SSL_CERTIFICATE_LOCATION",
+                                 "PEM client certificate, for brokers that require mutual TLS"),
+    "ssl.key.location": ("--ssl-key-location", "KWIRE_SSL_KEY_LOCATION", "PEM private key of the client certificate"),
+    "ssl.key.password": (None, "KWIRE_SSL_KEY_PASSWORD", ""),
+    "ssl.endpoint.identification.algorithm": (None, "KWIRE_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM", ""),
+}
+
+_SECURITY_HELP = (
+    "TLS and SASL.  Each setting comes from its flag, else -X KEY=VALUE, else --config FILE, else the "
+    "environment: " + ", ".join(f"{env} ({key})" for key, (_, env, _) in SECURITY_OPTIONS.items()) +
+    "; SASL variables are ignored unless security.protocol is SASL_*, SSL ones unless it is SSL or SASL_SSL.")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -96,13 +140,26 @@ def add_client_options(parser: argparse.ArgumentParser, *, json_output: bool = T
                        help="a Java .properties file of client settings")
     group.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                        help=f"how long to wait for the cluster (default {DEFAULT_TIMEOUT:g})")
+    security = parser.add_argument_group("security", _SECURITY_HELP)
+    for key, (flag, env, text) in SECURITY_OPTIONS.items():
+        if flag is not None:
+            metavar = "FILE" if key.endswith(".location") else key.rsplit(".", 1)[-1].upper()
+            security.add_argument(flag, dest=_dest(key), metavar=metavar,
+                                  help=f"{text} (${env}; -X {key}=...)")
     if json_output:
         parser.add_argument("--json", action="store_true", help="one JSON document on stdout instead of tables")
+
+
+def _dest(key: str) -> str:
+    return "security_" + key.replace(".", "_")
 
 
 def client_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The client settings the flags give, by Kafka's dotted names, merged by precedence."""
     settings: dict[str, Any] = {"bootstrap.servers": os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP}
+    from_env = {key: os.environ[env] for key, (_, env, _) in SECURITY_OPTIONS.items()
+                if os.environ.get(env)}  # set but empty counts as unset, as for KWIRE_BOOTSTRAP
+    settings.update(from_env)
     given: list[tuple[str, Any]] = []
     if args.config_file:
         from kwire.client.config import load_properties
@@ -114,10 +171,27 @@ def client_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings.update((key.replace("_", "."), value) for key, value in given)
     if args.bootstrap:
         settings["bootstrap.servers"] = args.bootstrap
+    for key in SECURITY_OPTIONS:
+        value = getattr(args, _dest(key), None)
+        if value is not None:
+            settings[key] = value
+    _drop_unused_environment(settings, from_env)
     timeout_ms = int(args.timeout * 1000)
     settings.setdefault("request.timeout.ms", timeout_ms)
     settings.setdefault("socket.connection.setup.timeout.ms", min(timeout_ms, 10_000))
     return settings
+
+
+def _drop_unused_environment(settings: dict[str, Any], from_env: dict[str, str]) -> None:
+    """Variables are ambient (exported for one cluster, still set for the next): the SASL ones are
+    dropped when the protocol in effect has no SASL, the SSL ones when it has no TLS.  A setting
+    given any other way stays, and the config refuses it there."""
+    protocol = str(settings.get("security.protocol", "PLAINTEXT")).strip().upper()
+    for key, value in from_env.items():
+        unused = (key.startswith("sasl.") and not protocol.startswith("SASL_")) or (
+            key.startswith("ssl.") and not protocol.endswith("SSL"))
+        if unused and settings.get(key) is value:
+            del settings[key]
 
 
 def build_config(args: argparse.Namespace, config_class: type[C]) -> C:
@@ -150,11 +224,18 @@ def client_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[ar
 
     @functools.wraps(handler)
     def run(args: argparse.Namespace) -> int:
-        from kwire.client.errors import BrokerConnectionError, ClientError
+        from kwire.client.errors import (
+            AuthenticationError,
+            BrokerConnectionError,
+            ClientError,
+            SecurityProtocolMismatchError,
+        )
         from kwire.protocol.errors import KafkaError, ProtocolError
 
         try:
             return handler(args)
+        except (AuthenticationError, SecurityProtocolMismatchError) as exc:
+            return fail(str(exc), 1)  # not retried: the message says what to fix
         except BrokerConnectionError as exc:
             return fail(f"cannot reach the cluster at {bootstrap_of(args)}: {exc}", 1)
         except ClientError as exc:

@@ -25,6 +25,7 @@ _EXPORTS = {
     "ConsumerRecord": "types", "OffsetAndTimestamp": "log_offsets",
     "ClientError": "errors", "BrokerConnectionError": "errors", "NoBrokersAvailableError": "errors",
     "ClientTimeoutError": "errors", "UnsupportedApiError": "errors", "IllegalStateError": "errors",
+    "AuthenticationError": "errors", "TlsError": "errors", "SecurityProtocolMismatchError": "errors",
     "DeliveryTimeoutError": "producer_errors", "InvalidPartitionError": "producer_errors",
     "ProducerFencedError": "producer_errors", "RecordTooLargeError": "producer_errors",
     "CommitFailedError": "consumer_errors", "FatalGroupError": "consumer_errors",

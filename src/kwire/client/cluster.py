@@ -7,6 +7,12 @@ broker is opened on first use and reopened after it breaks, waiting out the reco
 
 Bootstrap servers get negative node ids (-1, -2, ...) until the first Metadata answer names the
 real brokers, as in Kafka's clients; their connections are then closed.
+
+Every connection is made with the client's ``ConnectionSecurity`` (TLS context, SASL login), built
+once here from the config.  A login or TLS failure is not retried (``AuthenticationError``); a
+broker that closes connections before answering anything, several times in a row, is taken to
+speak another security protocol on that port (``SecurityProtocolMismatchError``), so that plain
+TCP to a TLS listener fails fast instead of being retried until the timeout.
 """
 
 from __future__ import annotations
@@ -22,10 +28,17 @@ from kwire.protocol import messages
 from kwire.protocol.errors import KafkaError
 from kwire.protocol.messages import Request, Response
 
-from .connection import BrokerConnection
-from .errors import BrokerConnectionError, IllegalStateError, NoBrokersAvailableError
+from .connection import BrokerConnection, SilentCloseError
+from .errors import (
+    BrokerConnectionError,
+    IllegalStateError,
+    NoBrokersAvailableError,
+    SecurityProtocolMismatchError,
+    TlsError,
+)
 from .metadata import BrokerInfo, ClusterMetadata
 from .retry import Backoff, retrying
+from .security import ConnectionSecurity
 
 __all__ = ["Cluster"]
 
@@ -34,12 +47,15 @@ logger = logging.getLogger("kwire.client")
 METADATA = 3
 FIND_COORDINATOR = 10
 GROUP_COORDINATOR = 0
+# Connections in a row that a broker closed before answering anything, before the client concludes
+# that the port speaks another security protocol (one could be a broker restarting).
+SILENT_CLOSES_BEFORE_MISMATCH = 3
 
 
 class _Node:
     """Connection state of one broker: the open connection, a connect in progress, and backoff."""
 
-    __slots__ = ("info", "conn", "connecting", "failures", "retry_at")
+    __slots__ = ("info", "conn", "connecting", "failures", "retry_at", "silent_closes")
 
     def __init__(self, info: BrokerInfo):
         self.info = info
@@ -47,6 +63,7 @@ class _Node:
         self.connecting: asyncio.Future | None = None
         self.failures = 0
         self.retry_at = 0.0
+        self.silent_closes = 0  # connections in a row closed before any answer
 
 
 class Cluster:
@@ -54,6 +71,8 @@ class Cluster:
 
     def __init__(self, config: Any):
         self.config = config
+        # Built now: a bad certificate file is a ConfigError when the client is made.
+        self.security = ConnectionSecurity.from_config(config)
         self.metadata = ClusterMetadata()
         self._nodes: dict[int, _Node] = {}
         for i, (host, port) in enumerate(config.bootstrap_addresses):
@@ -62,6 +81,7 @@ class Cluster:
         self.retry_backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._refreshing: asyncio.Future | None = None
         self._coordinators: dict[tuple[int, str], int] = {}
+        self._retired: set[BrokerConnection] = set()  # connections past their SASL session, still answering
         self._closed = False
 
     @property
@@ -76,7 +96,7 @@ class Cluster:
         node = self._nodes.get(node_id)
         if node is None:
             raise BrokerConnectionError(f"node {node_id} is not in the cluster metadata")
-        if node.conn is not None and not node.conn.closed:
+        if node.conn is not None and node.conn.usable:
             return node.conn
         if node.connecting is None:
             node.connecting = asyncio.ensure_future(self._connect(node))
@@ -84,6 +104,15 @@ class Cluster:
         return await asyncio.shield(node.connecting)
 
     async def _connect(self, node: _Node) -> BrokerConnection:
+        previous = node.conn
+        if previous is not None:  # how the last connection ended tells whether the port speaks our protocol
+            if isinstance(previous.close_reason, SilentCloseError):
+                self._silent_close(node, previous.close_reason)
+            elif previous.served:
+                node.silent_closes = 0
+            if not previous.closed:  # retiring: it closes itself once answered, or with the client
+                self._retired = {c for c in self._retired if not c.closed} | {previous}
+            node.conn = None
         try:
             wait = node.retry_at - time.monotonic()
             if wait > 0:
@@ -93,10 +122,16 @@ class Cluster:
                 node.info.host, node.info.port, node_id=node.info.node_id, client_id=config.client_id,
                 connect_timeout=config.socket_connection_setup_timeout_ms / 1000,
                 request_timeout=self.request_timeout,
-                max_in_flight=config.max_in_flight_requests_per_connection)
-        except BrokerConnectionError:
+                max_in_flight=config.max_in_flight_requests_per_connection, security=self.security)
+        except Exception as exc:
+            # Any failure backs off, a refused login too: a client retrying in a loop must not
+            # hammer the broker (which slows failed logins down anyway).
             node.retry_at = time.monotonic() + self._reconnect.delay(node.failures)
             node.failures += 1
+            if isinstance(exc, SilentCloseError):
+                self._silent_close(node, exc)
+            else:
+                node.silent_closes = 0
             raise
         finally:
             node.connecting = None
@@ -108,9 +143,22 @@ class Cluster:
         logger.debug("connected to node %d at %s", node.info.node_id, node.info.address)
         return conn
 
+    @staticmethod
+    def _silent_close(node: _Node, exc: SilentCloseError) -> None:
+        """Count a connection the broker dropped unanswered; a few in a row: SecurityProtocolMismatchError."""
+        node.silent_closes += 1
+        if node.silent_closes >= SILENT_CLOSES_BEFORE_MISMATCH:
+            node.silent_closes = 0
+            if exc.after_tls:
+                raise TlsError(f"{exc} ({SILENT_CLOSES_BEFORE_MISMATCH} TLS connections in a row closed "
+                               "unanswered)") from exc
+            raise SecurityProtocolMismatchError(
+                f"{exc} ({SILENT_CLOSES_BEFORE_MISMATCH} connections in a row closed unanswered: the port "
+                f"speaks another security protocol)") from exc
+
     async def any_connection(self) -> BrokerConnection:
         """An open connection to some broker: an idle open one first, else the next reachable one."""
-        open_conns = [n.conn for n in self._nodes.values() if n.conn is not None and not n.conn.closed]
+        open_conns = [n.conn for n in self._nodes.values() if n.conn is not None and n.conn.usable]
         if open_conns:
             return min(open_conns, key=lambda c: c.in_flight)
         known = [n for n in self._nodes.values() if n.info.node_id >= 0] or list(self._nodes.values())
@@ -237,7 +285,7 @@ class Cluster:
 
     async def close(self) -> None:
         self._closed = True
-        conns = [n.conn for n in self._nodes.values() if n.conn is not None]
+        conns = [n.conn for n in self._nodes.values() if n.conn is not None] + list(self._retired)
         for conn in conns:
             conn.close()
         for conn in conns:

@@ -11,8 +11,22 @@ directly (``ProducerConfig(linger_ms=5)``) runs the same checks.
 
 Every mistake is a ``ConfigError`` naming the setting: an unknown name (with the closest known
 one), a wrong type, a value out of range, a setting of another client ("group.id is a consumer
-setting"), or a Kafka setting kwire does not implement yet (``transactional.id``, SSL/SASL).
-Unlike Java, which logs unknown settings and carries on, nothing is ignored silently.
+setting"), or a Kafka setting kwire does not implement yet (``transactional.id``, Java keystores).
+Unlike Java, which logs unknown settings and carries on, nothing is ignored silently: ``sasl.*``
+settings without a SASL ``security.protocol`` (or ``ssl.*`` without SSL) are an error too.
+
+Security (TLS and SASL) takes librdkafka's names, which both Java and librdkafka users know::
+
+    security.protocol=SASL_SSL               PLAINTEXT (default), SSL, SASL_PLAINTEXT, SASL_SSL
+    sasl.mechanism=SCRAM-SHA-512             PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (librdkafka: sasl.mechanisms)
+    sasl.username=alice / sasl.password=...  or Java's sasl.jaas.config (PlainLoginModule/ScramLoginModule)
+    ssl.ca.location=ca.pem                   PEM file or directory; default: the system's trusted CAs
+    ssl.certificate.location=client.pem      client certificate for mutual TLS (PEM), and its
+    ssl.key.location=client.key              private key (PEM; ssl.key.password if encrypted)
+    ssl.endpoint.identification.algorithm    https (default: the broker's certificate must name its
+                                             host) or none (librdkafka) / empty (Java): chain only
+    enable.ssl.certificate.verification      true (default); false trusts any certificate (librdkafka's)
+
 
 Defaults are Kafka 4.x's Java client's; where kwire differs, the field's comment says why.
 Settings Java derives from others when not given (``enable.idempotence``,
@@ -41,6 +55,7 @@ __all__ = [
     "ConfigError",
     "ConsumerConfig",
     "ProducerConfig",
+    "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "SUPPORTED_SECURITY_PROTOCOLS",
     "load_properties",
@@ -52,11 +67,13 @@ __all__ = [
 I32 = 2**31 - 1  # Java's Integer.MAX_VALUE: the bound of Kafka's INT settings
 I64 = 2**63 - 1  # Long.MAX_VALUE: LONG settings
 
-# security.protocol values Kafka knows, and those kwire implements.  Adding SSL/SASL: list the
-# protocol here, add its settings as fields (passwords with ``secret()``), and drop its prefix
-# from _UNSUPPORTED_PREFIXES.
+# security.protocol values Kafka knows, and those kwire implements (all of them now).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_SECURITY_PROTOCOLS = SECURITY_PROTOCOLS
+# sasl.mechanism values kwire's client speaks (GSSAPI and OAUTHBEARER are not implemented).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Other names for a setting: librdkafka's plural, so that its configs work as they are.
+_ALIASES = {"sasl_mechanisms": "sasl_mechanism"}
 
 # partition.assignment.strategy names and the rebalance protocol each one runs.
 ASSIGNORS = {"range": "eager", "roundrobin": "eager", "cooperative-sticky": "cooperative"}
@@ -119,8 +136,28 @@ class CommonConfig:
     # Requests sent on a connection before their answers come.  A producer setting in Java,
     # shared by every client as in librdkafka; at most 5 for an idempotent producer.
     max_in_flight_requests_per_connection: int = _int(5, low=1)
-    # PLAINTEXT only for now (see SECURITY_PROTOCOLS).  Case-insensitive, as in Java.
+    # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.  Case-insensitive, as in Java.
     security_protocol: str = "PLAINTEXT"
+    # SASL (SASL_PLAINTEXT, SASL_SSL): the mechanism and the login.  No default mechanism: Java's
+    # and librdkafka's (GSSAPI) is one kwire does not speak.
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = secret()
+    # Java's way to give the login (PlainLoginModule or ScramLoginModule with username= and
+    # password=); read into sasl.username and sasl.password, which must agree if also given.
+    sasl_jaas_config: str | None = secret()
+    # TLS (SSL, SASL_SSL), PEM files as librdkafka takes them.  The CA (a file, or a directory of
+    # hashed certificates) that signed the brokers' certificates; None: the system's trusted CAs.
+    ssl_ca_location: str | None = None
+    # A client certificate for mutual TLS, its key (None: in the certificate file) and the key's password.
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = secret()
+    # "https": the broker's certificate must name the host connected to (Kafka's default since 2.0);
+    # "none" (librdkafka's word; Java writes an empty value): the chain is still verified.
+    ssl_endpoint_identification_algorithm: str = "https"
+    # librdkafka's switch to trust any certificate (no chain, no hostname check): for tests only.
+    enable_ssl_certificate_verification: bool = True
     # The rack this client runs in: consumers fetch from a replica in it where brokers allow
     # (KIP-392).  A consumer setting in Java.
     client_rack: str = ""
@@ -149,6 +186,7 @@ class CommonConfig:
 
     def _check(self) -> None:
         """Rules across settings; subclasses add theirs (and derive their _DERIVED fields)."""
+        _check_security(self)
 
     @classmethod
     def from_settings(cls: type[C], conf: Mapping[str, Any] | None = None, /, **kwargs: Any) -> C:
@@ -165,6 +203,7 @@ class CommonConfig:
         if not isinstance(key, str):
             raise ConfigError(f"setting names are strings, got {key!r}")
         name = key.replace(".", "_")
+        name = _ALIASES.get(name, name)
         if name not in _fields(cls):
             raise cls._not_a_setting(key)
         return name
@@ -428,12 +467,112 @@ def _parse_security_protocol(key: str, value: Any) -> str:
     return protocol
 
 
+def _parse_sasl_mechanism(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    # Mechanism names are upper case in the SASL registry; Kafka compares them exactly, kwire forgives.
+    mechanism = coerce(key, value, str).strip().upper()
+    if mechanism in ("GSSAPI", "OAUTHBEARER"):
+        raise ConfigError(f"{key}={mechanism} is not supported: kwire speaks {', '.join(SASL_MECHANISMS)}")
+    check_choice(key, mechanism, SASL_MECHANISMS)
+    return mechanism
+
+
+def _parse_endpoint_identification(key: str, value: Any) -> str:
+    word = coerce(key, value, str).strip().lower()
+    word = word or "none"  # Java turns hostname verification off with an empty value
+    check_choice(key, word, ("https", "none"))
+    return word
+
+
 _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "bootstrap_servers": _parse_bootstrap,
     "acks": _parse_acks,
     "partition_assignment_strategy": _parse_assignors,
     "security_protocol": _parse_security_protocol,
+    "sasl_mechanism": _parse_sasl_mechanism,
+    "ssl_endpoint_identification_algorithm": _parse_endpoint_identification,
 }
+
+
+# -- security: settings that only make sense together ---------------------------------------------
+_SASL_FIELDS = ("sasl_mechanism", "sasl_username", "sasl_password", "sasl_jaas_config")
+_SSL_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location", "ssl_key_password")
+# Java's login modules for the mechanisms kwire speaks (a JAAS line names one).
+_JAAS_MODULES = {
+    "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
+    "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+}
+_JAAS_LINE = re.compile(r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
+                        r"(?P<options>(?:\s+[\w.-]+\s*=\s*(?:\"(?:[^\"\\]|\\.)*\"|[^\s;\"]+))*)\s*;\s*", re.S)
+_JAAS_OPTION = re.compile(r"([\w.-]+)\s*=\s*(?:\"((?:[^\"\\]|\\.)*)\"|([^\s;\"]+))", re.S)
+
+
+def _parse_jaas(text: str) -> tuple[str, dict[str, str]]:
+    """(login module, options) of a one-module JAAS line.  Errors never quote the text: it holds a password."""
+    match = _JAAS_LINE.fullmatch(text)
+    if match is None:
+        raise ConfigError('sasl.jaas.config is not a JAAS line like org.apache.kafka.common.security.scram.'
+                          'ScramLoginModule required username="alice" password="...";')
+    options = {}
+    for m in _JAAS_OPTION.finditer(match["options"]):
+        quoted, bare = m[2], m[3]
+        options[m[1]] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
+    return match["module"], options
+
+
+def _check_security(config: CommonConfig) -> None:
+    protocol = config.security_protocol
+    sasl = protocol.startswith("SASL_")
+    tls = protocol.endswith("SSL")
+    if not sasl:
+        given = [_kafka_name(n) for n in _SASL_FIELDS if getattr(config, n) is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)} given, but security.protocol is {protocol}: "
+                              "set security.protocol=SASL_SSL or SASL_PLAINTEXT to log in with SASL")
+    if not tls:
+        given = [_kafka_name(n) for n in _SSL_FIELDS if getattr(config, n) is not None]
+        if config.ssl_endpoint_identification_algorithm != "https":
+            given.append("ssl.endpoint.identification.algorithm")
+        if not config.enable_ssl_certificate_verification:
+            given.append("enable.ssl.certificate.verification")
+        if given:
+            raise ConfigError(f"{', '.join(given)} given, but security.protocol is {protocol}: "
+                              "set security.protocol=SSL or SASL_SSL to use TLS")
+    if config.ssl_key_location is not None and config.ssl_certificate_location is None:
+        raise ConfigError("ssl.key.location needs ssl.certificate.location (the client certificate it belongs to)")
+    if config.ssl_key_password is not None and config.ssl_key_location is None and \
+            config.ssl_certificate_location is None:
+        raise ConfigError("ssl.key.password needs ssl.certificate.location (and ssl.key.location)")
+    if not sasl:
+        return
+    if config.sasl_jaas_config is not None:
+        _apply_jaas(config)
+    if config.sasl_mechanism is None:
+        raise ConfigError(f"security.protocol={protocol} needs sasl.mechanism ({', '.join(SASL_MECHANISMS)})")
+    if not config.sasl_username:
+        raise ConfigError(f"security.protocol={protocol} needs sasl.username (or sasl.jaas.config)")
+    if config.sasl_password is None:
+        raise ConfigError(f"security.protocol={protocol} needs sasl.password (or sasl.jaas.config)")
+
+
+def _apply_jaas(config: CommonConfig) -> None:
+    """Take username and password from sasl.jaas.config; explicit settings must say the same."""
+    module, options = _parse_jaas(config.sasl_jaas_config)
+    mechanisms = _JAAS_MODULES.get(module)
+    if mechanisms is None:
+        raise ConfigError(f"sasl.jaas.config names {module}; kwire takes PlainLoginModule or ScramLoginModule")
+    if config.sasl_mechanism is not None and config.sasl_mechanism not in mechanisms:
+        raise ConfigError(f"sasl.jaas.config names {module.rsplit('.', 1)[-1]}, which does not do "
+                          f"sasl.mechanism={config.sasl_mechanism}")
+    for option in ("username", "password"):
+        if option not in options:
+            raise ConfigError(f"sasl.jaas.config has no {option}=")
+        name = f"sasl_{option}"
+        given = getattr(config, name)
+        if given is not None and given != options[option]:
+            raise ConfigError(f"sasl.{option} and the {option} in sasl.jaas.config differ; give one of them")
+        object.__setattr__(config, name, options[option])
 
 
 # -- Kafka settings kwire knows but does not implement ---------------------------------------------
@@ -470,9 +609,36 @@ _UNSUPPORTED: dict[str, tuple[str | None, str]] = {
     "metrics.sample.window.ms": (None, _METRICS),
     "enable.metrics.push": (None, _METRICS),
     "auto.include.jmx.reporter": (None, _METRICS),
-    "security.providers": (None, "SSL and SASL are not implemented yet"),
+    "security.providers": (None, "Java security providers cannot be loaded"),
+    # Java's keystores and librdkafka's in-memory PEM: kwire reads PEM files.
+    "ssl.truststore.location": (None, "kwire reads PEM files: give the CA as ssl.ca.location "
+                                      "(keytool -exportcert -rfc turns a truststore entry into PEM)"),
+    "ssl.truststore.password": (None, "kwire reads PEM files: give the CA as ssl.ca.location"),
+    "ssl.truststore.type": (None, "kwire reads PEM files: give the CA as ssl.ca.location"),
+    "ssl.truststore.certificates": (None, "kwire reads PEM files: give the CA as ssl.ca.location"),
+    "ssl.keystore.location": (None, "kwire reads PEM files: give ssl.certificate.location and ssl.key.location"),
+    "ssl.keystore.password": (None, "kwire reads PEM files: give ssl.certificate.location and ssl.key.location"),
+    "ssl.keystore.type": (None, "kwire reads PEM files: give ssl.certificate.location and ssl.key.location"),
+    "ssl.keystore.key": (None, "kwire reads PEM files: give ssl.certificate.location and ssl.key.location"),
+    "ssl.keystore.certificate.chain": (None, "kwire reads PEM files: give ssl.certificate.location"),
+    "ssl.ca.pem": (None, "kwire reads PEM files: write it to a file and give ssl.ca.location"),
+    "ssl.certificate.pem": (None, "kwire reads PEM files: write it to a file and give ssl.certificate.location"),
+    "ssl.key.pem": (None, "kwire reads PEM files: write it to a file and give ssl.key.location"),
+    "ssl.protocol": (None, "kwire speaks TLS 1.2 and 1.3, as the system's OpenSSL allows"),
+    "ssl.enabled.protocols": (None, "kwire speaks TLS 1.2 and 1.3, as the system's OpenSSL allows"),
+    "ssl.cipher.suites": (None, "the system's OpenSSL defaults are used"),
+    "ssl.key.password.type": (None, "not implemented"),
+    "sasl.kerberos.service.name": (None, "GSSAPI (Kerberos) is not implemented"),
+    "sasl.client.callback.handler.class": (None, _CLASSES),
+    "sasl.login.callback.handler.class": (None, _CLASSES),
+    "sasl.login.class": (None, _CLASSES),
+    "sasl.oauthbearer.config": (None, "OAUTHBEARER is not implemented"),
 }
-_UNSUPPORTED_PREFIXES = {"ssl.": "SSL is not implemented yet", "sasl.": "SASL is not implemented yet"}
+# Whole families kwire does not implement.
+_UNSUPPORTED_PREFIXES = {"sasl.kerberos.": "GSSAPI (Kerberos) is not implemented",
+                         "sasl.oauthbearer.": "OAUTHBEARER is not implemented",
+                         "sasl.login.": "Java login modules are not implemented (sasl.jaas.config is read "
+                                        "for username and password only)"}
 
 
 def _unsupported(kafka_name: str) -> tuple[str | None, str] | None:

@@ -11,6 +11,11 @@ request at the highest version both sides speak, within what the caller's code h
 
 A request that times out closes the connection, as Kafka's clients do: its answer may still
 come, and nothing after it on this stream can be trusted to line up.
+
+Security (``kwire.client.security``): with a TLS context the socket is wrapped in TLS right after
+the TCP connect (a failed handshake is a ``TlsError`` naming the address and OpenSSL's reason);
+with a SASL login the client logs in after ApiVersions (``kwire.client.sasl``), before any other
+request.  A broker that answers in TLS to plain TCP is a ``SecurityProtocolMismatchError``.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
+import struct
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kwire import __version__
 from kwire.protocol import messages
@@ -29,15 +38,39 @@ from kwire.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameSplitter
 from kwire.protocol.messages import Request, Response
 from kwire.protocol.schema import api_name, api_versions
 
-from .errors import BrokerConnectionError, ClientTimeoutError, UnsupportedApiError
+from .errors import (
+    BrokerConnectionError,
+    ClientTimeoutError,
+    IllegalStateError,
+    SecurityProtocolMismatchError,
+    TlsError,
+    UnsupportedApiError,
+)
 
-__all__ = ["BrokerConnection", "VersionRange"]
+if TYPE_CHECKING:
+    from .security import ConnectionSecurity
+
+__all__ = ["BrokerConnection", "SilentCloseError", "VersionRange"]
 
 logger = logging.getLogger("kwire.client.connection")
 
 API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
 VersionRange = tuple[int, int]
+# A TLS record starts with its content type (0x15 alert, 0x16 handshake) and major version 3; a Kafka
+# response starts with a size, which would then be over 350 MB.
+_TLS_RECORD_TYPES = (0x15, 0x16)
+_HANDSHAKE_APIS = (API_VERSIONS, 17, 36)  # ApiVersions, SaslHandshake, SaslAuthenticate
+
+
+class SilentCloseError(BrokerConnectionError):
+    """The broker closed the connection before answering anything: a listener that speaks another
+    security protocol, a TLS listener refusing our certificate (or its absence) right after the
+    handshake, or a broker going away.  Retriable; ``Cluster`` gives up after a few in a row."""
+
+    def __init__(self, message: str, *, after_tls: bool = False):
+        super().__init__(message)
+        self.after_tls = after_tls  # the TLS handshake had succeeded
 
 
 @dataclass
@@ -54,12 +87,22 @@ class BrokerConnection(asyncio.Protocol):
 
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str | None = "kwire",
                  request_timeout: float = 30.0, max_in_flight: int = 5,
-                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, security: ConnectionSecurity | None = None):
         self.host = host
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout = request_timeout
+        self.security = security
+        self.protocol = security.protocol if security is not None else "PLAINTEXT"
+        #: The principal's name once SASL logged in (None without SASL).
+        self.authenticated_as: str | None = None
+        #: When the broker ends the SASL session (KIP-368, ``time.monotonic()``); None: never.
+        self.session_expires_at: float | None = None
+        self._bytes_received = 0
+        self._served = 0  # responses read, ApiVersions and the SASL login's not counted
+        self._raw: asyncio.Future | None = None  # a SaslHandshake v0 token exchange waiting for its answer
+        self._retiring = False
         # The broker's version range per api key, filled by ApiVersions.
         self.broker_versions: dict[int, VersionRange] = {}
         self._loop = asyncio.get_running_loop()
@@ -79,9 +122,14 @@ class BrokerConnection(asyncio.Protocol):
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
     async def open(cls, host: str, port: int, *, connect_timeout: float = 10.0, **options) -> BrokerConnection:
-        """Connect and negotiate versions; ``BrokerConnectionError`` naming the address on failure."""
+        """Connect (TLS, SASL as ``security`` says) and negotiate versions.
+
+        Failures name the address: ``BrokerConnectionError`` (retriable), ``TlsError`` and
+        ``AuthenticationError`` (not retriable), ``SecurityProtocolMismatchError``.
+        """
         conn = cls(host, port, **options)
         loop = asyncio.get_running_loop()
+        started = time.monotonic()
         try:
             await asyncio.wait_for(loop.create_connection(lambda: conn, host, port), connect_timeout)
         except asyncio.TimeoutError:
@@ -89,13 +137,40 @@ class BrokerConnection(asyncio.Protocol):
         except OSError as exc:
             raise BrokerConnectionError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
         try:
+            if conn.security is not None and conn.security.ssl_context is not None:
+                await conn._start_tls(max(connect_timeout - (time.monotonic() - started), 0.001))
             await asyncio.wait_for(conn._negotiate_versions(), connect_timeout + conn.request_timeout)
+            if conn.security is not None and conn.security.sasl is not None:
+                from .sasl import authenticate  # here: sasl imports this module
+
+                await authenticate(conn, conn.security.sasl)
         except BaseException as exc:
             conn.close(exc if isinstance(exc, Exception) else None)
             if isinstance(exc, asyncio.TimeoutError):
                 raise BrokerConnectionError(f"{host}:{port} did not answer ApiVersions") from None
             raise
         return conn
+
+    async def _start_tls(self, timeout: float) -> None:
+        """Wrap the connected socket in TLS; ``TlsError`` naming the address and OpenSSL's reason."""
+        context = self.security.ssl_context
+        where = f"{self.host}:{self.port}"
+        try:
+            self._transport = await asyncio.wait_for(self._loop.start_tls(
+                self._transport, self, context, server_hostname=self.host, ssl_handshake_timeout=timeout),
+                timeout + 1)
+        except ssl.SSLCertVerificationError as exc:
+            raise TlsError(f"TLS handshake with {where} failed: the broker's certificate is not trusted: "
+                           f"{_verify_reason(exc)}") from None
+        except ssl.SSLError as exc:
+            raise TlsError(f"TLS handshake with {where} failed: {_ssl_reason(exc)}") from None
+        except (asyncio.TimeoutError, ConnectionAbortedError):
+            raise BrokerConnectionError(f"TLS handshake with {where} did not finish within {timeout:g} s") from None
+        except OSError as exc:
+            # A plaintext listener reads the TLS hello as a huge frame size and hangs up.
+            detail = exc.strerror or str(exc) or type(exc).__name__
+            raise SilentCloseError(f"{where} closed the connection during the TLS handshake ({detail}), as a "
+                                   f"plaintext listener does: security.protocol is {self.protocol}") from None
 
     async def _negotiate_versions(self) -> None:
         version = api_versions(API_VERSIONS)[1]
@@ -114,6 +189,27 @@ class BrokerConnection(asyncio.Protocol):
             self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             return
         raise BrokerConnectionError(f"{self.host}:{self.port} refused every ApiVersions version")
+
+    # -- SASL v0 framing ----------------------------------------------------------------------------
+    async def exchange_raw(self, token: bytes) -> bytes:
+        """Send a bare SASL token (SaslHandshake v0: a 4-byte size and the token, no request header)
+        and return the broker's bare answer.  Only while nothing else is in flight (during login)."""
+        self._check_open()
+        if self._pending or self._raw is not None:
+            raise IllegalStateError("a raw SASL token can only be sent on an idle connection")
+        future = self._loop.create_future()
+        self._raw = future
+        timer = self._loop.call_later(self.request_timeout, self._time_out_raw)
+        try:
+            self._transport.write(struct.pack(">i", len(token)) + token)
+            return await future
+        finally:
+            timer.cancel()
+            self._raw = None
+
+    def _time_out_raw(self) -> None:
+        self.close(ClientTimeoutError(
+            f"{self.host}:{self.port} did not answer a SASL token in {self.request_timeout:g} s"))
 
     # -- versions ---------------------------------------------------------------------------------
     def version_for(self, api_key: int, low: int = 0, high: int | None = None) -> int:
@@ -142,6 +238,36 @@ class BrokerConnection(asyncio.Protocol):
     @property
     def closed(self) -> bool:
         return self._closed is not None
+
+    @property
+    def close_reason(self) -> BaseException | None:
+        return self._closed
+
+    @property
+    def served(self) -> bool:
+        """Whether the broker answered a request other than ApiVersions and the login on this connection."""
+        return self._served > 0
+
+    @property
+    def usable(self) -> bool:
+        """Open and fit for new requests: not closed, and not retiring before its SASL session ends."""
+        return self._closed is None and not self._retiring
+
+    def expire_session_at(self, lifetime_ms: int) -> None:
+        """KIP-368: the broker ends the SASL session after ``lifetime_ms``.  Kafka's clients log in
+        again in-band at 85-95% of it; kwire retires the connection then instead (no new requests;
+        closed when its last answer is in), and ``Cluster`` opens a new, freshly logged-in one."""
+        if lifetime_ms <= 0:
+            return
+        delay = lifetime_ms / 1000 * 0.85
+        self.session_expires_at = time.monotonic() + lifetime_ms / 1000
+        self._loop.call_later(delay, self.retire)
+
+    def retire(self) -> None:
+        """Take no new requests; close once the requests in flight are answered."""
+        self._retiring = True
+        if not self._pending and self._raw is None:
+            self.close()
 
     @property
     def in_flight(self) -> int:
@@ -184,6 +310,8 @@ class BrokerConnection(asyncio.Protocol):
 
     def _check_open(self) -> None:
         if self._closed is not None:
+            if isinstance(self._closed, (SilentCloseError, TlsError, SecurityProtocolMismatchError)):
+                raise self._closed  # what the caller must see (and Cluster count), not a generic "closed"
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed}")
 
     def _time_out(self, correlation_id: int, wait: float) -> None:
@@ -201,6 +329,13 @@ class BrokerConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        if (not self._bytes_received and len(data) >= 2 and data[0] in _TLS_RECORD_TYPES and data[1] == 3
+                and not (self.security is not None and self.security.tls)):
+            self.close(SecurityProtocolMismatchError(
+                f"{self.host}:{self.port} answered with TLS: it is a TLS listener, and security.protocol is "
+                f"{self.protocol} (use SSL or SASL_SSL)"))
+            return
+        self._bytes_received += len(data)
         try:
             frames = self._splitter.feed(data)
         except ProtocolError as exc:
@@ -211,6 +346,10 @@ class BrokerConnection(asyncio.Protocol):
                 return
 
     def _complete(self, frame: bytes) -> bool:
+        if self._raw is not None:  # SaslHandshake v0: a bare token, no response header
+            if not self._raw.done():
+                self._raw.set_result(frame)
+            return True
         try:
             correlation_id = correlation_id_of_response(frame)
         except DecodeError as exc:
@@ -222,8 +361,12 @@ class BrokerConnection(asyncio.Protocol):
                 f"expected {next(iter(self._pending), None)}"))
             return False
         pending = self._pending.pop(correlation_id)
+        if pending.api_key not in _HANDSHAKE_APIS:
+            self._served += 1
         if pending.timer is not None:
             pending.timer.cancel()
+        if self._retiring and not self._pending:
+            self._loop.call_soon(self.close)  # after this answer is handed over
         if pending.future.done():  # the caller was cancelled; the answer still had to be read
             return True
         try:
@@ -254,8 +397,26 @@ class BrokerConnection(asyncio.Protocol):
         return response
 
     def connection_lost(self, exc) -> None:
-        reason = BrokerConnectionError(
-            f"connection to {self.host}:{self.port} lost" + (f": {exc}" if exc else ""))
+        where = f"{self.host}:{self.port}"
+        if isinstance(exc, ssl.SSLError):
+            # An alert after the handshake: under TLS 1.3 the broker checks our certificate only then.
+            reason: BrokerConnectionError | TlsError = TlsError(f"TLS with {where} failed: {_ssl_reason(exc)}")
+        elif not self._bytes_received and self.security is not None and self.security.tls:
+            # Under TLS 1.3 a broker checks the client's certificate after the handshake; one that
+            # cannot send its alert (asyncio's TLS does not) just hangs up.
+            reason = SilentCloseError(
+                f"{where} closed the connection after the TLS handshake without answering: does it require a "
+                f"client certificate (ssl.certificate.location), or refuse this one?", after_tls=True)
+        elif not self._bytes_received:
+            reason = SilentCloseError(f"{where} closed the connection without answering: is it a TLS listener? "
+                                      f"security.protocol is {self.protocol}")
+        elif not self._served and self._pending and (self.security is None or self.security.sasl is None):
+            # ApiVersions answered, then the first real request dropped: what a SASL listener does
+            # to a client that has not logged in.
+            reason = SilentCloseError(f"{where} closed the connection at the first request after ApiVersions: "
+                                      f"is it a SASL listener? security.protocol is {self.protocol}")
+        else:
+            reason = BrokerConnectionError(f"connection to {where} lost" + (f": {exc}" if exc else ""))
         self._fail_all(self._closed or reason)
         if self._closed is None:
             self._closed = reason
@@ -298,9 +459,26 @@ class BrokerConnection(asyncio.Protocol):
         await self._closed_event.wait()
 
     def _fail_all(self, exc: BaseException) -> None:
+        if self._raw is not None and not self._raw.done():
+            self._raw.set_exception(exc)
         pending, self._pending = self._pending, collections.OrderedDict()
         for item in pending.values():
             if item.timer is not None:
                 item.timer.cancel()
             if not item.future.done():
                 item.future.set_exception(exc)
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    """OpenSSL's reason in words: "TLSV13_ALERT_CERTIFICATE_REQUIRED" -> "tlsv13 alert certificate required"."""
+    reason = exc.reason or exc.strerror or str(exc)
+    return str(reason).replace("_", " ").lower()
+
+
+def _verify_reason(exc: ssl.SSLCertVerificationError) -> str:
+    message = exc.verify_message or _ssl_reason(exc)
+    if exc.verify_code == 62 or "mismatch" in message.lower():  # X509_V_ERR_HOSTNAME_MISMATCH
+        return f"{message} (ssl.endpoint.identification.algorithm=none turns the hostname check off)"
+    if exc.verify_code in (2, 19, 20, 21):  # issuer unknown: not signed by the CA we trust
+        return f"{message} (is ssl.ca.location the CA that signed it?)"
+    return message

@@ -29,7 +29,7 @@ from kwire.protocol.records import iter_batches
 from kwire.protocol.records.batch import RecordReader
 
 from .cluster import Cluster
-from .errors import ClientError, is_retriable
+from .errors import AuthenticationError, ClientError, SecurityProtocolMismatchError, is_retriable
 from .metadata import NO_TOPIC_ID
 from .subscription import NONE_RESET, PartitionState, SubscriptionState
 from .types import ConsumerRecord, TopicPartition
@@ -376,6 +376,7 @@ class Fetcher:
         except Exception as exc:
             self._refresh_failures += 1
             logger.info("metadata refresh for fetching failed: %s", exc)
+            self._hand_out_security_error(exc)
         finally:
             self._refresh = None
             # Do not ask again before the backoff, however often leaders turn out missing.
@@ -383,6 +384,13 @@ class Fetcher:
         if not self._closed:
             self.maybe_fetch()
             self._wakeup()
+
+    def _hand_out_security_error(self, exc: BaseException) -> None:
+        """A refused login or TLS handshake reaches the application from poll (as in Java), not just
+        the log: retrying cannot fix it.  One at a time, however many fetches failed with it."""
+        if isinstance(exc, (AuthenticationError, SecurityProtocolMismatchError)) and not any(
+                isinstance(e, (AuthenticationError, SecurityProtocolMismatchError)) for e in self._errors):
+            self._errors.append(exc)
 
     def _build_request(self, parts: list[tuple[PartitionState, int]], with_ids: bool):
         metadata = self._cluster.metadata
@@ -422,6 +430,7 @@ class Fetcher:
                 logger.warning("fetch from node %d failed: %r", node, exc)
             else:
                 logger.info("fetch from node %d failed: %s", node, exc)
+            self._hand_out_security_error(exc)
             self._node_retry_at[node] = time.monotonic() + self._cluster.retry_backoff.delay(0)
             self._refresh_wanted = True
         finally:

@@ -39,7 +39,7 @@ from kwire.protocol.errors import KafkaError
 
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
-from .errors import ClientError, UnsupportedApiError, is_retriable
+from .errors import AuthenticationError, ClientError, SecurityProtocolMismatchError, UnsupportedApiError, is_retriable
 from .idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceState
 from .producer_errors import DeliveryTimeoutError, ProducerFencedError
 from .retry import retrying
@@ -211,7 +211,7 @@ class Sender:
             if self._requests_out.get(leader, 0) >= self._max_requests_per_node:
                 continue
             conn = self._connections.get(leader)
-            if conn is None or conn.closed:
+            if conn is None or not conn.usable:
                 self._connect(leader)
                 continue
             if idem is not None and not idem.may_send(batch):
@@ -270,9 +270,16 @@ class Sender:
             # The cluster backs off before its next attempt; the leader may have moved meanwhile.
             logger.info("producer cannot reach node %d: %s", node, error)
             metadata = self._cluster.metadata
+            # A refused login or TLS handshake is not retried (Java fails the batches at once too).
+            refused = isinstance(error, (AuthenticationError, SecurityProtocolMismatchError))
             for tp, queue in self._acc.queues.items():
                 if queue and metadata.leader(tp.topic, tp.partition) == node:
-                    queue[0].last_error = error  # named if the batch expires
+                    if refused:
+                        while queue:
+                            batch = queue.popleft()
+                            self._fail(batch, error, maybe_written=batch.ambiguous)
+                    else:
+                        queue[0].last_error = error  # named if the batch expires
             self._want_metadata()
         self._wakeup.set()
 

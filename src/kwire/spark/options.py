@@ -7,7 +7,10 @@ raised while Spark plans the query, before any task runs.
 
 Spark hands Python data sources their options in a case-insensitive dict whose keys are already
 lower-cased; lookups here are case-insensitive so that ``startingOffsets`` and ``startingoffsets``
-mean the same, as in Spark.  ``kafka.*`` keys go to kwire's client as they arrive, prefix removed.
+mean the same, as in Spark.  ``kafka.*`` keys go to kwire's client as they arrive, prefix removed:
+security too, as Spark's connector passes them (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
+``kafka.sasl.jaas.config`` or ``kafka.sasl.username``/``kafka.sasl.password``, ``kafka.ssl.ca.location``...;
+the certificate files must exist on the driver and on every executor).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from kwire.client.config import AdminConfig, ConsumerConfig, ProducerConfig
@@ -107,8 +110,9 @@ class OffsetSpec:
 @dataclass(frozen=True)
 class SourceOptions:
     subscription: Subscription
-    # Kafka settings for kwire's clients (kafka.* without the prefix), bootstrap.servers included.
-    client_settings: tuple[tuple[str, Any], ...]
+    # Kafka settings for kwire's clients (kafka.* without the prefix), bootstrap.servers included;
+    # security ones too (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*), so never in the repr.
+    client_settings: tuple[tuple[str, Any], ...] = field(repr=False)
     starting: OffsetSpec | None = None   # None: the mode's default (batch earliest, streaming latest)
     ending: OffsetSpec | None = None     # batch only; None: latest
     timestamp_strategy: str = "error"    # startingOffsetsByTimestampStrategy: error or latest
@@ -139,7 +143,7 @@ class SourceOptions:
 
     def admin_settings(self) -> dict[str, Any]:
         """The driver's admin client takes the settings every client shares (not fetch sizes...)."""
-        settings = {k: v for k, v in self.client_settings if k.replace(".", "_") in _ADMIN_FIELDS}
+        settings = {k: v for k, v in self.client_settings if _admin_takes(k)}
         settings.setdefault("client.id", "kwire-spark")
         return settings
 
@@ -147,7 +151,7 @@ class SourceOptions:
 @dataclass(frozen=True)
 class SinkOptions:
     topic: str | None                                 # the topic option: overrides the topic column
-    client_settings: tuple[tuple[str, Any], ...]      # for kwire's producer
+    client_settings: tuple[tuple[str, Any], ...] = field(repr=False)  # for kwire's producer (secrets too)
 
     def producer_settings(self) -> dict[str, Any]:
         settings = dict(self.client_settings)
@@ -155,7 +159,13 @@ class SinkOptions:
         return settings
 
 
-_ADMIN_FIELDS = frozenset(f.name for f in fields(AdminConfig))
+def _admin_takes(key: str) -> bool:
+    """Whether the admin client has the setting (under any of its names, librdkafka's aliases too)."""
+    try:
+        AdminConfig._field_of(key)
+    except ConfigError:
+        return False
+    return True
 
 
 # -- parsing -----------------------------------------------------------------------------------------

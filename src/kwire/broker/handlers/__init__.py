@@ -4,6 +4,7 @@ See ``registry`` for the handler contract.  ``HANDLERS`` maps api key -> Handler
 """
 
 from . import (  # noqa: F401 - imported for their @handler registrations
+    acls,
     api_versions,
     cluster,
     configs,
@@ -13,6 +14,7 @@ from . import (  # noqa: F401 - imported for their @handler registrations
     offsets,
     produce,
     producer,
+    sasl,
     topic_admin,
 )
 from .registry import HANDLERS, HandlerEntry, supported_versions

@@ -16,7 +16,7 @@ BROKERS_ENDPOINT = 1
 def handle_describe_cluster(ctx, request):
     R = messages.DescribeClusterResponse
     broker = ctx.broker
-    host, port = broker.config.advertised
+    host, port = ctx.advertised
     node = broker.config.node_id
     resp = R(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
              cluster_id=broker.cluster_id, controller_id=node,

@@ -5,8 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kwire.protocol import messages
-from kwire.protocol.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from kwire.protocol.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 
+from ..auth.acls import AclOperation, ResourceType
 from ..state import TOPIC_CONFIGS
 from ..storage import LogConfig
 from .registry import handler
@@ -68,9 +74,22 @@ def topic_config_entries(broker, overrides: dict[str, str]) -> list[ConfigEntry]
 def broker_config_entries(broker) -> list[ConfigEntry]:
     c = broker.config
     host, port = c.advertised
+    listeners = broker.listeners
+    advertised = ",".join(f"{li.name}://{li.advertised[0]}:{li.advertised[1]}" for li in listeners) \
+        or f"PLAINTEXT://{host}:{port}"
     items = [
         ("broker.id", str(c.node_id), INT, "This broker's node id."),
-        ("advertised.listeners", f"PLAINTEXT://{host}:{port}", LIST, "Where clients connect."),
+        ("advertised.listeners", advertised, LIST, "Where clients connect."),
+        ("listeners", ",".join(f"{li.name}://{li.spec.host}:{li.port}" for li in listeners), LIST,
+         "Where the broker listens."),
+        ("listener.security.protocol.map", ",".join(f"{li.name}:{li.protocol}" for li in listeners), LIST,
+         "Each listener's security protocol."),
+        ("sasl.enabled.mechanisms", ",".join(c.sasl_enabled_mechanisms), LIST, "SASL mechanisms offered."),
+        ("ssl.client.auth", c.ssl_client_auth, STRING, "Whether TLS listeners ask for client certificates."),
+        ("authorizer.class.name", "kwire" if c.authorizer else "", STRING, "ACLs enforced when set."),
+        ("super.users", ";".join(c.super_users), LIST, "Principals that bypass ACLs."),
+        ("allow.everyone.if.no.acl.found", str(c.allow_everyone_if_no_acl_found).lower(), BOOLEAN,
+         "Whether a resource without ACLs is open to all."),
         ("auto.create.topics.enable", str(c.auto_create_topics).lower(), BOOLEAN, "Create topics on first use."),
         ("num.partitions", str(c.default_partitions), INT, "Partitions of auto-created topics."),
         ("log.dirs", str(c.data_dir), STRING, "The data directory."),
@@ -105,11 +124,16 @@ def handle_describe_configs(ctx, request):
                                          resource_name=res.resource_name, configs=[])
         try:
             if res.resource_type == TOPIC:
+                if not ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name):
+                    raise TopicAuthorizationFailedError(f"{ctx.principal} may not DESCRIBE_CONFIGS of topic "
+                                                        f"{res.resource_name!r}")
                 info = broker.topics.get(res.resource_name)
                 if info is None:
                     raise UnknownTopicOrPartitionError(f"topic {res.resource_name!r} does not exist")
                 entries = topic_config_entries(broker, info.configs)
             elif res.resource_type == BROKER:
+                if not ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
+                    raise ClusterAuthorizationFailedError(f"{ctx.principal} may not DESCRIBE_CONFIGS of the broker")
                 if res.resource_name not in ("", str(broker.config.node_id)):
                     raise InvalidRequestError(f"broker {res.resource_name!r} is not this broker "
                                               f"({broker.config.node_id})")
@@ -128,7 +152,8 @@ def handle_describe_configs(ctx, request):
                     is_default=v == 0 and e.source == DEFAULT_CONFIG, is_sensitive=False, synonyms=synonyms,
                     config_type=e.config_type if v >= 3 else 0,
                     documentation=e.documentation if v >= 3 and request.include_documentation else None))
-        except (UnknownTopicOrPartitionError, InvalidRequestError) as exc:
+        except (UnknownTopicOrPartitionError, InvalidRequestError, TopicAuthorizationFailedError,
+                ClusterAuthorizationFailedError) as exc:
             result.error_code, result.error_message = exc.code, str(exc)
         results.append(result)
     return R(throttle_time_ms=0, results=results)

@@ -18,11 +18,13 @@ from kwire.protocol.errors import (
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
     OffsetOutOfRangeError,
+    TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 
+from ..auth.acls import AclOperation, ResourceType
 from ..storage.file_records import FileRecords
 from .common import error_of
 from .registry import handler
@@ -74,8 +76,9 @@ def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: in
     return out, 0
 
 
-def _build(broker, request, v: int) -> tuple[R, int, bool, list[tuple[str, int]]]:
-    """The response now, its record bytes, whether any partition has an error, the partitions."""
+def _build(broker, request, v: int, denied: frozenset[str] = frozenset()) -> tuple[R, int, bool, list[tuple[str, int]]]:
+    """The response now, its record bytes, whether any partition has an error, the partitions.
+    Topics in ``denied`` (no READ permission) get TOPIC_AUTHORIZATION_FAILED."""
     budget = request.max_bytes if v >= 3 else 2**31 - 1
     total = 0
     errors = False
@@ -90,6 +93,13 @@ def _build(broker, request, v: int) -> tuple[R, int, bool, list[tuple[str, int]]
             name = ft.topic
             tr = TopicResponse(topic=name, partitions=[])
         for p in ft.partitions:
+            if name in denied:
+                pd = PartitionData(partition_index=p.partition, error_code=TopicAuthorizationFailedError.code,
+                                   high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                                   aborted_transactions=[] if v >= 4 else None, preferred_read_replica=-1, records=b"")
+                errors = True
+                tr.partitions.append(pd)
+                continue
             pd, n = _read_partition(broker, name, p, budget - total, first=total == 0, v=v)
             total += n
             errors = errors or pd.error_code != 0
@@ -107,13 +117,28 @@ def handle_fetch(ctx, request):
     if v >= 7 and request.session_id != 0:
         # We never hand out a session id, so a client naming one is confused: tell it to start over.
         return R(throttle_time_ms=0, error_code=FetchSessionIdNotFoundError.code, session_id=0, responses=[])
-    resp, total, errors, keys = _build(ctx.broker, request, v)
+    denied = frozenset(_denied_topics(ctx, request, v))
+    resp, total, errors, keys = _build(ctx.broker, request, v, denied)
     if total >= request.min_bytes or errors or request.max_wait_ms <= 0 or not keys:
         return resp
-    return _long_poll(ctx.broker, request, v, keys)
+    return _long_poll(ctx.broker, request, v, keys, denied)
 
 
-async def _long_poll(broker, request, v: int, keys) -> R:
+def _denied_topics(ctx, request, v: int):
+    """Names of the requested topics this principal may not READ (nothing without an authorizer)."""
+    if ctx.session is None or ctx.broker.security.authorizer is None:
+        return
+    for ft in request.topics:
+        if v >= 13:
+            info = ctx.broker.topics.by_id(ft.topic_id)
+            name = info.name if info is not None else None
+        else:
+            name = ft.topic
+        if name is not None and not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name):
+            yield name
+
+
+async def _long_poll(broker, request, v: int, keys, denied: frozenset[str]) -> R:
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + request.max_wait_ms / 1000
     while True:
@@ -127,6 +152,6 @@ async def _long_poll(broker, request, v: int, keys) -> R:
         finally:
             for key in keys:
                 broker.waiters.discard(key, fut)
-        resp, total, errors, _ = _build(broker, request, v)
+        resp, total, errors, _ = _build(broker, request, v, denied)
         if total >= request.min_bytes or errors or time.monotonic() >= deadline:
             return resp

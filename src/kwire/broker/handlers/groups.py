@@ -15,6 +15,12 @@ the newest version the codec knows:
   factor of 3): clients know it, retry and report a timeout instead of failing on an error they
   don't expect.  Share groups (key type 2, v6) are not supported: INVALID_REQUEST, like a Kafka
   broker with share groups disabled.
+
+With an authorizer, as Kafka: joining, syncing, heartbeats, leaving and committing need READ on the
+group (GROUP_AUTHORIZATION_FAILED), committing also READ on each topic (TOPIC_AUTHORIZATION_FAILED);
+describing a group, fetching its offsets and finding its coordinator need DESCRIBE; deleting it (or
+its offsets) DELETE. ListGroups lists every group with DESCRIBE on the cluster, else those the
+principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -26,11 +32,15 @@ from typing import TYPE_CHECKING, Any
 from kwire.protocol import messages
 from kwire.protocol.errors import (
     CoordinatorNotAvailableError,
+    GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     InvalidRequestError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
     UnknownTopicIdError,
 )
 
+from ..auth.acls import AclOperation, ResourceType
 from ..coordinator import GROUP_TYPE, JoinRequest, OffsetCommitEntry
 from .registry import handler
 
@@ -44,6 +54,17 @@ KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
 # Without an authorizer every operation on a group is allowed: READ, DELETE and DESCRIBE (AclOperation bits 3, 6, 8).
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" sentinel
+
+
+def _group_allowed(ctx: RequestContext, operation: AclOperation, group_id: str | None) -> bool:
+    return ctx.allowed(operation, ResourceType.GROUP, group_id or "")
+
+
+def _topic_allowed(ctx: RequestContext, operation: AclOperation, topic: str) -> bool:
+    return ctx.allowed(operation, ResourceType.TOPIC, topic)
+
+
+_GROUP_DENIED = GroupAuthorizationFailedError.code
 
 
 def kafka_client_host(client_host: str) -> str:
@@ -70,14 +91,19 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     R = messages.FindCoordinatorResponse
     v = ctx.api_version
     key_type = request.key_type if v >= 1 else KEY_TYPE_GROUP
-    host, port = ctx.broker.config.advertised
+    host, port = ctx.advertised
     node_id = ctx.broker.config.node_id
 
     def locate(key: str) -> tuple[int, str | None, int, str, int]:
         """(error, message, node id, host, port) for one key."""
         if key_type == KEY_TYPE_GROUP:
+            if not _group_allowed(ctx, AclOperation.DESCRIBE, key):
+                return _GROUP_DENIED, f"{ctx.principal} may not DESCRIBE group {key!r}", -1, "", -1
             return 0, None, node_id, host, port
         if key_type == KEY_TYPE_TRANSACTION:
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key or ""):
+                return (TransactionalIdAuthorizationFailedError.code,
+                        f"{ctx.principal} may not DESCRIBE transactional id {key!r}", -1, "", -1)
             return (CoordinatorNotAvailableError.code, "this broker does not support transactions", -1, "", -1)
         return InvalidRequestError.code, f"coordinator key type {key_type} is not supported", -1, "", -1
 
@@ -102,6 +128,13 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     R = messages.JoinGroupResponse
     v = ctx.api_version
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        resp = R(throttle_time_ms=0, error_code=_GROUP_DENIED, generation_id=-1,
+                 protocol_name=None if v >= 7 else "", leader="", skip_assignment=False,
+                 member_id=request.member_id or "", members=[])
+        if v >= 7:
+            resp.protocol_type = None
+        return resp
     session = request.session_timeout_ms
     # v0 has no rebalance timeout: Kafka uses the session timeout (also for v1+'s -1 placeholder).
     rebalance = request.rebalance_timeout_ms if v >= 1 and request.rebalance_timeout_ms >= 0 else session
@@ -140,6 +173,8 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     R = messages.SyncGroupResponse
     v = ctx.api_version
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return R(throttle_time_ms=0, error_code=_GROUP_DENIED, assignment=b"")
     assignments: dict[str, bytes] = {}
     for a in request.assignments:
         assignments[a.member_id] = bytes(a.assignment or b"")
@@ -161,6 +196,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 @handler(HEARTBEAT, 0, 4)
 def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=_GROUP_DENIED)
     error = ctx.broker.coordinator.heartbeat(request.group_id or "", request.generation_id, request.member_id or "",
                                              request.group_instance_id if v >= 3 else None)
     return messages.HeartbeatResponse(throttle_time_ms=0, error_code=error)
@@ -170,6 +207,9 @@ def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     R = messages.LeaveGroupResponse
     v = ctx.api_version
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return R(throttle_time_ms=0, error_code=_GROUP_DENIED, members=[]) if v >= 3 \
+            else R(throttle_time_ms=0, error_code=_GROUP_DENIED)
     if v >= 3:
         leaving = [(m.member_id or "", m.group_instance_id) for m in request.members]
         reasons = {m.reason for m in request.members if v >= 5 and m.reason}
@@ -197,6 +237,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     T, P = R.OffsetCommitResponseTopic, R.OffsetCommitResponseTopic.OffsetCommitResponsePartition
     v = ctx.api_version
     broker = ctx.broker
+    group_denied = not _group_allowed(ctx, AclOperation.READ, request.group_id)
     entries: list[OffsetCommitEntry] = []
     # Where each request partition's answer comes from: an index into entries, or a fixed error.
     plan: list[tuple[Any, list[tuple[int, int, bool]]]] = []
@@ -207,9 +248,16 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         else:
             name = t.name
         parts = []
+        topic_denied = name is not None and not group_denied and not _topic_allowed(ctx, AclOperation.READ, name)
         for p in t.partitions:
+            if group_denied:
+                parts.append((p.partition_index, _GROUP_DENIED, False))
+                continue
             if name is None:
                 parts.append((p.partition_index, UnknownTopicIdError.code, False))
+                continue
+            if topic_denied:
+                parts.append((p.partition_index, TopicAuthorizationFailedError.code, False))
                 continue
             parts.append((p.partition_index, len(entries), True))
             entries.append(OffsetCommitEntry(
@@ -218,14 +266,17 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                 metadata=p.committed_metadata,
                 commit_timestamp_ms=p.commit_timestamp if v == 1 else -1))
         plan.append((t, parts))
-    errors = broker.coordinator.commit_offsets(
-        request.group_id or "",
-        request.generation_id_or_member_epoch if v >= 1 else -1,
-        (request.member_id or "") if v >= 1 else "",
-        request.group_instance_id if v >= 7 else None,
-        entries,
-        retention_ms=request.retention_time_ms if 2 <= v <= 4 else -1,
-        api_version=v, defer_fsync=True)
+    if group_denied:
+        errors = []
+    else:
+        errors = broker.coordinator.commit_offsets(
+            request.group_id or "",
+            request.generation_id_or_member_epoch if v >= 1 else -1,
+            (request.member_id or "") if v >= 1 else "",
+            request.group_instance_id if v >= 7 else None,
+            entries,
+            retention_ms=request.retention_time_ms if 2 <= v <= 4 else -1,
+            api_version=v, defer_fsync=True)
     topics = []
     for t, parts in plan:
         rt = T(partitions=[P(partition_index=index, error_code=errors[ref] if is_entry else ref)
@@ -256,12 +307,23 @@ async def _answer_when_synced(synced, response):
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None):
-    """[(topic, [(partition, offset, leader epoch, metadata, error)])] for one group."""
+    """[(topic, [(partition, offset, leader epoch, metadata, error)])] for one group.
+
+    Topics the principal may not DESCRIBE: left out of "all topics", TOPIC_AUTHORIZATION_FAILED when named.
+    """
     broker = ctx.broker
-    pairs = None if wanted is None else [(t, p) for t, parts in wanted for p in parts]
-    found = broker.coordinator.fetch_offsets(group_id, pairs)
+    denied: set[str] = set()
+    if wanted is not None:
+        denied = {t for t, _ in wanted if not _topic_allowed(ctx, AclOperation.DESCRIBE, t)}
+    pairs = None if wanted is None else [(t, p) for t, parts in wanted for p in parts if t not in denied]
+    found = broker.coordinator.fetch_offsets(group_id, pairs) if pairs is None or pairs else []
     by_topic: dict[str, list] = {}
+    for t, parts in wanted or ():
+        if t in denied:
+            by_topic[t] = [(p, -1, -1, "", TopicAuthorizationFailedError.code) for p in parts]
     for topic, partition, committed in found:
+        if wanted is None and not _topic_allowed(ctx, AclOperation.DESCRIBE, topic):
+            continue
         if committed is None:
             row = (partition, -1, -1, "", 0)
         else:
@@ -281,6 +343,13 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         T, P = R.OffsetFetchResponseTopic, R.OffsetFetchResponseTopic.OffsetFetchResponsePartition
         wanted = (None if request.topics is None
                   else [(t.name, list(t.partition_indexes)) for t in request.topics])
+        if not _group_allowed(ctx, AclOperation.DESCRIBE, request.group_id):
+            if v >= 2:
+                return R(throttle_time_ms=0, topics=[], error_code=_GROUP_DENIED)
+            # v0-1 have no top-level error: each requested partition carries it
+            return R(throttle_time_ms=0, topics=[T(name=t, partitions=[
+                P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                  error_code=_GROUP_DENIED) for p in parts]) for t, parts in wanted or ()])
         rows = _fetch_group(ctx, request.group_id or "", wanted)
         topics = [T(name=topic, partitions=[
             P(partition_index=p, committed_offset=off, committed_leader_epoch=epoch if v >= 5 else -1,
@@ -294,6 +363,9 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     topics_registry = ctx.broker.topics
     groups = []
     for g in request.groups:
+        if not _group_allowed(ctx, AclOperation.DESCRIBE, g.group_id):
+            groups.append(G(group_id=g.group_id, topics=[], error_code=_GROUP_DENIED))
+            continue
         unknown_ids: list = []
         if g.topics is None:
             wanted = None
@@ -339,6 +411,13 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     include_ops = v >= 3 and request.include_authorized_operations
     groups = []
     for group_id in request.groups:
+        if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+            denied = G(error_code=_GROUP_DENIED, group_id=group_id, group_state="", protocol_type="",
+                       protocol_data="", members=[])
+            if v >= 6:
+                denied.error_message = f"{ctx.principal} may not DESCRIBE group {group_id!r}"
+            groups.append(denied)
+            continue
         desc = ctx.broker.coordinator.describe_group(group_id or "")
         if desc is None:
             if v >= 6:  # KIP-1043
@@ -355,7 +434,9 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
         group = G(error_code=0, group_id=desc.group_id, group_state=desc.state, protocol_type=desc.protocol_type,
                   protocol_data=desc.protocol_data, members=members)
         if include_ops:
-            group.authorized_operations = GROUP_AUTHORIZED_OPERATIONS
+            group.authorized_operations = sum(1 << op for op in (AclOperation.READ, AclOperation.DELETE,
+                                                                 AclOperation.DESCRIBE)
+                                              if _group_allowed(ctx, op, group_id))
         groups.append(group)
     return R(throttle_time_ms=0, groups=groups)
 
@@ -367,7 +448,10 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     states = request.states_filter if v >= 4 else []
     types = request.types_filter if v >= 5 else []
     groups = []
+    everything = ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER)
     for listing in ctx.broker.coordinator.list_groups(states, types):
+        if not everything and not _group_allowed(ctx, AclOperation.DESCRIBE, listing.group_id):
+            continue
         g = R.ListedGroup(group_id=listing.group_id, protocol_type=listing.protocol_type)
         if v >= 4:
             g.group_state = listing.state
@@ -380,17 +464,25 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 @handler(DELETE_GROUPS, 0, 2)
 def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     R = messages.DeleteGroupsResponse
-    results = ctx.broker.coordinator.delete_groups(g or "" for g in request.groups_names)
+    names = [g or "" for g in request.groups_names]
+    denied = {g for g in names if not _group_allowed(ctx, AclOperation.DELETE, g)}
+    results = ctx.broker.coordinator.delete_groups(g for g in names if g not in denied)
+    codes = {g: _GROUP_DENIED if g in denied else results[g] for g in names}
     return R(throttle_time_ms=0, results=[R.DeletableGroupResult(group_id=g, error_code=code)
-                                          for g, code in results.items()])
+                                          for g, code in codes.items()])
 
 
 @handler(OFFSET_DELETE, 0, 0)
 def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     R = messages.OffsetDeleteResponse
     T, P = R.OffsetDeleteResponseTopic, R.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition
+    if not _group_allowed(ctx, AclOperation.DELETE, request.group_id):
+        return R(error_code=_GROUP_DENIED, throttle_time_ms=0, topics=[])
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = ctx.broker.coordinator.delete_offsets(request.group_id or "", wanted)
+    denied = {t for t, _ in wanted if not _topic_allowed(ctx, AclOperation.READ, t)}
+    error, results = ctx.broker.coordinator.delete_offsets(request.group_id or "",
+                                                           [w for w in wanted if w[0] not in denied])
+    results = {**results, **{w: TopicAuthorizationFailedError.code for w in wanted if w[0] in denied}}
     if error:
         return R(error_code=error, throttle_time_ms=0, topics=[])
     topics: dict[str, list] = {}

@@ -1,4 +1,9 @@
-"""Metadata: this broker, the cluster id and the topics (auto-creating requested ones)."""
+"""Metadata: this broker, the cluster id and the topics (auto-creating requested ones).
+
+With an authorizer, topics the principal may not DESCRIBE are left out of "all topics" answers and
+get TOPIC_AUTHORIZATION_FAILED when named; auto-creation needs CREATE on the cluster or the topic
+(without it a missing topic is UNKNOWN_TOPIC_OR_PARTITION, as in Kafka).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,12 @@ from kwire.protocol import messages
 from kwire.protocol.errors import (
     InvalidTopicException,
     KafkaError,
+    TopicAuthorizationFailedError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 
+from ..auth.acls import AclOperation, ResourceType
 from ..storage import validate_topic_name
 from .common import NO_AUTHORIZED_OPERATIONS
 from .registry import handler
@@ -25,7 +32,7 @@ _ZERO_UUID = uuid.UUID(int=0)
 def _topic(ctx, name: str, topic_id: uuid.UUID | None = None, error: int = 0) -> Response.MetadataResponseTopic:
     broker = ctx.broker
     v = ctx.api_version
-    info = broker.topics.get(name) if name is not None else None
+    info = broker.topics.get(name) if name is not None and error != TopicAuthorizationFailedError.code else None
     node = broker.config.node_id
     partitions = []
     if info is not None and not error:
@@ -41,13 +48,14 @@ def _topic(ctx, name: str, topic_id: uuid.UUID | None = None, error: int = 0) ->
 @handler(METADATA, 0)
 def handle_metadata(ctx, request) -> Response:
     broker = ctx.broker
-    host, port = broker.config.advertised
+    host, port = ctx.advertised
     node = broker.config.node_id
     v = ctx.api_version
     topics = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if request.topics is None or (v == 0 and not request.topics):
-        topics = [_topic(ctx, name) for name in broker.topics.names()]
+        topics = [_topic(ctx, name) for name in broker.topics.names()
+                  if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)]
     else:
         allow_create = request.allow_auto_topic_creation if v >= 4 else True
         for wanted in request.topics:
@@ -56,6 +64,9 @@ def handle_metadata(ctx, request) -> Response:
                 info = broker.topics.by_id(wanted.topic_id)
                 if info is None:
                     topics.append(_topic(ctx, None, wanted.topic_id, UnknownTopicIdError.code))
+                elif not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name):
+                    # as Kafka: the id's name is not revealed
+                    topics.append(_topic(ctx, None, wanted.topic_id, TopicAuthorizationFailedError.code))
                 else:
                     topics.append(_topic(ctx, info.name))
                 continue
@@ -64,8 +75,13 @@ def handle_metadata(ctx, request) -> Response:
             except InvalidTopicException:
                 topics.append(_topic(ctx, name, error=InvalidTopicException.code))
                 continue
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(_topic(ctx, name, error=TopicAuthorizationFailedError.code))
+                continue
             if name not in broker.topics:
-                if not (allow_create and broker.config.auto_create_topics):
+                may_create = (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER)
+                              or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name))
+                if not (allow_create and broker.config.auto_create_topics and may_create):
                     topics.append(_topic(ctx, name, error=UnknownTopicOrPartitionError.code))
                     continue
                 try:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from kwire.protocol import messages
 from kwire.protocol.errors import (
     OffsetOutOfRangeError,
+    TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
 
+from ..auth.acls import AclOperation, ResourceType
 from ..storage import EARLIEST_TIMESTAMP, MAX_TIMESTAMP
 from .common import error_of
 from .fetch import LEADER_EPOCH
@@ -18,6 +20,11 @@ LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 2, 21, 23
 EARLIEST_LOCAL_TIMESTAMP = -4    # KIP-405, v8+: no tiered storage, so the log start offset
 LATEST_TIERED_TIMESTAMP = -5     # KIP-1005, v9+: nothing is tiered: no offset
 EARLIEST_PENDING_UPLOAD = -6     # KIP-1023, v11+: nothing is tiered: no offset
+
+
+def _authorize(ctx, operation: AclOperation, topic: str) -> None:
+    if not ctx.allowed(operation, ResourceType.TOPIC, topic):
+        raise TopicAuthorizationFailedError(f"{ctx.principal} may not {operation.name} topic {topic!r}")
 
 
 def _log(broker, topic: str, partition: int):
@@ -43,6 +50,7 @@ def handle_list_offsets(ctx, request):
             pr = P(partition_index=p.partition_index, error_code=0, old_style_offsets=[], timestamp=-1, offset=-1,
                    leader_epoch=-1)
             try:
+                _authorize(ctx, AclOperation.DESCRIBE, t.name)
                 log = _log(ctx.broker, t.name, p.partition_index)
                 if v >= 4:
                     _check_epoch(p.current_leader_epoch)
@@ -79,6 +87,7 @@ def handle_delete_records(ctx, request):
         for p in t.partitions:
             pr = P(partition_index=p.partition_index, low_watermark=-1, error_code=0)
             try:
+                _authorize(ctx, AclOperation.DELETE, t.name)
                 log = _log(ctx.broker, t.name, p.partition_index)
                 before = log.high_watermark if p.offset == -1 else p.offset
                 if before < 0:
@@ -102,6 +111,7 @@ def handle_offset_for_leader_epoch(ctx, request):
         for p in t.partitions:
             pr = P(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
             try:
+                _authorize(ctx, AclOperation.DESCRIBE, t.topic)
                 log = _log(ctx.broker, t.topic, p.partition)
                 if v >= 2:
                     _check_epoch(p.current_leader_epoch)

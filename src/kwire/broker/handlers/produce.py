@@ -19,10 +19,13 @@ from kwire.protocol.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaStorageError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 
+from ..auth.acls import AclOperation, ResourceType
 from .common import error_of
 from .registry import handler
 
@@ -64,6 +67,10 @@ def handle_produce(ctx, request):
     acks = request.acks
     topics = []
     written = []
+    # Authorization (with an authorizer): WRITE on each topic; a transactional producer also needs
+    # WRITE on its transactional id. Nothing of a refused topic is stored.
+    txn_denied = request.transactional_id is not None and not ctx.allowed(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
     for td in request.topic_data:
         name = td.name
         tresp = TopicResponse(name=name, partition_responses=[])
@@ -71,8 +78,17 @@ def handle_produce(ctx, request):
             tresp.topic_id = td.topic_id
             info = broker.topics.by_id(td.topic_id)
             name = info.name if info is not None else None
+        denied = None
+        if txn_denied:
+            denied = TransactionalIdAuthorizationFailedError
+        elif name is not None and not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, name):
+            denied = TopicAuthorizationFailedError
         for pd in td.partition_data:
-            if acks not in (0, 1, -1):
+            if denied is not None:
+                presp = PartitionResponse(index=pd.index, error_code=denied.code, base_offset=-1,
+                                          log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                          error_message=f"{ctx.principal} may not write to {name!r}")
+            elif acks not in (0, 1, -1):
                 presp = PartitionResponse(index=pd.index, error_code=InvalidRequiredAcksError.code,
                                           base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
                                           record_errors=[], error_message=f"acks must be 0, 1 or -1, got {acks}")

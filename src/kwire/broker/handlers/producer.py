@@ -4,6 +4,9 @@
   epoch it has (KIP-360) to have the epoch bumped; at the end of the epoch range it gets a new
   id instead.  The transaction timeout (v2+) means nothing without transactions: ignored.
 * A transactional id: COORDINATOR_NOT_AVAILABLE (see ``_NO_TXN_COORDINATOR``).
+
+With an authorizer (as Kafka 3+): a transactional id needs WRITE on it; an idempotent producer needs
+IDEMPOTENT_WRITE on the cluster or WRITE on at least one topic, else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -11,8 +14,15 @@ from __future__ import annotations
 import logging
 
 from kwire.protocol import messages
-from kwire.protocol.errors import CoordinatorNotAvailableError, InvalidRequestError, KafkaError
+from kwire.protocol.errors import (
+    ClusterAuthorizationFailedError,
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    KafkaError,
+    TransactionalIdAuthorizationFailedError,
+)
 
+from ..auth.acls import AclOperation, ResourceType
 from .registry import handler
 
 INIT_PRODUCER_ID = 22
@@ -41,7 +51,12 @@ def handle_init_producer_id(ctx, request) -> R:
     if request.transactional_id is not None:
         if request.transactional_id == "":
             return _error(InvalidRequestError.code)  # as Kafka's coordinator, before anything else
+        if not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return _error(TransactionalIdAuthorizationFailedError.code)
         return _error(_NO_TXN_COORDINATOR.code)
+    if not (ctx.allowed(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+            or ctx.allowed_any(AclOperation.WRITE, ResourceType.TOPIC)):
+        return _error(ClusterAuthorizationFailedError.code)
     ids = ctx.broker.producer_ids
     pid, epoch = (request.producer_id, request.producer_epoch) if ctx.api_version >= 3 \
         else (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)

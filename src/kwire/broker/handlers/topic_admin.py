@@ -11,10 +11,12 @@ from kwire.protocol.errors import (
     InvalidRequestError,
     KafkaError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 
+from ..auth.acls import AclOperation, ResourceType
 from ..state import TOPIC_CONFIGS
 from ..storage import validate_topic_name
 from .configs import topic_config_entries
@@ -80,12 +82,18 @@ def create_topic(broker, name: str, partitions: int, configs: dict[str, str], *,
     return info
 
 
+def _authorize(ctx, operation: AclOperation, topic: str) -> None:
+    if not ctx.allowed(operation, ResourceType.TOPIC, topic):
+        raise TopicAuthorizationFailedError(f"{ctx.principal} may not {operation.name} topic {topic!r}")
+
+
 @handler(CREATE_TOPICS, 0)
 def handle_create_topics(ctx, request):
     R = messages.CreateTopicsResponse
     broker = ctx.broker
     results = []
     seen: set[str] = set()
+    cluster_create = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER)
     for t in request.topics:
         result = R.CreatableTopicResult(name=t.name, error_code=0, error_message=None, num_partitions=-1,
                                         replication_factor=-1, configs=None, topic_config_error_code=0)
@@ -93,6 +101,8 @@ def handle_create_topics(ctx, request):
             if t.name in seen:
                 raise InvalidRequestError(f"topic {t.name!r} appears more than once in the request")
             seen.add(t.name)
+            if not cluster_create:
+                _authorize(ctx, AclOperation.CREATE, t.name)
             validate_topic_name(t.name)
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
@@ -136,6 +146,7 @@ def handle_delete_topics(ctx, request):
                 if info is None:
                     raise UnknownTopicIdError(f"no topic with id {topic_id}")
                 name = result.name = info.name
+            _authorize(ctx, AclOperation.DELETE, name)
             info = broker.topics.get(name)
             if info is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -158,6 +169,7 @@ def handle_create_partitions(ctx, request):
     for t in request.topics:
         result = R.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
         try:
+            _authorize(ctx, AclOperation.ALTER, t.name)
             info = broker.topics.get(t.name)
             if info is None:
                 raise UnknownTopicOrPartitionError(f"topic {t.name!r} does not exist")
