@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from ..storage._files import fsync_dir
+from ..storage._files import atomic_write
 
 T = TypeVar("T")
 logger = logging.getLogger("kwire.broker.auth")
@@ -26,18 +26,7 @@ logger = logging.getLogger("kwire.broker.auth")
 
 def write_private(path: Path, data: bytes) -> None:
     """Atomically replace path with data, readable by the owner only, fsynced."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # an older .tmp may have other bits
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    atomic_write(path, data, mode=0o600)
 
 
 class JsonFile(Generic[T]):

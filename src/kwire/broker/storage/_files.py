@@ -39,15 +39,17 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new content.
 
     Write a temp file, fsync it, rename over the target, fsync the directory.  A crash before
-    the rename leaves a ``.tmp`` that the loader removes.
+    the rename leaves a ``.tmp`` that the loader removes.  ``mode``: the new file's permissions
+    (0o600 for credentials).
     """
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # an older .tmp (or the umask) may have left other bits
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
