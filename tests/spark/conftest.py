@@ -102,3 +102,26 @@ def kafka_rows(df) -> dict[tuple[str, int, int], tuple]:
         out[(row["topic"], row["partition"], row["offset"])] = (
             row["key"], row["value"], headers, row["millis"], row["timestampType"])
     return out
+
+
+# -- kwire sink as users run it -------------------------------------------------------------------
+# Small Spark for the 2-core machine: two local threads, no UI, two shuffle partitions.
+SPARK_SMALL = ("--master", "local[2]", "-c", "spark.ui.enabled=false", "-c", "spark.sql.shuffle.partitions=2")
+
+
+def sink_env(**extra: str) -> dict[str, str]:
+    """The environment of a ``kwire sink`` subprocess: this interpreter for the Python workers,
+    no $KWIRE_BOOTSTRAP from the caller."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KWIRE_BOOTSTRAP", "PYSPARK_DRIVER_PYTHON")}
+    env["PYSPARK_PYTHON"] = sys.executable
+    env.update(extra)
+    return env
+
+
+def sink_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kwire.cli.main", "sink", *args]
+
+
+def parquet_rows(spark, path) -> list:
+    """Rows of a file sink's output read through Spark (which keeps to its _spark_metadata log)."""
+    return spark.read.parquet(str(path)).collect()

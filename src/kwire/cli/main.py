@@ -8,6 +8,7 @@ import sys
 from kwire import __version__
 
 from . import (
+    acls_cmd,
     analyze_cmd,
     broker_cmd,
     consume_cmd,
@@ -16,13 +17,15 @@ from . import (
     metadata_cmd,
     produce_cmd,
     protocol_cmd,
+    sink_cmd,
     topics_cmd,
+    users_cmd,
 )
 
 # Each command module exposes register(subparsers); its parsers set ``func`` to a handler that
 # takes the parsed arguments and returns an exit code.
 COMMAND_MODULES = [protocol_cmd, broker_cmd, produce_cmd, consume_cmd, metadata_cmd, topics_cmd, groups_cmd, lag_cmd,
-                   analyze_cmd]
+                   analyze_cmd, sink_cmd, users_cmd, acls_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
