@@ -1,4 +1,4 @@
-"""``kwire acls``: the broker's ACLs, kept in its data directory (no broker needed).
+"""``kwire acls``: the broker's ACLs, through a running broker or offline in its data directory.
 
     kwire acls add --allow --principal User:alice --operation READ --operation DESCRIBE --topic orders
     kwire acls add --allow --principal User:alice --operation ALL --topic app- --prefixed
@@ -7,15 +7,35 @@
     kwire acls remove --principal User:alice --topic orders
     kwire acls list [--principal User:alice] [--topic orders] [--json]
 
+Where the ACLs are, chosen once per command and never guessed from what answers:
+
+* online, when a bootstrap is given (``--bootstrap``, or ``$KWIRE_BOOTSTRAP``): CreateAcls,
+  DescribeAcls and DeleteAcls through ``kwire.client.admin.Admin``, with the client options every
+  cluster command takes (``-X``, ``--client-config FILE``, ``--timeout``, the TLS / SASL flags and
+  their ``KWIRE_*`` variables; ``--config`` names the broker's TOML here, as for ``kwire users``).
+  The logged-in principal needs ALTER on the cluster to add or remove, DESCRIBE to list (or to be
+  a super user); a broker without an authorizer answers SECURITY_DISABLED.
+* offline, with ``--data-dir`` / ``--config`` (the broker's TOML), or when no bootstrap is given:
+  ``<data dir>/__kwire/acls.json``, as before (no broker needed; a running broker picks changes up
+  at its next request).  The data dir is found as for ``kwire users``.
+
+``--bootstrap`` with ``--data-dir`` or ``--config`` is refused, and so are client options without
+a bootstrap.  ``$KWIRE_BOOTSTRAP`` is ambient (exported for everyday use), so an explicit
+``--data-dir`` / ``--config`` overrides it rather than clashing with it.  Output (lines, the table,
+``--json``) is the same either way.
+
 ACLs are enforced by a broker running with ``authorizer = true`` (``kwire broker --authorizer``); then
-a resource without ACLs is refused to everyone but super users. A running broker picks changes up at
-its next request. Files: ``<data dir>/__kwire/acls.json``; the data dir is found as for ``kwire users``.
+a resource without ACLs is refused to everyone but super users.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
 
 from kwire.broker.auth.acls import (
     CLUSTER_NAME,
@@ -29,8 +49,16 @@ from kwire.broker.auth.acls import (
 )
 from kwire.broker.config import ConfigError
 
+from .client_options import (
+    BOOTSTRAP_ENV,
+    DEFAULT_TIMEOUT,
+    SECURITY_OPTIONS,
+    add_client_options,
+    build_config,
+    client_command,
+)
 from .output import fail, print_json, print_table
-from .users_cmd import add_data_dir_options, data_dir_of
+from .users_cmd import data_dir_of
 
 _OPERATIONS = [op.name for op in AclOperation if op not in (AclOperation.UNKNOWN, AclOperation.ANY)]
 
@@ -60,16 +88,43 @@ def _resource_options(q: argparse.ArgumentParser, *, filtering: bool) -> None:
                    help="short for --resource-pattern-type prefixed")
 
 
+_MODES = (
+    "Online or offline: with --bootstrap (or $KWIRE_BOOTSTRAP) the ACLs are managed through the running broker "
+    "(CreateAcls / DescribeAcls / DeleteAcls, logged in with the client options below; the principal needs ALTER, "
+    "or DESCRIBE to list, on the cluster). With --data-dir or --config (the broker's TOML), or without a bootstrap, "
+    "they are managed in the broker's data directory: no broker needed. --bootstrap with --data-dir/--config is "
+    "refused, as are client options without a bootstrap; --data-dir/--config win over $KWIRE_BOOTSTRAP.")
+
+# The attributes add_client_options fills in, with the flag that sets each (for the messages);
+# the security flags' dests follow client_options' naming, "security_" + the Kafka name.
+_CLIENT_FLAGS = {"settings": "-X", "config_file": "--client-config", "timeout": "--timeout"} | {
+    "security_" + key.replace(".", "_"): flag for key, (flag, _, _) in SECURITY_OPTIONS.items() if flag}
+
+
+def _mode_options(q: argparse.ArgumentParser) -> None:
+    """The offline flags (as ``kwire users`` has them) and the online ones (as every cluster command)."""
+    offline = q.add_argument_group("offline (the broker's data directory)")
+    offline.add_argument("--data-dir", type=Path, help="the broker's data directory (default ./kwire-data)")
+    offline.add_argument("--config", type=Path, metavar="FILE", help="take the data directory from this broker TOML")
+    # --config is the broker's TOML here (as for kwire users): the client properties file moves aside.
+    add_client_options(q, json_output=False, config_flag="--client-config")
+    # None, not 30: to tell an explicit --timeout (which needs a bootstrap) from no flag at all.
+    q.set_defaults(timeout=None)
+    # Here no bootstrap means offline, not localhost:9092; argparse has no public way to reword
+    # the help of an option already added.
+    q._option_string_actions["--bootstrap"].help = (
+        f"a broker to manage the ACLs through (default ${BOOTSTRAP_ENV}); without one, the data directory")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("acls", help="manage the broker's ACLs (offline, in its data dir)",
+    p = sub.add_parser("acls", help="manage the broker's ACLs (online with --bootstrap, else in its data dir)",
                        description="Add, remove and list the ACLs kwire's broker enforces when it runs with "
-                                   "authorizer = true. Works on the data directory: no broker needed, and a "
-                                   "running broker sees changes at its next request.")
+                                   "authorizer = true. " + _MODES)
     asub = p.add_subparsers(dest="acls_command", metavar="SUBCOMMAND")
     asub.required = True
 
     q = asub.add_parser("add", help="allow or deny operations to principals",
-                        description="Add an ACL for every principal x operation x resource given.")
+                        description="Add an ACL for every principal x operation x resource given. " + _MODES)
     permission = q.add_mutually_exclusive_group()
     permission.add_argument("--allow", dest="permission", action="store_const", const="ALLOW", default="ALLOW",
                             help="allow (the default)")
@@ -81,12 +136,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    metavar="OP", help=f"{', '.join(_OPERATIONS)} (repeatable)")
     q.add_argument("--host", default="*", help="client host the ACL applies to (default *: any)")
     _resource_options(q, filtering=False)
-    add_data_dir_options(q)
+    _mode_options(q)
     q.set_defaults(func=cmd_add)
 
     for name, help_text in (("remove", "delete the ACLs matching the filters"),
                             ("list", "the ACLs matching the filters (all by default)")):
-        q = asub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        q = asub.add_parser(name, help=help_text,
+                            description=help_text[0].upper() + help_text[1:] + ". " + _MODES)
         q.add_argument("--principal", dest="principals", action="append", default=[], metavar="PRINCIPAL",
                        help="only ACLs of this principal (repeatable)")
         q.add_argument("--operation", dest="operations", action="append", default=[], type=_operation,
@@ -97,20 +153,133 @@ def register(sub: argparse._SubParsersAction) -> None:
         _resource_options(q, filtering=True)
         if name == "list":
             q.add_argument("--json", action="store_true", help="a JSON document instead of a table")
-        add_data_dir_options(q)
+        _mode_options(q)
         q.set_defaults(func=cmd_remove if name == "remove" else cmd_list)
 
 
+# -- online or offline ----------------------------------------------------------------------------------------
+class _UsageError(Exception):
+    """Flags that contradict each other: exit 2, as argparse's own usage errors."""
+
+
+def _online(args: argparse.Namespace) -> bool:
+    """Whether the command goes to a broker (True) or to the data directory (False)."""
+    offline = [flag for flag, value in (("--data-dir", args.data_dir), ("--config", args.config)) if value is not None]
+    client = [flag for dest, flag in _CLIENT_FLAGS.items() if getattr(args, dest, None) not in (None, [])]
+    if args.bootstrap and offline:
+        raise _UsageError(f"--bootstrap works through a running broker, {' and '.join(offline)} on its data "
+                          "directory offline: give one or the other")
+    if offline:
+        if client:
+            raise _UsageError(f"{', '.join(client)} only apply online (with --bootstrap), not with "
+                              f"{' and '.join(offline)}")
+        return False  # an explicit data dir wins over an ambient $KWIRE_BOOTSTRAP
+    if args.bootstrap or os.environ.get(BOOTSTRAP_ENV):
+        return True
+    if client:
+        raise _UsageError(f"{', '.join(client)} need a broker: give --bootstrap (or set ${BOOTSTRAP_ENV}), or "
+                          "drop them to work on the data directory")
+    return False
+
+
+class _Acls(Protocol):
+    """Where the ACLs are: the two backends answer alike, so the commands print alike."""
+
+    def add(self, bindings: list[AclBinding]) -> None: ...
+
+    def remove(self, filters: list[AclFilter]) -> list[AclBinding]: ...
+
+    def find(self, filters: list[AclFilter]) -> list[AclBinding]: ...
+
+    def close(self) -> None: ...
+
+
+def _unique(found: Iterable[list[AclBinding]]) -> list[AclBinding]:
+    """The bindings of all filters, each once, in the order first seen (two filters may match one)."""
+    return list(dict.fromkeys(b for bindings in found for b in bindings))
+
+
+class _Offline:
+    def __init__(self, args: argparse.Namespace):
+        self._store = AclStore(data_dir_of(args))
+
+    def add(self, bindings: list[AclBinding]) -> None:
+        self._store.add(bindings)
+
+    def remove(self, filters: list[AclFilter]) -> list[AclBinding]:
+        return _unique(self._store.remove(filters))
+
+    def find(self, filters: list[AclFilter]) -> list[AclBinding]:
+        # Sorted like the online answers (the file is sorted already; this keeps both alike for sure).
+        return sorted(b for b in self._store.bindings() if any(f.matches(b) for f in filters))
+
+    def close(self) -> None:
+        pass
+
+
+class _Online:
+    def __init__(self, args: argparse.Namespace):
+        from kwire.client.admin import Admin
+        from kwire.client.config import AdminConfig
+
+        self._admin = Admin(build_config(args, AdminConfig))
+        self._timeout: float = args.timeout
+
+    def add(self, bindings: list[AclBinding]) -> None:
+        self._admin.create_acls(bindings, timeout=self._timeout)
+
+    def remove(self, filters: list[AclFilter]) -> list[AclBinding]:
+        return _unique(self._admin.delete_acls(filters, timeout=self._timeout).values())
+
+    def find(self, filters: list[AclFilter]) -> list[AclBinding]:
+        # DescribeAcls takes one filter: one request per filter, the union sorted as offline.
+        found: set[AclBinding] = set()
+        for f in dict.fromkeys(filters):
+            found.update(self._admin.describe_acls(f, timeout=self._timeout))
+        return sorted(found)
+
+    def close(self) -> None:
+        self._admin.close()
+
+
+def _run(args: argparse.Namespace, command: Callable[[argparse.Namespace, _Acls], int]) -> int:
+    """Run ``command`` on the backend the flags choose.  Offline failures exit 2 as they always
+    did; online ones go through client_command, like every cluster command's (exit 1, one line)."""
+    try:
+        online = _online(args)
+    except _UsageError as exc:
+        return fail(str(exc))
+    if not online:
+        try:
+            acls = _Offline(args)
+            try:
+                return command(args, acls)
+            finally:
+                acls.close()
+        except BrokenPipeError:
+            raise  # output piped into head(1): main() ends quietly
+        except (ConfigError, ValueError, OSError) as exc:
+            return fail(str(exc))
+    if args.timeout is None:
+        args.timeout = DEFAULT_TIMEOUT
+
+    def with_admin(args: argparse.Namespace) -> int:
+        acls = _Online(args)
+        try:
+            return command(args, acls)
+        finally:
+            acls.close()
+
+    return client_command(with_admin)(args)
+
+
+# -- the commands -----------------------------------------------------------------------------------------
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
     found = [(ResourceType.TOPIC, t) for t in args.topics] + [(ResourceType.GROUP, g) for g in args.groups]
     found += [(ResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_ids]
     if args.cluster:
         found.append((ResourceType.CLUSTER, CLUSTER_NAME))
     return found
-
-
-def _store(args: argparse.Namespace) -> AclStore:
-    return AclStore(data_dir_of(args))
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -123,10 +292,11 @@ def cmd_add(args: argparse.Namespace) -> int:
     bindings = [AclBinding(rtype, name, PatternType.LITERAL if rtype == ResourceType.CLUSTER else pattern,
                            principal, args.host, op, PermissionType[args.permission])
                 for (rtype, name), principal, op in itertools.product(resources, args.principals, args.operations)]
-    try:
-        _store(args).add(bindings)
-    except (ConfigError, ValueError, OSError) as exc:
-        return fail(str(exc))
+    return _run(args, lambda args, acls: _add(acls, bindings))
+
+
+def _add(acls: _Acls, bindings: list[AclBinding]) -> int:
+    acls.add(bindings)
     for b in bindings:
         print(f"added: {b.describe()}")
     return 0
@@ -152,11 +322,11 @@ def cmd_remove(args: argparse.Namespace) -> int:
     if not (_resources(args) or args.principals):
         return fail("name what to remove: a resource (--topic, --group, --transactional-id, --cluster) "
                     "and/or --principal")
-    try:
-        removed = _store(args).remove(_filters(args))
-    except (ConfigError, ValueError, OSError) as exc:
-        return fail(str(exc))
-    gone = list(dict.fromkeys(b for found in removed for b in found))
+    return _run(args, _remove)
+
+
+def _remove(args: argparse.Namespace, acls: _Acls) -> int:
+    gone = acls.remove(_filters(args))
     for b in gone:
         print(f"removed: {b.describe()}")
     if not gone:
@@ -165,12 +335,11 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    try:
-        store = _store(args)
-        filters = _filters(args)
-        found = [b for b in store.bindings() if any(f.matches(b) for f in filters)]
-    except (ConfigError, ValueError, OSError) as exc:
-        return fail(str(exc))
+    return _run(args, _list)
+
+
+def _list(args: argparse.Namespace, acls: _Acls) -> int:
+    found = acls.find(_filters(args))
     if args.json:
         print_json({"acls": [_document(b) for b in found]})
         return 0

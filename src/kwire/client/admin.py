@@ -20,6 +20,12 @@ Any other error code is raised as its ``KafkaError`` subclass naming the topic, 
 partition (the first one, in the order asked, with the others counted in its message) once the
 rest of the batch is done.
 
+ACLs (``create_acls``, ``describe_acls``, ``delete_acls``) take and return the model the broker
+uses, ``kwire.security.acl``'s ``AclBinding`` and ``AclFilter``, and report failures the same way:
+SECURITY_DISABLED from a broker without an authorizer, CLUSTER_AUTHORIZATION_FAILED for a
+principal that may not ALTER (create, delete) or DESCRIBE the cluster, INVALID_REQUEST for a
+binding or filter the broker refuses.
+
 Not found means not found at once: an unknown topic or group is not retried, although Kafka
 marks UNKNOWN_TOPIC_OR_PARTITION retriable (it is, for a producer waiting on a new topic; for an
 operator who mistyped a name, waiting a minute helps nobody).
@@ -40,7 +46,9 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from kwire.protocol import messages
 from kwire.protocol.errors import DecodeError, KafkaError
 from kwire.protocol.messages import Request, Response
+from kwire.security.acl import AclBinding, AclFilter
 
+from . import admin_acls as acls
 from .assignors.protocol import decode_assignment, decode_subscription
 from .cluster import Cluster
 from .errors import ClientError, UnsupportedApiError, is_retriable
@@ -653,6 +661,70 @@ class AsyncAdmin:
 
         return await self._run(batch, round_, what="DescribeConfigs", timeout=timeout)
 
+    # -- ACLs -------------------------------------------------------------------------------------
+    # Any broker answers them (Kafka's own admin client sends them to the least loaded node).
+    async def create_acls(self, bindings: Iterable[AclBinding], *, timeout: float | None = None) -> None:
+        """Create ACL bindings (CreateAcls, all in one request).  As for ``create_topics``, a binding
+        the broker refuses raises once the others are done, the first one in the order given naming
+        the others: SecurityDisabledError (no authorizer), ClusterAuthorizationFailedError (the
+        principal may not ALTER the cluster), InvalidRequestError (a binding it will not store).
+        Creating a binding that exists already is no error."""
+        batch: _Batch[AclBinding, None] = _Batch(bindings, acls.binding_text)
+        low = acls.min_binding_version(batch.order)
+
+        async def round_(pending: list[AclBinding]) -> None:
+            response = await self._send(lambda v: acls.create_request(pending, v), api_key=acls.CREATE_ACLS, low=low)
+            # Results come in the order of the creations, naming nothing: one left out stays
+            # pending, and end_round says so.
+            for binding, result in zip(pending, response.results, strict=False):
+                if result.error_code:
+                    batch.fail(binding, _broker_error(result.error_code, acls.binding_text(binding),
+                                                      result.error_message))
+                else:
+                    batch.succeed(binding, None)
+
+        await self._run(batch, round_, what="CreateAcls", timeout=timeout)
+
+    async def describe_acls(self, acl_filter: AclFilter | None = None, *,
+                            timeout: float | None = None) -> list[AclBinding]:
+        """The ACL bindings matching ``acl_filter`` (every one without it), sorted.  Raises
+        SecurityDisabledError, ClusterAuthorizationFailedError (the principal may not DESCRIBE the
+        cluster) or InvalidRequestError (a filter that can match nothing, such as UNKNOWN values)."""
+        wanted = AclFilter() if acl_filter is None else acl_filter
+        low = acls.min_filter_version([wanted])
+
+        async def attempt() -> list[AclBinding]:
+            response = await self._send(lambda v: acls.describe_request(wanted, v), api_key=acls.DESCRIBE_ACLS,
+                                        low=low)
+            if response.error_code:
+                raise _broker_error(response.error_code, acls.filter_text(wanted), response.error_message)
+            return acls.described_bindings(response)
+
+        return await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff,
+                              what="DescribeAcls")
+
+    async def delete_acls(self, filters: Iterable[AclFilter], *,
+                          timeout: float | None = None) -> dict[AclFilter, list[AclBinding]]:
+        """Delete the ACL bindings matching each filter (DeleteAcls, all in one request); the
+        bindings each filter removed, by filter in the order given (a binding two filters match is
+        listed under both or either, as the broker says).  Failures raise as for ``create_acls``."""
+        batch: _Batch[AclFilter, list[AclBinding]] = _Batch(filters, acls.filter_text)
+        low = acls.min_filter_version(batch.order)
+
+        async def round_(pending: list[AclFilter]) -> None:
+            response = await self._send(lambda v: acls.delete_request(pending, v), api_key=acls.DELETE_ACLS, low=low)
+            for f, result in zip(pending, response.filter_results, strict=False):  # in order, as for create_acls
+                failed = next((m for m in result.matching_acls if m.error_code), None)
+                if result.error_code:
+                    batch.fail(f, _broker_error(result.error_code, acls.filter_text(f), result.error_message))
+                elif failed is not None:
+                    # Kafka may fail single bindings of a filter (e.g. one it could not delete).
+                    batch.fail(f, _broker_error(failed.error_code, acls.filter_text(f), failed.error_message))
+                else:
+                    batch.succeed(f, acls.matched_bindings(result))
+
+        return await self._run(batch, round_, what="DeleteAcls", timeout=timeout)
+
     # -- groups -----------------------------------------------------------------------------------
     async def list_groups(self, *, states: Collection[str] = (), types: Collection[str] = (),
                           timeout: float | None = None) -> list[GroupListing]:
@@ -1018,3 +1090,6 @@ class Admin:
     list_offsets = _sync("list_offsets")
     list_consumer_group_offsets = _sync("list_consumer_group_offsets")
     consumer_group_lag = _sync("consumer_group_lag")
+    create_acls = _sync("create_acls")
+    describe_acls = _sync("describe_acls")
+    delete_acls = _sync("delete_acls")
