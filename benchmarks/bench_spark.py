@@ -523,14 +523,14 @@ def run(args) -> dict:
 
     sizes = [int(s) for s in args.value_size.split(",") if s]
     cases = [c for c in args.cases.split(",") if c]
-    work = Path(tempfile.mkdtemp(prefix="kwire-bench-spark-"))
     arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
     results: dict = {"records": args.records, "partitions": PARTITIONS, "repeat": args.repeat, "master": args.master,
                      "rows": [], "problems": []}
     problems = results["problems"]
-    broker = EmbeddedBroker(work / "broker", default_partitions=PARTITIONS).start()
-    spark = None
+    work = Path(tempfile.mkdtemp(prefix="kwire-bench-spark-"))
+    broker = spark = None
     try:
+        broker = EmbeddedBroker(work / "broker", default_partitions=PARTITIONS).start()
         log(f"embedded broker at {broker.bootstrap}, work dir {work}")
         layouts, expected = {}, {}
         for size in sizes:
@@ -592,7 +592,8 @@ def run(args) -> dict:
     finally:
         if spark is not None:
             spark.stop()
-        broker.stop()
+        if broker is not None:
+            broker.stop()
         shutil.rmtree(work, ignore_errors=True)
     return results
 

@@ -109,6 +109,15 @@ def test_min_partitions_splits_partitions_into_more_tasks_reading_each_record_on
     assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p in range(3) for o in range(20)]
 
 
+
+def test_an_empty_topic_or_an_empty_range_reads_no_rows(spark, broker):
+    # A plan without ranges reaches the reader as PySpark's placeholder partition.
+    create_topic(broker.bootstrap, "empty")
+    assert source(spark, broker, subscribe="empty").count() == 0
+    produce(broker.bootstrap, "empty-range", [(None, b"x", None, 0)])
+    assert source(spark, broker, assign='{"empty-range": [0]}',
+                  startingOffsets='{"empty-range": {"0": 1}}').count() == 0  # past the one record
+
 def test_transaction_markers_never_become_rows(spark, broker):
     """Commit and abort markers (written into the log as a transaction coordinator writes them)
     take offsets but are no records: rows skip them, and a range ending on one still ends."""

@@ -32,6 +32,15 @@ from .planning import OffsetRange, Offsets, from_json, ranges_between, rate_limi
 
 __all__ = ["KwireBatchReader", "KwireStreamReader"]
 
+
+def _read(partition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """The rows of one planned range.  A plan with no ranges (an empty topic, or starting and
+    ending offsets equal everywhere) reaches here as PySpark's placeholder InputPartition(None),
+    which holds no rows."""
+    if not isinstance(partition, OffsetRange):
+        return iter(())
+    return read_range(partition, options)
+
 class KwireBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions):
         self.options = options
@@ -52,7 +61,7 @@ class KwireBatchReader(DataSourceReader):
                             max_records=options.max_records_per_partition)
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        return read_range(partition, self.options)
+        return _read(partition, self.options)
 
 
 class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -120,7 +129,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             max_records=self.options.max_records_per_partition)
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        return read_range(partition, self.options)
+        return _read(partition, self.options)
 
     def commit(self, end: dict) -> None:
         self._maybe_commit_group(from_json(end))
