@@ -63,6 +63,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .arg_types import key_value
 from .output import fail
 
 __all__ = [
@@ -108,13 +109,6 @@ _SECURITY_HELP = (
     "; SASL variables are ignored unless security.protocol is SASL_*, SSL ones unless it is SSL or SASL_SSL.")
 
 
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
-    return key.strip(), value
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -134,7 +128,7 @@ def add_client_options(parser: argparse.ArgumentParser, *, json_output: bool = T
     group = parser.add_argument_group("cluster connection")
     group.add_argument("-b", "--bootstrap", metavar="HOST:PORT[,...]",
                        help=f"bootstrap servers (default ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})")
-    group.add_argument("-X", dest="settings", metavar="KEY=VALUE", type=_key_value, action="append", default=[],
+    group.add_argument("-X", dest="settings", metavar="KEY=VALUE", type=key_value, action="append", default=[],
                        help="a client setting by its Kafka name, e.g. -X client.id=me (repeatable)")
     group.add_argument(config_flag, dest="config_file", metavar="FILE",
                        help="a Java .properties file of client settings")

@@ -52,6 +52,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from .arg_types import positive_int
 from .client_options import add_client_options, client_command, client_settings
 from .output import fail
 
@@ -178,16 +179,6 @@ def _write(data: bytes) -> None:
 
 
 # -- arguments ------------------------------------------------------------------------------------
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def _partitions(text: str) -> list[int]:
     """``2`` or ``0,2``: partition numbers."""
     try:
@@ -217,7 +208,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="start at offset N; negative: N records before the end (not with --group)")
     p.add_argument("-p", "--partition", dest="partitions", type=_partitions, nargs="+", action="extend",
                    metavar="P", help="read only these partitions (default: all; not with --group)")
-    p.add_argument("-c", "--count", type=_positive, metavar="N", help="stop after N records")
+    p.add_argument("-c", "--count", type=positive_int, metavar="N", help="stop after N records")
     p.add_argument("-e", "--exit-at-end", action="store_true",
                    help="stop when every assigned partition reaches the end offset it had when assigned")
     shape = p.add_mutually_exclusive_group()

@@ -37,25 +37,9 @@ import signal
 import sys
 from typing import Any
 
+from .arg_types import key_value, positive_int
 from .client_options import BOOTSTRAP_ENV
 from .output import fail, print_json, print_table
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
-    return key.strip(), value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,18 +65,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "batch every INTERVAL until Ctrl-C/SIGTERM (default processingTime=1s)")
     p.add_argument("--starting-offsets", default="earliest", metavar="earliest|latest|JSON",
                    help="where a new checkpoint starts (default earliest); a used checkpoint carries on")
-    p.add_argument("--max-offsets-per-trigger", type=_positive, metavar="N",
+    p.add_argument("--max-offsets-per-trigger", type=positive_int, metavar="N",
                    help="at most N records per micro-batch, shared by the partitions' backlogs")
     p.add_argument("--group", metavar="GROUP",
                    help="commit each finished batch's end offsets to this consumer group (kwire lag GROUP)")
-    p.add_argument("-X", dest="options", metavar="OPTION=VALUE", type=_key_value, action="append", default=[],
+    p.add_argument("-X", dest="options", metavar="OPTION=VALUE", type=key_value, action="append", default=[],
                    help="a kwire source option: kafka.* for its client (-X kafka.isolation.level=read_committed) "
                         "or the source's own (-X failOnDataLoss=false, -X minPartitions=8); repeatable")
     spark = p.add_argument_group("Spark")
     spark.add_argument("--master", default="local[*]",
                        help="Spark master (default local[*]; spark://HOST:7077 for a standalone cluster, kwire "
                             "shipped to its executors)")
-    spark.add_argument("-c", "--conf", dest="conf", metavar="KEY=VALUE", type=_key_value, action="append",
+    spark.add_argument("-c", "--conf", dest="conf", metavar="KEY=VALUE", type=key_value, action="append",
                        default=[], help="a Spark setting, as spark-submit --conf (repeatable)")
     cluster = p.add_argument_group("cluster connection")
     cluster.add_argument("-b", "--bootstrap", metavar="HOST:PORT[,...]",
