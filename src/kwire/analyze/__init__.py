@@ -1,12 +1,17 @@
-"""Traffic analysis input: capture files to reassembled TCP streams.
+"""kwire analyze: captured Kafka and MongoDB traffic decoded, paired and diagnosed.
 
-Layers, each usable alone:
+Layers, each usable alone, from the file up:
 
 * ``pcap``: ``PcapReader`` streams packets out of pcap / pcapng files.
 * ``packets``: ``PacketDecoder`` turns link-layer packets into ``TcpSegment``s.
 * ``tcp``: ``TcpReassembler`` turns segments into ordered per-direction ``Chunk`` / ``Gap`` /
   ``End`` events per ``Connection``.
 * ``streams``: ``TcpCapture`` / ``iter_tcp_events`` / ``iter_tcp_streams`` chain the three.
+* ``kafka`` / ``mongo``: one flow per connection, stream events in, ``exchange.Exchange``s out.
+* ``analyzer``: ``CaptureDecoder`` picks each connection's protocol and drives its flow.
+* ``tables`` / ``findings``: the rows every output shares, and the rules run on them.
+* ``session``: ``analyze_captures`` (what ``kwire analyze`` runs), with ``summary``,
+  ``export`` (JSON lines, Parquet) and ``report_html``; ``spark_job`` does the same on Spark.
 * ``pcapwrite``: ``PcapWriter`` / ``PcapngWriter`` and packet builders (tests, exports).
 """
 
