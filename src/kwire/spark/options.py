@@ -197,13 +197,18 @@ def _bool(options: dict[str, str], name: str, default: bool) -> bool:
     return default if value is None else coerce(f"option {name}", value, bool, parse_text=True)
 
 
-def _positive(options: dict[str, str], name: str) -> int | None:
+def _int_at_least(options: dict[str, str], name: str, low: int) -> int | None:
+    """An integer option (None when not given), at least ``low``."""
     value = options.get(name.lower())
     if value is None:
         return None
     number = coerce(f"option {name}", value, int, parse_text=True)
-    check_range(f"option {name}", number, 1)
+    check_range(f"option {name}", number, low)
     return number
+
+
+def _positive(options: dict[str, str], name: str) -> int | None:
+    return _int_at_least(options, name, 1)
 
 
 def _json(name: str, text: str, example: str) -> Any:
@@ -270,12 +275,7 @@ def _subscription(options: dict[str, str]) -> Subscription:
 
 
 def _timestamp(options: dict[str, str], name: str) -> int | None:
-    value = options.get(name.lower())
-    if value is None:
-        return None
-    number = coerce(f"option {name}", value, int, parse_text=True)
-    check_range(f"option {name}", number, 0)
-    return number
+    return _int_at_least(options, name, 0)
 
 
 def _offsets(options: dict[str, str], prefix: str) -> OffsetSpec | None:
