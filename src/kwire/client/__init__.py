@@ -22,7 +22,7 @@ _EXPORTS = {
     "AsyncAdmin": "admin", "Admin": "admin", "NewTopic": "admin",
     "ProducerConfig": "config", "ConsumerConfig": "config", "AdminConfig": "config",
     "TopicPartition": "types", "OffsetAndMetadata": "types", "RecordMetadata": "types",
-    "ConsumerRecord": "types", "OffsetAndTimestamp": "log_offsets",
+    "ConsumerRecord": "types", "FetchedBatch": "types", "OffsetAndTimestamp": "log_offsets",
     "ClientError": "errors", "BrokerConnectionError": "errors", "NoBrokersAvailableError": "errors",
     "ClientTimeoutError": "errors", "UnsupportedApiError": "errors", "IllegalStateError": "errors",
     "AuthenticationError": "errors", "TlsError": "errors", "SecurityProtocolMismatchError": "errors",

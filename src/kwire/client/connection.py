@@ -55,6 +55,7 @@ __all__ = ["BrokerConnection", "SilentCloseError", "VersionRange"]
 logger = logging.getLogger("kwire.client.connection")
 
 API_VERSIONS = 18
+FETCH = 1
 UNSUPPORTED_VERSION = 35
 VersionRange = tuple[int, int]
 # A TLS record starts with its content type (0x15 alert, 0x16 handshake) and major version 3; a Kafka
@@ -82,7 +83,7 @@ class _Pending:
     timer: asyncio.TimerHandle | None
 
 
-class BrokerConnection(asyncio.Protocol):
+class BrokerConnection(asyncio.BufferedProtocol):
     """A connected, version-negotiated connection.  Make one with ``await BrokerConnection.open(...)``."""
 
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str | None = "kwire",
@@ -107,6 +108,7 @@ class BrokerConnection(asyncio.Protocol):
         self.broker_versions: dict[int, VersionRange] = {}
         self._loop = asyncio.get_running_loop()
         self._splitter = FrameSplitter(max_frame_size)
+        self._first_read: memoryview | None = None
         self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._next_correlation = 0
@@ -328,16 +330,26 @@ class BrokerConnection(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def data_received(self, data: bytes) -> None:
-        if (not self._bytes_received and len(data) >= 2 and data[0] in _TLS_RECORD_TYPES and data[1] == 3
-                and not (self.security is not None and self.security.tls)):
-            self.close(SecurityProtocolMismatchError(
-                f"{self.host}:{self.port} answered with TLS: it is a TLS listener, and security.protocol is "
-                f"{self.protocol} (use SSL or SASL_SSL)"))
-            return
-        self._bytes_received += len(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # The splitter's buffers: a large response (a Fetch) is received straight into a buffer
+        # of its own and never copied after the kernel wrote it.
+        view = self._splitter.get_buffer(sizehint)
+        if not self._bytes_received:
+            self._first_read = view  # for the TLS check of the first bytes
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if not self._bytes_received:
+            first, self._first_read = self._first_read, None
+            if (nbytes >= 2 and first[0] in _TLS_RECORD_TYPES and first[1] == 3
+                    and not (self.security is not None and self.security.tls)):
+                self.close(SecurityProtocolMismatchError(
+                    f"{self.host}:{self.port} answered with TLS: it is a TLS listener, and security.protocol is "
+                    f"{self.protocol} (use SSL or SASL_SSL)"))
+                return
+        self._bytes_received += nbytes
         try:
-            frames = self._splitter.feed(data)
+            frames = self._splitter.buffer_updated(nbytes)
         except ProtocolError as exc:
             self.close(BrokerConnectionError(f"bad response frame from {self.host}:{self.port}: {exc}"))
             return
@@ -348,7 +360,7 @@ class BrokerConnection(asyncio.Protocol):
     def _complete(self, frame: bytes) -> bool:
         if self._raw is not None:  # SaslHandshake v0: a bare token, no response header
             if not self._raw.done():
-                self._raw.set_result(frame)
+                self._raw.set_result(bytes(frame))
             return True
         try:
             correlation_id = correlation_id_of_response(frame)
@@ -393,7 +405,9 @@ class BrokerConnection(asyncio.Protocol):
                     # as a refusal that names no versions, so the next attempt is v0.
                     response = messages.ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=[])
             return response
-        _, response = decode_response(frame, pending.api_key, pending.version, strict=False)
+        # Fetch: the record batches stay views of the received frame (no copy of the bulk of it).
+        _, response = decode_response(frame, pending.api_key, pending.version, strict=False,
+                                      record_views=pending.api_key == FETCH)
         return response
 
     def connection_lost(self, exc) -> None:

@@ -51,7 +51,7 @@ from .loop_thread import LoopThread
 from .membership import STABLE, UNJOINED, GroupMembership, JoinResult
 from .offsets import GroupIdentity, GroupOffsets
 from .subscription import EARLIEST, LATEST, NONE_RESET, SubscriptionState
-from .types import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from .types import ConsumerRecord, FetchedBatch, OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "AsyncConsumer",
@@ -208,6 +208,17 @@ class AsyncConsumer:
         """Records from the assigned partitions: up to ``max_records`` (``max.poll.records``),
         waiting up to ``timeout_ms`` for some (None: until there are).  Rebalances and auto
         commits happen here."""
+        return await self._poll_with(self._fetcher.drain, timeout_ms, max_records)
+
+    async def getbatches(self, timeout_ms: float | None = 0, max_records: int | None = None) -> list[FetchedBatch]:
+        """As ``getmany``, but the fetched data comes out as whole batches (``FetchedBatch``),
+        undecoded where possible, for readers that decode records their own way (kwire's Spark
+        source builds Arrow columns from them).  ``max_records`` bounds the records handed out
+        as in ``getmany``, except that batches are never split: the first one comes out
+        whatever its size.  Positions, commits and rebalances are as with ``getmany``."""
+        return await self._poll_with(self._fetcher.drain_batches, timeout_ms, max_records)
+
+    async def _poll_with(self, drain, timeout_ms: float | None, max_records: int | None) -> list:
         self._check_open()
         if self._sub.mode == SubscriptionState.NONE:
             raise IllegalStateError("the consumer is neither subscribed nor assigned: call subscribe() or assign()")
@@ -215,21 +226,21 @@ class AsyncConsumer:
         deadline = math.inf if timeout_ms is None else time.monotonic() + max(timeout_ms, 0) / 1000
         m = self._membership
         if m is None:
-            return await self._poll(deadline, max_records)
+            return await self._poll(deadline, max_records, drain)
         m.polling += 1  # an application blocked in poll is alive as far as max.poll.interval.ms goes
         try:
-            return await self._poll(deadline, max_records)
+            return await self._poll(deadline, max_records, drain)
         finally:
             m.polling -= 1
             m.polled()
 
-    async def _poll(self, deadline: float, max_records: int) -> list[ConsumerRecord]:
+    async def _poll(self, deadline: float, max_records: int, drain) -> list:
         self._maybe_auto_commit()
         while True:
             self._wakeup_event.clear()
             await self._coordinate()
             self._update_positions()
-            records = self._fetcher.drain(max_records)
+            records = drain(max_records)
             self._fetcher.maybe_fetch()
             if records:
                 # Let the loop run once: an application that polls in a tight loop would otherwise
@@ -875,6 +886,13 @@ class Consumer:
         ``timeout`` seconds (None: no limit) for the first; an empty list when none came."""
         self._run_commit_callbacks()
         return self._callbacks.call(self._consumer.getmany(None if timeout is None else timeout * 1000, max_records))
+
+    def poll_batches(self, timeout: float | None = 1.0, max_records: int | None = None) -> list[FetchedBatch]:
+        """As ``poll``, with the data as whole batches (``FetchedBatch``): see
+        ``AsyncConsumer.getbatches``."""
+        self._run_commit_callbacks()
+        return self._callbacks.call(
+            self._consumer.getbatches(None if timeout is None else timeout * 1000, max_records))
 
     # -- positions --------------------------------------------------------------------------------
     def seek(self, partition: TopicPartition, offset: int) -> None:

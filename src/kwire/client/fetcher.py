@@ -32,7 +32,7 @@ from .cluster import Cluster
 from .errors import AuthenticationError, ClientError, SecurityProtocolMismatchError, is_retriable
 from .metadata import NO_TOPIC_ID
 from .subscription import NONE_RESET, PartitionState, SubscriptionState
-from .types import ConsumerRecord, TopicPartition
+from .types import ConsumerRecord, FetchedBatch, TopicPartition
 
 __all__ = ["Fetcher", "READ_COMMITTED", "READ_UNCOMMITTED", "isolation_level_code"]
 
@@ -211,9 +211,32 @@ class Fetcher:
 
     def _decode_next_batch(self, buf: _PartitionBuffer, state: PartitionState) -> bool:
         """Open the next batch that has records for the application (``buf.reader``, or decoded
-        into ``buf.pending`` for a legacy message set),
-        skipping control batches, aborted transactions (read_committed) and records before the
-        position.  False when the buffer has no batch left."""
+        into ``buf.pending`` for a legacy message set).  False when the buffer has no batch left."""
+        while True:
+            batch = self._next_batch(buf, state)
+            if batch is None:
+                return False
+            tp = buf.tp
+            chunk = buf.chunks[0]
+            try:
+                if batch.magic == 2:
+                    # The decoder builds the ConsumerRecords itself (one tuple per record), a
+                    # slice at a time as the application takes them (_read_more).
+                    buf.reader = batch.reader((ConsumerRecord, tp[0], tp[1]))
+                    buf.pending_next = batch.next_offset
+                    buf.pending_epoch = batch.partition_leader_epoch
+                    return True
+                pending = self._legacy_records(batch, tp)
+            except Exception:
+                chunk.index -= 1  # the application sees the error again until it seeks past the batch
+                raise
+            if self._hand_out_legacy(buf, state, batch, pending):
+                return True
+
+    def _next_batch(self, buf: _PartitionBuffer, state: PartitionState):
+        """The next batch of the buffer that may hold records for the application, taken from
+        its chunk; control batches and aborted transactions (read_committed) are stepped over.
+        None when the buffer has no batch left."""
         while buf.chunks:
             chunk = buf.chunks[0]
             if chunk.index >= len(chunk.batches):
@@ -239,36 +262,109 @@ class Fetcher:
                 if batch.is_transactional and batch.producer_id in pids:
                     state.position = next_offset
                     continue
-            if batch.is_control:
-                state.position = next_offset
+            if batch.is_control or next_offset <= state.position:
+                state.position = max(state.position, next_offset)
                 continue
-            tp = buf.tp
+            return batch
+        return None
+
+    @staticmethod
+    def _hand_out_legacy(buf: _PartitionBuffer, state: PartitionState, batch, pending: list) -> bool:
+        """Put the records of a legacy message set at or after the position in ``buf.pending``;
+        False (and the position past the set) when none are."""
+        position = state.position
+        if pending and pending[0][2] < position:
+            # A batch that starts before the position (a seek into it, a compressed batch).
+            pending = [r for r in pending if r[2] >= position]
+        if not pending:
+            state.position = batch.next_offset
+            return False
+        buf.pending = pending
+        buf.pending_pos = 0
+        buf.pending_next = batch.next_offset
+        buf.pending_epoch = -1
+        return True
+
+    # -- handing out whole batches ----------------------------------------------------------------
+    def drain_batches(self, max_records: int) -> list[FetchedBatch]:
+        """Buffered data as whole batches, for consumers that decode records themselves (a
+        columnar reader): ``FetchedBatch`` items, partition by partition, advancing positions
+        past each.  A v2 batch comes undecoded (its records before ``start`` are not the
+        application's: a seek into the batch); a legacy message set, or the rest of a batch that
+        ``drain()`` began, comes as decoded records.  At least one batch per call when any is
+        buffered, then whole batches while their records fit in ``max_records``.  Errors as in
+        ``drain()``."""
+        if self._errors:
+            raise self._errors.pop(0)
+        out: list[FetchedBatch] = []
+        if not self._buffers:
+            return out
+        assignment = self._sub.assignment
+        need = max_records
+        for tp in list(self._buffers):
+            buf = self._buffers[tp]
+            state = assignment.get(tp)
+            if state is None or state.seek_epoch != buf.seek_epoch:
+                self._drop(tp)
+                continue
+            if state.paused:
+                continue
             try:
-                if batch.magic == 2:
-                    # The decoder builds the ConsumerRecords itself (one tuple per record), a
-                    # slice at a time as the application takes them (_read_more).
-                    buf.reader = batch.reader((ConsumerRecord, tp[0], tp[1]))
-                    buf.pending_next = next_offset
-                    buf.pending_epoch = batch.partition_leader_epoch
-                    return True
-                pending = self._legacy_records(batch, tp)
-            except Exception:
-                chunk.index -= 1  # the application sees the error again until it seeks past the batch
-                raise
-            epoch = -1
-            position = state.position
-            if pending and pending[0][2] < position:
-                # A batch that starts before the position (a seek into it, a compressed batch).
-                pending = [r for r in pending if r[2] >= position]
-            if not pending:
-                state.position = next_offset
+                need -= self._take_batches(buf, state, need, out)
+            except Exception as exc:
+                if not out:
+                    raise
+                self._errors.append(exc)
+                break
+            del self._buffers[tp]
+            if buf.empty:
                 continue
-            buf.pending = pending
-            buf.pending_pos = 0
-            buf.pending_next = next_offset
-            buf.pending_epoch = epoch
-            return True
-        return False
+            self._buffers[tp] = buf
+            if need <= 0:
+                break
+        return out
+
+    def _take_batches(self, buf: _PartitionBuffer, state: PartitionState, need: int, out: list) -> int:
+        tp = buf.tp
+        got = 0
+        if buf.pending is not None or buf.reader is not None:
+            got += self._rest_of_batch(buf, state, out)
+        while got < need or not out:
+            batch = self._next_batch(buf, state)
+            if batch is None:
+                break
+            if batch.magic != 2:
+                try:
+                    pending = self._legacy_records(batch, tp)
+                except Exception:
+                    buf.chunks[0].index -= 1
+                    raise
+                if self._hand_out_legacy(buf, state, batch, pending):
+                    got += self._rest_of_batch(buf, state, out)
+                continue
+            start = state.position
+            state.position = batch.next_offset
+            state.leader_epoch = batch.partition_leader_epoch
+            out.append(FetchedBatch(tp, batch, start, None))
+            got += batch.record_count
+        return got
+
+    @staticmethod
+    def _rest_of_batch(buf: _PartitionBuffer, state: PartitionState, out: list) -> int:
+        """The records of the batch being consumed not handed out yet, as one ``FetchedBatch``."""
+        records = [] if buf.pending is None else buf.pending[buf.pending_pos:]
+        if buf.reader is not None:
+            records += buf.reader.take(1 << 62)  # a corrupt record raises here, as in drain()
+            buf.reader = None
+            position = state.position
+            if records and records[0][2] < position:
+                records = [r for r in records if r[2] >= position]
+        buf.pending = None
+        state.position = buf.pending_next
+        state.leader_epoch = buf.pending_epoch
+        if records:
+            out.append(FetchedBatch(buf.tp, None, records[0][2], records))
+        return len(records)
 
     @staticmethod
     def _legacy_records(batch, tp: TopicPartition) -> list[ConsumerRecord]:

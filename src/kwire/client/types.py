@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["ConsumerRecord", "OffsetAndMetadata", "RecordMetadata", "TopicPartition"]
 
@@ -48,3 +48,16 @@ class ConsumerRecord(NamedTuple):
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     leader_epoch: int = -1
+
+
+class FetchedBatch(NamedTuple):
+    """Fetched data of one partition handed out whole (``Consumer.poll_batches``), for readers
+    that decode records themselves.  Either ``batch``, an undecoded v2 ``RecordBatch`` (a data
+    batch: control batches and aborted transactions never come out) whose records from offset
+    ``start`` on are the application's, or ``records``, already decoded ``ConsumerRecord``s (a
+    legacy message set, or the rest of a batch ``poll()`` began)."""
+
+    tp: TopicPartition
+    batch: Any
+    start: int
+    records: list[ConsumerRecord] | None

@@ -116,15 +116,19 @@ def encode_response_parts(response: Response, version: int, correlation_id: int)
     return out.parts() if out.splices else [bytes(out)]
 
 
-def decode_response(frame, api_key: int, version: int, *, strict: bool = True) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]
-    """Header and typed response from a frame body, given the request's api key and version."""
+def decode_response(frame, api_key: int, version: int, *, strict: bool = True,
+                    record_views: bool = False) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]
+    """Header and typed response from a frame body, given the request's api key and version.
+
+    ``record_views``: ``records`` fields are memoryviews of ``frame`` rather than copies (see
+    ``MessageCodec.decode``)."""
     if api_key not in REQUEST_NAMES:
         raise UnknownApiVersionError(f"unknown api key {api_key} (version {version})", what="response")
     cls = response_class(api_key)
     if not cls.SPEC.has_version(version):
         raise UnknownApiVersionError(f"no version {version}", what=cls.SPEC.name)
     header, offset = ResponseHeader.codec(response_header_version(api_key, version)).decode(frame, 0, strict=False)
-    response, _ = cls.codec(version).decode(frame, offset, strict=strict)
+    response, _ = cls.codec(version).decode(frame, offset, strict=strict, record_views=record_views)
     return header, response
 
 

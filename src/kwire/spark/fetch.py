@@ -1,7 +1,8 @@
 """Reading one offset range on an executor: kwire's consumer, records out as Arrow batches.
 
 The worker's consumer (``worker_clients``) is assigned the range's partition and moved to its
-start; records come out of ``poll`` until the position reaches the end.  The consumer does
+start; whole fetched batches come out of ``poll_batches`` until the position reaches the end,
+and become Arrow batches column-wise (``columns``) with no Python object per record.  The consumer does
 what a Kafka consumer does with the log: control batches (transaction markers) and, with
 ``kafka.isolation.level=read_committed``, aborted transactions never come out, and their
 offsets are stepped over.  So the range ends when the *position* reaches its end, not when a
@@ -22,10 +23,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from kwire.client.consumer_errors import NoOffsetForPartitionError
-from kwire.client.types import TopicPartition
+from kwire.client.types import FetchedBatch, TopicPartition
 from kwire.protocol.errors import KafkaError
 
 from . import worker_clients
+from .columns import batches_to_arrow
 from .options import SourceOptions
 from .planning import OffsetRange
 from .schema import records_to_batch
@@ -75,23 +77,20 @@ def read_range(task: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordB
 def _poll_range(consumer, tp: TopicPartition, task: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordBatch]:
     position = task.start
     end = task.end
-    pending: list = []
+    rows = _RowBuilder(task, options.include_headers)
     patience = options.poll_timeout_ms / 1000
     last_progress = time.monotonic()
     while position < end:
         try:
-            records = consumer.poll(timeout=min(patience, 1.0), max_records=BATCH_ROWS)
+            fetched = consumer.poll_batches(timeout=min(patience, 1.0), max_records=BATCH_ROWS)
         except NoOffsetForPartitionError:
             position = _after_out_of_range(consumer, tp, position, end, options)
             last_progress = time.monotonic()
             continue
-        if records:
-            if records[-1][2] >= end:
-                records = [r for r in records if r[2] < end]
-            pending += records
-            if len(pending) >= BATCH_ROWS:
-                yield records_to_batch(pending, task.topic, task.partition, options.include_headers)
-                pending = []
+        for item in fetched:
+            if item.start >= end:
+                break
+            yield from rows.add(item)
         now_at = consumer.position(tp)
         if now_at != position:
             position = now_at
@@ -102,8 +101,55 @@ def _poll_range(consumer, tp: TopicPartition, task: OffsetRange, options: Source
                 f"({options.poll_timeout_ms} ms); the task reads offsets {task.start} to {end - 1}")
     # Done with the partition: no prefetching while Spark takes the last batch or the worker idles.
     consumer.assign([])
-    if pending:
-        yield records_to_batch(pending, task.topic, task.partition, options.include_headers)
+    last = rows.flush()
+    if last is not None:
+        yield last
+
+
+class _RowBuilder:
+    """Collects fetched batches of one range until they hold about ``BATCH_ROWS`` records, then
+    turns them into one Arrow batch: v2 batches column-wise (``columns``), already decoded
+    records (legacy message sets) through ``records_to_batch``."""
+
+    def __init__(self, task: OffsetRange, include_headers: bool):
+        self.task = task
+        self.include_headers = include_headers
+        self.batches: list = []
+        self.start = 0
+        self.count = 0
+
+    def add(self, item: FetchedBatch) -> list[pa.RecordBatch]:
+        """The Arrow batches ready once ``item`` is added (usually none)."""
+        if item.batch is None:
+            # Decoded records keep their place in offset order: what was collected goes first.
+            done = self.flush()
+            task = self.task
+            records = [r for r in item.records if r[2] < task.end]
+            decoded = records_to_batch(records, task.topic, task.partition, self.include_headers)
+            return [decoded] if done is None else [done, decoded]
+        batch = item.batch
+        # Uncompressed batches of one Fetch answer are turned into columns straight from its
+        # buffer; batches of two answers would be copied into one first: the rows collected so
+        # far go out when the answer changes (compressed batches are copied when decompressed).
+        ready = [self.flush()] if self.batches and batch.buffer is not self.batches[-1].buffer \
+            and not batch.compression else []
+        if not self.batches:
+            self.start = item.start
+        self.batches.append(batch)
+        self.count += batch.record_count
+        if self.count >= BATCH_ROWS:
+            ready.append(self.flush())
+        return ready
+
+    def flush(self) -> pa.RecordBatch | None:
+        if not self.batches:
+            return None
+        task = self.task
+        out = batches_to_arrow(self.batches, task.topic, task.partition, self.include_headers,
+                               start=self.start, end=task.end)
+        self.batches = []
+        self.count = 0
+        return out
 
 
 def _after_out_of_range(consumer, tp: TopicPartition, position: int, end: int, options: SourceOptions) -> int:

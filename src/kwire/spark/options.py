@@ -139,6 +139,11 @@ class SourceOptions:
         # planned), so the broker's long poll only delays the worker's next task, whose fetch
         # queues behind the prefetch that reached the log end.
         settings.setdefault("fetch.max.wait.ms", 10)
+        # A task reads one partition: larger answers than the consumer's 1 MiB default halve the
+        # round trips per row for 1 KiB records (measured: 0.66 -> 1.15 M rows/s in one process,
+        # /tmp-style script reading a 300,000-record range with read_range).  Two answers wait
+        # at most, so a worker holds about 8 MiB of fetched data.
+        settings.setdefault("max.partition.fetch.bytes", 4 * 1024 * 1024)
         return settings
 
     def admin_settings(self) -> dict[str, Any]:

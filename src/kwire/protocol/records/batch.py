@@ -140,6 +140,11 @@ class RecordBatch:
         self._header = header
         self.max_decompressed_size = max_decompressed_size
 
+    @property
+    def buffer(self):
+        """The buffer this batch is a view of (batches of one Fetch answer share it)."""
+        return self._data
+
     # -- header fields ------------------------------------------------------------------
     @property
     def base_offset(self) -> int:
@@ -325,6 +330,24 @@ class RecordBatch:
         return RecordReader((buf, end, h[12], h[0], h[7], append_time, cls, where, self._pos + _COUNT_OFFSET, wide),
                             pos)
 
+    def records_section(self) -> tuple:
+        """``(buf, start, end, append_time)``: the records of the batch are ``buf[start:end]``,
+        decompressed if the batch is compressed, else the batch's own buffer (no copy); and
+        ``append_time`` the batch's max timestamp with LogAppendTime (every record's timestamp
+        then), else None.  For decoders of their own (a columnar one); nothing is validated."""
+        h = self._header
+        start, end = self._pos + HEADER_SIZE, self._end
+        append_time = h[8] if h[5] & _TIMESTAMP_TYPE_BIT else None
+        codec = h[5] & _COMPRESSION_MASK
+        if not codec:
+            return self._data, start, end, append_time
+        try:
+            buf = decompress(codec, memoryview(self._data)[start:end], max_size=self.max_decompressed_size)
+        except DecodeError as exc:
+            raise CorruptRecordError(exc.reason, what=_WHAT, path=["records"],
+                                     offset=start if exc.offset is None else start + exc.offset) from None
+        return buf, 0, len(buf), append_time
+
     def _record_type(self, into: tuple | None) -> tuple[type, tuple | None]:
         h = self._header
         if into is None:
@@ -336,29 +359,15 @@ class RecordBatch:
 
     def _records_buffer(self) -> tuple:
         """(buf, pos, end, where, append_time) of the records section, decompressed if needed."""
-        h = self._header
-        data = self._data
-        start = self._pos + HEADER_SIZE
-        end = self._end
-        codec = h[5] & _COMPRESSION_MASK
-        if codec:
-            try:
-                buf = decompress(codec, memoryview(data)[start:end], max_size=self.max_decompressed_size)
-            except DecodeError as exc:
-                raise CorruptRecordError(exc.reason, what=_WHAT, path=["records"],
-                                         offset=start if exc.offset is None else start + exc.offset) from None
-            pos, end, where = 0, len(buf), "decompressed"
-        elif type(data) is bytes:
+        buf, start, end, append_time = self.records_section()
+        if buf is not self._data:
+            return buf, 0, end, "decompressed", append_time
+        if type(buf) is bytes:
             # Slice keys and values straight out of the caller's bytes: no copy of the batch.
-            buf, pos, where = data, start, None
-        else:
-            # bytearray/memoryview slices are not bytes; one copy makes every key/value slice a
-            # plain bytes object (cheaper than 2 bytes() conversions per record).
-            buf = bytes(memoryview(data)[start:end])
-            pos, end, where = 0, len(buf), start
-        # Kafka: with LogAppendTime every record's timestamp is the batch's max timestamp.
-        append_time = h[8] if h[5] & _TIMESTAMP_TYPE_BIT else None
-        return buf, pos, end, where, append_time
+            return buf, start, end, None, append_time
+        # bytearray/memoryview slices are not bytes; one copy makes every key/value slice a
+        # plain bytes object (cheaper than 2 bytes() conversions per record).
+        return bytes(memoryview(buf)[start:end]), 0, end - start, start, append_time
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())

@@ -1,0 +1,299 @@
+"""Record batches (v2) straight into Arrow columns, without a Python object per record.
+
+The per-record decoder builds a tuple, two bytes objects and two ints for every record, and
+``records_to_batch`` then turns them into columns: about 1 us per record in CPython, more than
+Spark spends on the row itself.  Here the records of many batches become Spark's Kafka columns
+with a handful of numpy and Arrow calls:
+
+1. One Python pass over the record length prefixes (the only field that says where the next
+   record starts), giving where every record starts and ends.
+2. Every other field read for all records at once with numpy: attributes are skipped, then the
+   timestamp delta, offset delta, key length, value length and header count varints, each
+   decoded for every record in one vectorised step.
+3. Keys and values gathered in C: an Arrow binary array laid over the records' own bytes
+   alternates each key (or value) with the bytes between it and the next one, and filtering
+   every second element copies just the keys (values) into a compact column.  Null (negative length)
+   keys and values come out null.
+
+Records with headers get their headers parsed in Python (only those records).  A batch whose
+fields do not add up (a record overrunning its length, a bad varint) is decoded again with the
+per-record decoder, whose error names the record and field; the columns are never built from
+bytes that do not parse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from kwire.protocol.errors import CorruptRecordError
+from kwire.protocol.records.batch import RecordBatch
+
+from .schema import arrow_schema
+
+__all__ = ["batches_to_arrow"]
+
+# A record's length prefix and body in bytes, by the prefix's first byte (1-byte prefixes) or by
+# its two bytes (``b + 128 * c``, 2-byte prefixes: up to 8 KiB records).  A negative length
+# (corrupt) is made one no buffer holds, so the walk needs no comparison of its own for it.
+_BAD_LENGTH = 1 << 40
+_STEP_1 = [1 + v if v >= 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n in range(128))]
+_STEP_2 = [0] * 128 + [2 + v if v >= 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n in range(16384))]
+_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)     # bit position of each of a varint's 10 bytes
+_INT32_MAX = 2**31 - 1
+
+
+def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int, include_headers: bool,
+                     start: int = 0, end: int | None = None) -> pa.RecordBatch:
+    """One Arrow batch of Spark's Kafka schema holding the records of ``batches`` (v2 data
+    batches of one partition, in offset order) whose offsets are in ``[start, end)``."""
+    buf, starts, per_batch = _locate(batches)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    n = len(starts)
+    starts_a = np.array(starts, dtype=np.int64)
+    counts = [c for c, _, _, _, _ in per_batch]
+    # A record ends where the next one starts, the last of each batch where its batch does.
+    ends_a = np.empty(n, dtype=np.int64)
+    ends_a[:-1] = starts_a[1:]
+    if n:
+        ends_a[np.cumsum(counts) - 1] = [stop for _, _, _, _, stop in per_batch]
+    firsts_a = _varints(u8, starts_a, 5)[1]  # past the length prefixes the walk checked
+    fields = _fields(u8, firsts_a + 1, n)  # + 1: the attributes byte, unused since Kafka 0.11
+    if fields is None or not _consistent(fields, ends_a, u8):
+        _raise_decode_error(batches)
+        raise CorruptRecordError("record fields do not add up to their lengths", what="RecordBatch")
+    ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at = fields
+
+    offsets = np.repeat(np.array([b for _, b, _, _, _ in per_batch], dtype=np.int64), counts) + off_delta
+    append = [t for _, _, t, _, _ in per_batch]
+    base_ts = np.repeat(np.array([t for _, _, _, t, _ in per_batch], dtype=np.int64), counts)
+    millis = base_ts + ts_delta
+    if any(t is not None for t in append):
+        fixed = np.repeat(np.array([-1 if t is None else t for t in append], dtype=np.int64), counts)
+        is_append = np.repeat(np.array([t is not None for t in append]), counts)
+        millis = np.where(is_append, fixed, millis)
+    ts_type = np.repeat(np.array([t is not None for t in append], dtype=np.int32), counts)
+
+    lo = int(np.searchsorted(offsets, start, side="left")) if n and offsets[0] < start else 0
+    hi = n if end is None or not n or offsets[-1] < end else int(np.searchsorted(offsets, end, side="left"))
+    schema = arrow_schema(include_headers)
+    rows = hi - lo
+    arrays = [
+        _gather(buf, key_at, key_len, lo, hi),
+        _gather(buf, value_at, value_len, lo, hi),
+        pa.repeat(pa.scalar(topic, pa.string()), rows),
+        pa.repeat(pa.scalar(partition, pa.int32()), rows),
+        pa.array(offsets[lo:hi]),
+        pa.array(millis[lo:hi] * 1000, schema.field("timestamp").type),
+        pa.array(ts_type[lo:hi]),
+    ]
+    if include_headers:
+        arrays.append(_headers(buf, header_count[lo:hi], header_at[lo:hi], ends_a[lo:hi], schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _locate(batches: Sequence[RecordBatch]) -> tuple:
+    """The records' common buffer, each record's first byte (after its length) and end, and per
+    batch (record count, base offset, append time or None, base timestamp).
+
+    Uncompressed batches of one fetch answer share its buffer: used as it is.  Otherwise (a
+    compressed batch, batches from several answers) the record sections are joined once."""
+    sections = [(b, *b.records_section()) for b in batches]
+    shared = sections[0][1] if sections else b""
+    if any(s[1] is not shared for s in sections):
+        joined, placed, at = [], [], 0
+        for batch, buf, first, last, append_time in sections:
+            joined.append(memoryview(buf)[first:last])
+            placed.append((batch, None, at, at + last - first, append_time))
+            at += last - first
+        shared = b"".join(joined)
+        sections = placed
+    starts: list[int] = []  # where each record's length prefix is
+    add = starts.append
+    step_1, step_2 = _STEP_1, _STEP_2
+    buf = shared
+    per_batch = []
+    for batch, _, pos, stop, append_time in sections:
+        count = batch.record_count
+        try:
+            for _ in range(count):
+                add(pos)
+                b = buf[pos]
+                if b < 128:
+                    pos += step_1[b]
+                    continue
+                c = buf[pos + 1]
+                if c < 128:
+                    pos += step_2[b + 128 * c]
+                    continue
+                length, after = _varint(buf, pos)
+                pos = after + (length if length >= 0 else _BAD_LENGTH)
+        except IndexError:
+            pos = -1
+        if pos != stop:  # a length ran past the section or ended short of it
+            _raise_decode_error([batch])
+            raise CorruptRecordError(f"the lengths of {count} records do not add up to the "
+                                     f"{stop - (pos if pos >= 0 else stop)} bytes of the batch's records",
+                                     what="RecordBatch")
+        per_batch.append((count, batch.base_offset, append_time, batch.base_timestamp, stop))
+    return buf, starts, per_batch
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    """A zigzag varint32 at ``pos``: (value, position after it)."""
+    raw = shift = 0
+    for i in range(5):
+        if pos + i >= len(buf):
+            break
+        b = buf[pos + i]
+        raw |= (b & 0x7F) << shift
+        if b < 128:
+            return (raw >> 1) ^ -(raw & 1), pos + i + 1
+        shift += 7
+    return _BAD_LENGTH, pos + 5  # too long or cut off: a length past any buffer, caught by the caller
+
+
+def _varints(u8: np.ndarray, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The zigzag varints at positions ``at`` (at most ``width`` bytes each): (values, positions
+    after them); None if one is longer or runs off the buffer."""
+    if not len(at):
+        return np.zeros(0, np.int64), at
+    last = len(u8) - 1
+    one = u8[np.minimum(at, last)].astype(np.int64)
+    more = one >= 0x80
+    if not more.any():  # every varint is one byte: the common case for small fields
+        return (one >> 1) ^ -(one & 1), at + 1
+    two = u8[np.minimum(at + 1, last)].astype(np.int64)
+    if not (more & (two >= 0x80)).any():  # none longer than two bytes (up to 8191)
+        raw = np.where(more, (one & 0x7F) | (two << 7), one)
+        return (raw >> 1) ^ -(raw & 1), at + 1 + more
+    idx = at[:, None] + np.arange(width)
+    if int(at.max()) > last:
+        return None
+    np.minimum(idx, last, out=idx)
+    b = u8[idx]
+    stops = b < 0x80
+    if not stops.any(axis=1).all():
+        return None
+    length = stops.argmax(axis=1) + 1
+    if int((at + length).max()) > last + 1:
+        return None
+    keep = np.arange(width) < length[:, None]
+    raw = np.where(keep, (b & 0x7F).astype(np.uint64) << _SHIFTS[:width], np.uint64(0)).sum(axis=1, dtype=np.uint64)
+    values = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+    return values, at + length
+
+
+def _fields(u8: np.ndarray, at: np.ndarray, n: int) -> tuple | None:
+    got = _varints(u8, at, 10)  # timestamp delta: a varlong
+    if got is None:
+        return None
+    ts_delta, at = got
+    got = _varints(u8, at, 5)
+    if got is None:
+        return None
+    off_delta, at = got
+    got = _varints(u8, at, 5)
+    if got is None:
+        return None
+    key_len, key_at = got
+    got = _varints(u8, key_at + np.maximum(key_len, 0), 5)
+    if got is None:
+        return None
+    value_len, value_at = got
+    got = _varints(u8, value_at + np.maximum(value_len, 0), 5)
+    if got is None:
+        return None
+    header_count, header_at = got
+    return ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at
+
+
+def _consistent(fields: tuple, ends: np.ndarray, u8: np.ndarray) -> bool:
+    """Whether every record's fields end where its length says (exactly, for a record without
+    headers; within it for one with headers, whose headers are checked when parsed)."""
+    header_count, header_at = fields[6], fields[7]
+    if (header_count < 0).any():
+        return False
+    no_headers = header_count == 0
+    if not np.array_equal(header_at[no_headers], ends[no_headers]):
+        return False
+    return bool((header_at[~no_headers] <= ends[~no_headers]).all())
+
+
+def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int) -> pa.Array:
+    """Binary column of the byte strings ``buf[at:at + length]`` of records ``lo..hi-1`` (null for
+    a negative length): every second element of an array laid over ``buf`` itself."""
+    rows = hi - lo
+    if rows <= 0:
+        return pa.array([], pa.binary())
+    at, length = at[lo:hi], length[lo:hi]
+    valid = length >= 0
+    stop = at + np.where(valid, length, 0)
+    bounds = np.empty(2 * rows + 1, dtype=np.int64)
+    bounds[0:-1:2] = at
+    bounds[1::2] = stop
+    bounds[-1] = stop[-1]
+    wide = int(bounds[-1]) > _INT32_MAX
+    kind = pa.large_binary() if wide else pa.binary()
+    validity = None
+    if not valid.all():
+        both = np.ones(2 * rows, dtype=bool)
+        both[0::2] = valid
+        validity = pa.py_buffer(np.packbits(both, bitorder="little"))
+    offsets = pa.py_buffer(bounds if wide else bounds.astype(np.int32))
+    laid = pa.Array.from_buffers(kind, 2 * rows, [validity, offsets, pa.py_buffer(buf)])
+    # filter with an alternating mask copies about 1.6x faster than take with every second index
+    # (121 against 192 ns per 1 KiB value, measured with 8,192 rows).
+    taken = laid.filter(_every_second(2 * rows))
+    return taken.cast(pa.binary()) if wide else taken
+
+
+_EVERY_SECOND: list[pa.BooleanArray] = []
+
+
+def _every_second(length: int) -> pa.BooleanArray:
+    """True, False, True, ... of ``length`` (a slice of one cached mask)."""
+    if not _EVERY_SECOND or len(_EVERY_SECOND[0]) < length:
+        mask = np.zeros(max(length, 1 << 15), dtype=bool)
+        mask[0::2] = True
+        _EVERY_SECOND[:] = [pa.array(mask)]
+    return _EVERY_SECOND[0].slice(0, length)
+
+
+def _headers(buf, count: np.ndarray, at: np.ndarray, ends: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """The headers column: null for a record without headers (as Spark's connector), else the
+    list of (key, value) structs, parsed in Python for just those records."""
+    rows = len(count)
+    with_headers = np.flatnonzero(count)
+    if not len(with_headers):
+        return pa.nulls(rows, kind)
+    column: list = [None] * rows
+    for i in with_headers.tolist():
+        pos, stop = int(at[i]), int(ends[i])
+        pairs = []
+        for _ in range(int(count[i])):
+            key_len, pos = _varint(buf, pos)
+            if key_len < 0 or pos + key_len > stop:
+                raise CorruptRecordError(f"header key of {key_len} bytes does not fit in its record", what="RecordBatch")
+            key = bytes(buf[pos:pos + key_len]).decode("utf-8")
+            pos += key_len
+            value_len, pos = _varint(buf, pos)
+            if pos + max(value_len, 0) > stop:
+                raise CorruptRecordError(f"header value of {value_len} bytes does not fit in its record",
+                                         what="RecordBatch")
+            value = None if value_len < 0 else bytes(buf[pos:pos + value_len])
+            pos += max(value_len, 0)
+            pairs.append((key, value))
+        if pos != stop:
+            raise CorruptRecordError("a record's headers do not end where the record does", what="RecordBatch")
+        column[i] = pairs
+    return pa.array(column, kind)
+
+
+def _raise_decode_error(batches: Sequence[RecordBatch]) -> None:
+    """Decode the batches record by record, so that a corrupt one raises the decoder's error,
+    which names the record and the field."""
+    for batch in batches:
+        batch.records()
