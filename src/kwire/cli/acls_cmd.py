@@ -107,13 +107,11 @@ def _mode_options(q: argparse.ArgumentParser) -> None:
     offline.add_argument("--data-dir", type=Path, help="the broker's data directory (default ./kwire-data)")
     offline.add_argument("--config", type=Path, metavar="FILE", help="take the data directory from this broker TOML")
     # --config is the broker's TOML here (as for kwire users): the client properties file moves aside.
-    add_client_options(q, json_output=False, config_flag="--client-config")
+    # Here no bootstrap means offline, not localhost:9092.
+    add_client_options(q, json_output=False, config_flag="--client-config", bootstrap_help=(
+        f"a broker to manage the ACLs through (default ${BOOTSTRAP_ENV}); without one, the data directory"))
     # None, not 30: to tell an explicit --timeout (which needs a bootstrap) from no flag at all.
     q.set_defaults(timeout=None)
-    # Here no bootstrap means offline, not localhost:9092; argparse has no public way to reword
-    # the help of an option already added.
-    q._option_string_actions["--bootstrap"].help = (
-        f"a broker to manage the ACLs through (default ${BOOTSTRAP_ENV}); without one, the data directory")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

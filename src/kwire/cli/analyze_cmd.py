@@ -17,6 +17,7 @@ import sys
 import time
 from typing import TextIO
 
+from .arg_types import positive_float, positive_int, tcp_port
 from .output import fail
 
 __all__ = ["register", "run"]
@@ -57,9 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "group activity and findings.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("captures", nargs="*", metavar="CAPTURE", help="pcap or pcapng files (.gz too)")
-    p.add_argument("--kafka-port", dest="kafka_ports", action="append", type=_port, default=[], metavar="PORT",
+    p.add_argument("--kafka-port", dest="kafka_ports", action="append", type=tcp_port, default=[], metavar="PORT",
                    help="a server port carrying Kafka (repeatable); turns protocol sniffing off")
-    p.add_argument("--mongo-port", dest="mongo_ports", action="append", type=_port, default=[], metavar="PORT",
+    p.add_argument("--mongo-port", dest="mongo_ports", action="append", type=tcp_port, default=[], metavar="PORT",
                    help="a server port carrying MongoDB (repeatable); turns protocol sniffing off")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="exchanges as JSON lines, to stdout or (--json=FILE) to FILE")
@@ -67,10 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="record keys and values (Kafka) and documents (MongoDB) in the JSON lines")
     p.add_argument("--parquet", metavar="DIR", help="write the tables as Parquet datasets under DIR")
     p.add_argument("--html", metavar="FILE", help="write an HTML report to FILE")
-    p.add_argument("--slow-ms", type=_positive_float, metavar="MS",
+    p.add_argument("--slow-ms", type=positive_float, metavar="MS",
                    help="a request answered this much later than it may legitimately wait (a Fetch's max wait, "
                         "a MongoDB awaitable hello...) is a slow_request finding (default: Kafka 1000, MongoDB 100)")
-    p.add_argument("--max-frame-size", type=_positive_int, default=100 * 1024 * 1024, metavar="BYTES",
+    p.add_argument("--max-frame-size", type=positive_int, default=100 * 1024 * 1024, metavar="BYTES",
                    help="larger message sizes are taken for garbage and resynchronised past (default 100 MiB)")
     p.add_argument("--no-trust-acks", dest="trust_acks", action="store_false",
                    help="an ACK past a hole does not make it a gap at once (for merged captures of several "
@@ -80,33 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the analysis on Spark (see --master; with --parquet, not --json or --html)")
     p.add_argument("--master", metavar="URL", help="with --spark: the Spark master (default: local[*])")
     p.set_defaults(func=run)
-
-
-def _port(text: str) -> int:
-    port = _positive_int(text)
-    if port > 65535:
-        raise argparse.ArgumentTypeError(f"not a TCP port: {text}")
-    return port
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text}")
-    return value
 
 
 class ProgressLine:

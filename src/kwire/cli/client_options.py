@@ -63,7 +63,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .arg_types import key_value
+from .arg_types import key_value, positive_float
 from .output import fail
 
 __all__ = [
@@ -93,7 +93,7 @@ SECURITY_OPTIONS: dict[str, tuple[str | None, str, str]] = {
     "sasl.username": ("--sasl-username", "KWIRE_SASL_USERNAME", "the SASL user to log in as"),
     "sasl.password": ("--sasl-password", "KWIRE_SASL_PASSWORD",
                       "the SASL password (discouraged: ps and shell history show it; prefer "
-                      "$KWIRE_SASL_PASSWORD or sasl.password in --config FILE)"),
+                      "$KWIRE_SASL_PASSWORD or sasl.password in the --config FILE)"),
     "ssl.ca.location": ("--ssl-ca-location", "KWIRE_SSL_CA_LOCATION",
                         "PEM file of the CA that signed the brokers' certificates (default: the system's)"),
     "ssl.certificate.location": ("--ssl-certificate-location", "KWIRE_SSL_CERTIFICATE_LOCATION",
@@ -103,41 +103,34 @@ SECURITY_OPTIONS: dict[str, tuple[str | None, str, str]] = {
     "ssl.endpoint.identification.algorithm": (None, "KWIRE_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM", ""),
 }
 
-_SECURITY_HELP = (
-    "TLS and SASL.  Each setting comes from its flag, else -X KEY=VALUE, else --config FILE, else the "
-    "environment: " + ", ".join(f"{env} ({key})" for key, (_, env, _) in SECURITY_OPTIONS.items()) +
-    "; SASL variables are ignored unless security.protocol is SASL_*, SSL ones unless it is SSL or SASL_SSL.")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"the timeout must be positive, not {text}")
-    return value
+def _security_help(config_flag: str) -> str:
+    return (f"TLS and SASL.  Each setting comes from its flag, else -X KEY=VALUE, else {config_flag} FILE, else the "
+            "environment: " + ", ".join(f"{env} ({key})" for key, (_, env, _) in SECURITY_OPTIONS.items()) +
+            "; SASL variables are ignored unless security.protocol is SASL_*, SSL ones unless it is SSL or SASL_SSL.")
 
 
 def add_client_options(parser: argparse.ArgumentParser, *, json_output: bool = True,
-                       config_flag: str = "--config") -> None:
+                       config_flag: str = "--config", bootstrap_help: str | None = None) -> None:
     """Add --bootstrap, -X, --config, --timeout (and --json unless ``json_output`` is False).
 
-    ``config_flag`` renames --config for a command that needs that flag for something else.
+    ``config_flag`` renames --config for a command that needs that flag for something else;
+    ``bootstrap_help`` replaces the help of --bootstrap for a command where its absence means
+    something else than the default address.
     """
     group = parser.add_argument_group("cluster connection")
     group.add_argument("-b", "--bootstrap", metavar="HOST:PORT[,...]",
-                       help=f"bootstrap servers (default ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})")
+                       help=bootstrap_help or f"bootstrap servers (default ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})")
     group.add_argument("-X", dest="settings", metavar="KEY=VALUE", type=key_value, action="append", default=[],
                        help="a client setting by its Kafka name, e.g. -X client.id=me (repeatable)")
     group.add_argument(config_flag, dest="config_file", metavar="FILE",
                        help="a Java .properties file of client settings")
-    group.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    group.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                        help=f"how long to wait for the cluster (default {DEFAULT_TIMEOUT:g})")
-    security = parser.add_argument_group("security", _SECURITY_HELP)
+    security = parser.add_argument_group("security", _security_help(config_flag))
     for key, (flag, env, text) in SECURITY_OPTIONS.items():
         if flag is not None:
             metavar = "FILE" if key.endswith(".location") else key.rsplit(".", 1)[-1].upper()
+            text = text.replace("--config FILE", f"{config_flag} FILE")
             security.add_argument(flag, dest=_dest(key), metavar=metavar,
                                   help=f"{text} (${env}; -X {key}=...)")
     if json_output:
