@@ -29,14 +29,19 @@ Rows read (as Spark's connector; every column nullable)::
     null for a record without headers)
 
 They reach Spark as Arrow record batches, one task per topic-partition offset range, read by a
-kwire consumer that each Python worker keeps across tasks.  Control batches (transaction
-markers) never become rows; with ``kafka.isolation.level=read_committed`` neither do records of
-aborted transactions.
+kwire consumer that each Python worker keeps across tasks.  The consumer hands over whole
+fetched batches and kwire.spark.columns turns them into Arrow columns without a Python object
+per record.  Control batches (transaction markers) never become rows; with
+``kafka.isolation.level=read_committed`` neither do records of aborted transactions.
 
 Source options (names case-insensitive, as in Spark):
 
 * ``kafka.bootstrap.servers`` (required); every ``kafka.*`` option goes to kwire's consumer
   (``kafka.isolation.level``, ``kafka.max.partition.fetch.bytes``...), checked at planning.
+  Two defaults differ from a plain consumer's, for reading ranges that already exist:
+  ``kafka.max.partition.fetch.bytes`` 4 MiB (1 MiB) and ``kafka.fetch.max.wait.ms`` 10 (500).
+  PySpark hands a Python source its option names lowercased; Kafka's setting names are all
+  lowercase, so that changes nothing for them.
   Refused, as by Spark: ``kafka.auto.offset.reset``, ``kafka.enable.auto.commit``,
   ``kafka.key.deserializer``, ``kafka.value.deserializer``, ``kafka.interceptor.classes``.
   ``kafka.group.id`` is accepted and unused (readers assign partitions; see kwire.commitGroup).
