@@ -1,4 +1,6 @@
-"""InitProducerId (api key 22): idempotent producers get ids and epoch bumps; no transactions."""
+"""InitProducerId (api key 22): idempotent producers get ids and epoch bumps.
+
+Transactional ids (the transaction coordinator) are tested in test_transactions_handlers.py."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from kwire.broker.storage import PartitionLog
 from kwire.protocol import messages
 from kwire.protocol.errors import (
     CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidRequestError,
 )
@@ -105,13 +106,6 @@ def test_before_v3_a_request_cannot_ask_for_a_bump(broker, version):
     # Fields a v0-2 request can't carry are ignored even if set on the object.
     request = Req(transactional_id=None, transaction_timeout_ms=0, producer_id=pid, producer_epoch=4)
     assert result(handle_init_producer_id(ctx, request)) == (0, pid + 1, 0)
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_transactional_id_finds_no_coordinator(broker, version):
-    assert result(call(broker, version, transactional_id="my-txn")) == (CoordinatorNotAvailableError.code, -1, -1)
-    assert CoordinatorNotAvailableError.retriable
-    assert broker.producer_ids.next_id == 0  # nothing allocated
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -5,8 +5,8 @@
 * ``Broker`` / ``BrokerConfig``: what ``kwire broker`` runs.
 
 Layout: ``network`` (connections, frames) -> ``dispatch`` (header, versions, errors) ->
-``handlers`` (plain functions of decoded requests and ``BrokerState``) -> ``storage`` (logs)
-and ``coordinator`` (consumer groups).
+``handlers`` (plain functions of decoded requests and ``BrokerState``) -> ``storage`` (logs),
+``coordinator`` (consumer groups) and ``transactions`` (the transaction coordinator).
 """
 
 from .config import BrokerConfig, ConfigError, load_config

@@ -58,6 +58,9 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # Transaction coordinator (Kafka's names: transaction.max.timeout.ms, transactional.id.expiration.ms).
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     # -- security ----------------------------------------------------------------------------------
     # listeners: "NAME://host:port" (Kafka's listeners); empty: one PLAINTEXT listener on host:port.
     # A NAME that is not a protocol needs an entry "NAME:PROTOCOL" in listener_security_protocol_map.
@@ -93,6 +96,8 @@ class BrokerConfig:
             raise ConfigError(f"fsync_interval_ms must be >= 1, got {self.fsync_interval_ms}")
         if self.max_request_size < 1024:
             raise ConfigError(f"max_request_size must be >= 1024, got {self.max_request_size}")
+        if self.transaction_max_timeout_ms < 1 or self.transactional_id_expiration_ms < 1:
+            raise ConfigError("transaction_max_timeout_ms and transactional_id_expiration_ms must be >= 1")
         if self.queued_max_request_bytes < -1 or self.queued_max_request_bytes == 0:
             raise ConfigError("queued_max_request_bytes must be -1 (no limit) or > 0, "
                               f"got {self.queued_max_request_bytes}")

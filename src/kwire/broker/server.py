@@ -102,6 +102,7 @@ class Broker:
         # config: give it the first listener's (the bound port when port was 0).
         self.state.config = self.state.config.with_(port=first.port, advertised_host=first.advertised[0],
                                                     advertised_port=first.advertised[1])
+        self.state.transactions.start()  # transaction timeouts run on this loop from now on
         self._tasks.append(loop.create_task(self._every(self.config.retention_check_interval_ms, self._retention)))
         if self.config.fsync == "interval":
             self._tasks.append(loop.create_task(self._every(self.config.fsync_interval_ms, self._flush)))
@@ -136,6 +137,7 @@ class Broker:
     def _flush(self) -> None:
         self.state.logs.flush_all()
         self.state.coordinator.flush()
+        self.state.transactions.flush()
 
     async def serve_forever(self) -> None:
         await asyncio.gather(*(server.serve_forever() for server in self._servers))

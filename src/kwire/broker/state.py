@@ -1,7 +1,8 @@
 """Everything a request handler may read or change: the broker's state, without any sockets.
 
-``BrokerState`` owns the log manager, the topic registry, the producer id allocator and the
-group coordinator.  Request handlers receive it through ``RequestContext.broker``.
+``BrokerState`` owns the log manager, the topic registry, the producer id allocator, the group
+coordinator and the transaction coordinator.  Request handlers receive it through
+``RequestContext.broker``.
 """
 
 from __future__ import annotations
@@ -79,9 +80,14 @@ class BrokerState:
         # Imported here: both packages import this module's types for hints only.
         from .coordinator import GroupCoordinator
         from .producer_ids import ProducerIdManager
+        from .transactions import TransactionCoordinator
 
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.coordinator = GroupCoordinator(self.data_dir, config, self.topics, clean_shutdown=self.clean_shutdown)
+        # Last: it completes the transactions a restart left half done, in the logs and the groups.
+        self.transactions = TransactionCoordinator(
+            self.data_dir, config, producer_ids=self.producer_ids, logs=self.logs, topics=self.topics,
+            waiters=self.waiters, durability=self.durability, groups=self.coordinator)
         self.security = BrokerSecurity(config, self.data_dir)
         self.listeners: list = []  # kwire.broker.listeners.Listener, filled in when the server binds them
         self._closed = False
@@ -125,6 +131,7 @@ class BrokerState:
             return
         self._closed = True
         try:
+            self.transactions.close()
             self.coordinator.close()
             self.producer_ids.close()
         finally:

@@ -23,7 +23,7 @@ from . import (
 NONE = 0
 
 
-def test_find_coordinator_answers_this_broker_for_groups(tmp_path):
+def test_find_coordinator_answers_this_broker_for_groups_and_transactions(tmp_path):
     broker = Broker(tmp_path, node_id=7, advertised_host="kafka.local", advertised_port=19092)
     R = messages.FindCoordinatorRequest
 
@@ -31,15 +31,16 @@ def test_find_coordinator_answers_this_broker_for_groups(tmp_path):
         for version in range(0, 4):
             resp = await call(broker, R(key="g", key_type=0), version)
             assert (resp.error_code, resp.node_id, resp.host, resp.port) == (0, 7, "kafka.local", 19092)
-        txn = await call(broker, R(key="tx", key_type=1), 3)
-        assert (txn.error_code, txn.node_id, txn.host, txn.port) == (errors.CoordinatorNotAvailableError.code, -1, "", -1)
-        assert "transactions" in txn.error_message
+        for version in range(1, 4):
+            txn = await call(broker, R(key="tx", key_type=1), version)
+            assert (txn.error_code, txn.node_id, txn.host, txn.port) == (0, 7, "kafka.local", 19092)
         for version in range(4, 7):
             resp = await call(broker, R(key_type=0, coordinator_keys=["a", "b"]), version)
             assert [(c.key, c.node_id, c.host, c.port, c.error_code, c.error_message) for c in resp.coordinators] == [
                 ("a", 7, "kafka.local", 19092, 0, None), ("b", 7, "kafka.local", 19092, 0, None)]
-            resp = await call(broker, R(key_type=1, coordinator_keys=["tx"]), version)
-            assert resp.coordinators[0].error_code == errors.CoordinatorNotAvailableError.code
+            resp = await call(broker, R(key_type=1, coordinator_keys=["tx", "ty"]), version)
+            assert [(c.key, c.node_id, c.host, c.port, c.error_code) for c in resp.coordinators] == [
+                ("tx", 7, "kafka.local", 19092, 0), ("ty", 7, "kafka.local", 19092, 0)]
         share = await call(broker, R(key_type=2, coordinator_keys=["g:topic:0"]), 6)
         assert share.coordinators[0].error_code == errors.InvalidRequestError.code
 

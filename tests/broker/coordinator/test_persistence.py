@@ -192,3 +192,47 @@ def test_a_restarted_empty_group_keeps_when_it_emptied(tmp_path):
     restarted = reopened.reopen(clean=False)
     assert restarted.coordinator.group("g").state_timestamp_ms == restarted.clock.now_ms
     assert run(join(restarted, "g", "c-gone")).error_code == errors.UnknownMemberIdError.code
+
+
+def test_transactional_offsets_in_the_journal_survive_replay_and_compaction(tmp_path):
+    """Staged offsets (TxnOffsetCommit) are journaled per producer; a transaction's end records the
+    offsets it committed, so replay and compaction agree with what the coordinator decided."""
+    from kwire.broker.coordinator import GroupStore
+    from kwire.broker.coordinator.offsets import CommittedOffset
+
+    def off(n: int, at: int = 1) -> CommittedOffset:
+        return CommittedOffset(n, -1, "", at)
+
+    directory = tmp_path / "groups"
+    store = GroupStore(directory)
+    store.put_offsets("g", {("t", 0): off(1)})
+    store.put_txn_offsets("g", 7, {("t", 0): off(5), ("t", 1): off(6)})
+    store.put_txn_offsets("g", 8, {("t", 1): off(9)})
+    store.end_txn("g", 7, {("t", 0): off(5)})           # committed; its (t, 1) lost to a newer plain commit
+    store.put_txn_offsets("solo", 9, {("t", 0): off(2)})
+    store.end_txn("solo", 9, {})                        # aborted: the group had nothing else, so it is gone
+    store.close()
+    for compact in (False, True):
+        store = GroupStore(directory)
+        assert store.findings == []
+        assert store.groups["g"].offsets == {("t", 0): off(5)}
+        assert store.groups["g"].pending == {8: {("t", 1): off(9)}}
+        assert "solo" not in store.groups
+        if compact:
+            assert len(_journal_lines(directory)) == 2   # one offsets line, one staged line
+        store.compact()
+        store.close()
+
+
+def _journal_lines(directory) -> list[dict]:
+    return [json.loads(line.split(b" ", 1)[1]) for line in (directory / JOURNAL_NAME).read_bytes().splitlines()]
+
+
+def test_a_plain_commit_made_after_a_transaction_staged_its_offset_wins():
+    """Kafka keeps whichever is later in its log; the commit times stand in for that order."""
+    from kwire.broker.coordinator.offsets import CommittedOffset, newer_txn_offsets
+
+    committed = {("t", 0): CommittedOffset(50, -1, "", 200), ("t", 1): CommittedOffset(3, -1, "", 100)}
+    staged = {("t", 0): CommittedOffset(40, -1, "", 150), ("t", 1): CommittedOffset(8, -1, "", 150),
+              ("t", 2): CommittedOffset(1, -1, "", 150)}
+    assert newer_txn_offsets(committed, staged) == {("t", 1): staged[("t", 1)], ("t", 2): staged[("t", 2)]}

@@ -230,12 +230,15 @@ def test_refused_structure_leaves_producer_state_alone(log):
 
 
 # -- what this broker refuses ----------------------------------------------------------------
-def test_transactional_batches_are_refused(log):
-    with pytest.raises(InvalidTxnStateError, match="transaction"):
-        log.append(idem(0, transactional=True))
+def test_a_producer_with_an_open_transaction_may_only_write_transactional_batches(log):
+    assert log.append(idem(0, transactional=True)) == (0, 0)
+    before = unchanged(log)
+    with pytest.raises(InvalidTxnStateError, match="must be transactional"):
+        log.append(idem(1))
     with pytest.raises(InvalidTxnStateError):
-        log.append(idem(0) + idem(1, transactional=True))
-    assert log.log_end_offset == 0 and not log.producer_state.producers
+        log.append(idem(1, transactional=True) + idem(2))  # the whole request is refused
+    assert unchanged(log) == before
+    assert log.append(idem(1, transactional=True)) == (1, 1)
 
 
 def test_producer_id_without_sequence_or_epoch_is_invalid(log):

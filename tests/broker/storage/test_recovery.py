@@ -170,7 +170,7 @@ def test_segment_files_lost_below_the_log_start(tmp_path):
     log.delete_records(100)
     log.close()
     for path in log.dir.iterdir():
-        if path.suffix in (".log", ".index", ".timeindex"):
+        if path.suffix in (".log", ".index", ".timeindex", ".txnindex"):
             path.unlink()
     (log.dir / "00000000000000000000.log").write_bytes(b"")  # an older, empty segment remains
     log = PartitionLog(log.dir, SMALL, clean_shutdown=True)

@@ -27,7 +27,8 @@ def _segment_with(tmp_path, count=40, base=100, interval=200, records=2):
 def test_file_names_are_20_digit_base_offsets(tmp_path):
     seg = LogSegment(tmp_path, 42)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["00000000000000000042.index", "00000000000000000042.log", "00000000000000000042.timeindex"]
+    assert names == ["00000000000000000042.index", "00000000000000000042.log", "00000000000000000042.timeindex",
+                     "00000000000000000042.txnindex"]
     seg.close()
 
 

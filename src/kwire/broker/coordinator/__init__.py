@@ -4,7 +4,7 @@
 * ``coordinator``: ``GroupCoordinator``, the rebalance protocol, sessions and committed offsets;
 * ``validation``: Kafka's checks of a member's request against its group, in Kafka's order;
 * ``retention``: which committed offsets expired (KIP-211);
-* ``store``: the durable journal of offsets and group metadata;
+* ``store``: the durable journal of offsets (transactions' staged ones too) and group metadata;
 * ``timers``, ``offsets``, ``subscription``, ``model``: the small pieces they share.
 
 The request handlers in ``kwire.broker.handlers.groups`` translate the wire versions to calls here.

@@ -25,6 +25,12 @@ changed it is answered.  With fsync "always" an OffsetCommit (the frequent write
 a worker thread, shared by the commits that arrive meanwhile, and answered after it
 (``journal_synced``); the rarer group records are fsynced as they are written.  Members are not restored after a restart: groups come back Empty and
 their members rejoin, as they would after Kafka expired them.
+
+Transactional offsets (TxnOffsetCommit): each transactional producer's offsets are staged per
+group (journaled, so they survive a restart) and become the group's committed offsets only when
+the transaction coordinator ends its transaction with a commit (``end_txn_offsets``); an abort
+drops them.  Until then OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for those
+partitions (KIP-447), so a read_committed consumer does not start from an offset that may vanish.
 """
 
 from __future__ import annotations
@@ -68,11 +74,11 @@ from .model import (
     OffsetCommitEntry,
     SyncResult,
 )
-from .offsets import CommittedOffset
+from .offsets import CommittedOffset, newer_txn_offsets
 from .retention import expired_partitions
 from .store import GroupRecord, GroupStore, MemberRecord
 from .timers import Timers
-from .validation import check_member, check_offset_commit
+from .validation import check_member, check_offset_commit, check_txn_offset_commit
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
@@ -162,6 +168,7 @@ class GroupCoordinator:
                 # Offsets alone: a group that only stores offsets; their age counts from their commits.
                 group.state_timestamp_ms = None
             group.offsets = dict(stored.offsets)
+            group.pending_txn_offsets = {pid: dict(staged) for pid, staged in stored.pending.items()}
             self._groups[group_id] = group
         if self._groups:
             logger.info("loaded %d group(s) with %d committed offset(s)", len(self._groups),
@@ -282,7 +289,8 @@ class GroupCoordinator:
 
     def _maybe_remove_empty(self, group: Group) -> None:
         """Kafka's cleanup rule: an Empty group without offsets is gone (its generation with it)."""
-        if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members and self._live(group):
+        if (group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
+                and not group.pending_txn_offsets and self._live(group)):
             logger.info("group %s is empty and has no offsets left: removing it", group.group_id)
             try:
                 self._remove_group(group)
@@ -757,6 +765,80 @@ class GroupCoordinator:
             self._schedule_session(group, member)
         return errors
 
+    def commit_txn_offsets(self, group_id: str, producer_id: int, generation_id: int, member_id: str,
+                           group_instance_id: str | None, entries: Sequence[OffsetCommitEntry], *,
+                           defer_fsync: bool = False) -> list[int]:
+        """TxnOffsetCommit: stage offsets for the transaction of ``producer_id``; an error code per
+        entry.  The transaction coordinator has checked the producer and that the group is in its
+        transaction; here the group checks the member (v3+ send one) as for OffsetCommit.
+        ``defer_fsync``: as for ``commit_offsets``."""
+        self._timers.bind()
+        errors = [NONE] * len(entries)
+        valid = []
+        for i, entry in enumerate(entries):
+            if self._topics.partition_exists(entry.topic, entry.partition):
+                valid.append(i)
+            else:
+                errors[i] = UnknownTopicOrPartitionError.code
+        if not valid:
+            return errors
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return [IllegalGenerationError.code if i in valid else e for i, e in enumerate(errors)]
+            group = Group(group_id, state_timestamp_ms=self._clock())  # registered below, once it holds something
+        error = check_txn_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error:
+            return [error if i in valid else e for i, e in enumerate(errors)]
+        now = self._clock()
+        staged: dict[tuple[str, int], CommittedOffset] = {}
+        for i in valid:
+            entry = entries[i]
+            if entry.metadata is not None and len(entry.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+                errors[i] = OffsetMetadataTooLargeError.code
+                continue
+            staged[(entry.topic, entry.partition)] = CommittedOffset(entry.offset, entry.leader_epoch,
+                                                                     entry.metadata or "", now)
+        if staged:
+            try:
+                self._store.put_txn_offsets(group_id, producer_id, staged, fsync=not defer_fsync)
+            except OSError:
+                logger.exception("group %s: could not write transactional offsets", group_id)
+                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == NONE else errors[i]
+                        for i in range(len(entries))]
+            group.pending_txn_offsets.setdefault(producer_id, {}).update(staged)
+            self._register(group)
+        member = group.members.get(member_id)
+        if member is not None:
+            self._schedule_session(group, member)
+        return errors
+
+    def end_txn_offsets(self, group_id: str, producer_id: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended: its staged offsets become the group's
+        (commit) or are dropped (abort).  Idempotent: the coordinator may complete a transaction
+        again after a restart.  ``OSError`` when the journal can't be written (nothing changed)."""
+        group = self._groups.get(group_id)
+        if group is None or producer_id not in group.pending_txn_offsets:
+            return
+        staged = group.pending_txn_offsets[producer_id]
+        committed: dict[tuple[str, int], CommittedOffset] = {}
+        if commit:
+            # Offsets of a topic deleted meanwhile stay deleted.
+            live = {tp: c for tp, c in staged.items() if self._topics.partition_exists(*tp)}
+            committed = newer_txn_offsets(group.offsets, live)
+        self._store.end_txn(group_id, producer_id, committed)
+        del group.pending_txn_offsets[producer_id]
+        group.offsets.update(committed)
+        if committed:
+            logger.debug("group %s: transaction of producer %d committed %d offset(s)", group_id, producer_id,
+                         len(committed))
+        self._maybe_remove_empty(group)
+
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with offsets staged by an open transaction."""
+        group = self._groups.get(group_id)
+        return group.pending_txn_partitions if group is not None else set()
+
     def fetch_offsets(self, group_id: str,
                       partitions: Iterable[tuple[str, int]] | None) -> list[tuple[str, int, CommittedOffset | None]]:
         """Committed offsets of the partitions asked for (None: all the group has), None where none."""
@@ -802,6 +884,9 @@ class GroupCoordinator:
         """Forget every group's offsets of a deleted topic (a new topic of that name starts over)."""
         removed = 0
         for group in list(self._groups.values()):
+            for staged in group.pending_txn_offsets.values():
+                for tp in [tp for tp in staged if tp[0] == topic]:
+                    del staged[tp]  # the journal's txn_end lists what commits: these never will
             gone = [tp for tp in group.offsets if tp[0] == topic]
             if gone:
                 self._store.delete_offsets(group.group_id, gone)

@@ -115,10 +115,18 @@ class Group:
     # Topics the members read (consumer protocol only); None when unknown.
     subscribed_topics: set[str] | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # TxnOffsetCommit: offsets staged by each transactional producer (by producer id), which
+    # become committed offsets only when its transaction commits.
+    pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     # A member joined during the initial delay of a brand-new group: wait a little longer.
     new_member_added: bool = False
 
     # --- state
+
+    @property
+    def pending_txn_partitions(self) -> set[tuple[str, int]]:
+        """Partitions with offsets staged by a transaction still open."""
+        return {tp for staged in self.pending_txn_offsets.values() for tp in staged}
 
     def is_(self, state: GroupState) -> bool:
         return self.state is state

@@ -15,6 +15,12 @@ with one of these objects (the coordinator writes each before it answers the req
      "members": [{"id", "instance", "client", "host", "rebalance_ms", "session_ms",
                   "metadata" (base64), "assignment" (base64)}, ...]}
     {"t": "group_deleted", "g": group}
+    {"t": "txn_offsets", "g": group, "pid": producer id, "o": [offsets as above]}
+    {"t": "txn_end", "g": group, "pid": producer id, "o": [the offsets it committed, as above]}
+
+"txn_offsets" stages a transactional producer's offsets (TxnOffsetCommit); "txn_end" ends its
+transaction for the group: the staged offsets are dropped and those listed (none for an abort)
+become committed, so a replay never has to decide again which staged offsets won.
 
 A line is one request's worth of changes, so a crash never leaves half a commit.  A last line
 without its newline (a crash mid-write) and lines whose checksum fails are skipped with a
@@ -88,14 +94,17 @@ class GroupRecord:
 
 @dataclass
 class StoredGroup:
-    """A group as the journal knows it: its last group record (if any) and its offsets."""
+    """A group as the journal knows it: its last group record (if any), its offsets and the
+    offsets transactions staged (by producer id)."""
 
     record: GroupRecord | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    pending: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
 
     @property
     def entries(self) -> int:
-        return len(self.offsets) + (1 + len(self.record.members) if self.record is not None else 0)
+        return (len(self.offsets) + sum(len(p) for p in self.pending.values())
+                + (1 + len(self.record.members) if self.record is not None else 0))
 
 
 def _b64(data: bytes) -> str:
@@ -123,10 +132,24 @@ def _group_from_json(obj: dict[str, Any]) -> GroupRecord:
                        int(obj["ts"]), members)
 
 
+def _offset_rows(offsets: Mapping[tuple[str, int], CommittedOffset]) -> list[list[Any]]:
+    return [[t, p, c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms, c.expire_timestamp_ms]
+            for (t, p), c in offsets.items()]
+
+
+def _offsets_from_rows(rows: list[list[Any]]) -> dict[tuple[str, int], CommittedOffset]:
+    return {(t, int(p)): CommittedOffset(int(offset), int(epoch), metadata, int(commit_ms),
+                                         None if expire_ms is None else int(expire_ms))
+            for t, p, offset, epoch, metadata, commit_ms, expire_ms in rows}
+
+
 def _offsets_json(group_id: str, offsets: Mapping[tuple[str, int], CommittedOffset]) -> dict[str, Any]:
-    return {"t": "offsets", "g": group_id, "o": [
-        [t, p, c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms, c.expire_timestamp_ms]
-        for (t, p), c in offsets.items()]}
+    return {"t": "offsets", "g": group_id, "o": _offset_rows(offsets)}
+
+
+def _txn_offsets_json(group_id: str, producer_id: int,
+                      offsets: Mapping[tuple[str, int], CommittedOffset]) -> dict[str, Any]:
+    return {"t": "txn_offsets", "g": group_id, "pid": producer_id, "o": _offset_rows(offsets)}
 
 
 def _encode_line(obj: dict[str, Any]) -> bytes:
@@ -215,10 +238,18 @@ class GroupStore:
             raise ValueError("group id is not a string")
         if kind == "offsets":
             stored = self.groups.setdefault(group_id, StoredGroup())
-            for t, p, offset, epoch, metadata, commit_ms, expire_ms in obj["o"]:
-                stored.offsets[(t, int(p))] = CommittedOffset(int(offset), int(epoch), metadata, int(commit_ms),
-                                                              None if expire_ms is None else int(expire_ms))
+            stored.offsets.update(_offsets_from_rows(obj["o"]))
             self._written += len(obj["o"])
+        elif kind == "txn_offsets":
+            stored = self.groups.setdefault(group_id, StoredGroup())
+            stored.pending.setdefault(int(obj["pid"]), {}).update(_offsets_from_rows(obj["o"]))
+            self._written += len(obj["o"])
+        elif kind == "txn_end":
+            stored = self.groups.setdefault(group_id, StoredGroup())
+            stored.pending.pop(int(obj["pid"]), None)
+            stored.offsets.update(_offsets_from_rows(obj["o"]))
+            self._drop_if_empty(group_id)
+            self._written += 1 + len(obj["o"])
         elif kind == "offsets_deleted":
             stored = self.groups.get(group_id)
             if stored is not None:
@@ -238,7 +269,7 @@ class GroupStore:
 
     def _drop_if_empty(self, group_id: str) -> None:
         stored = self.groups.get(group_id)
-        if stored is not None and stored.record is None and not stored.offsets:
+        if stored is not None and stored.record is None and not stored.offsets and not stored.pending:
             del self.groups[group_id]
 
     # --- writing
@@ -287,6 +318,25 @@ class GroupStore:
         self._append(_offsets_json(group_id, offsets), len(offsets), fsync)
         self.groups.setdefault(group_id, StoredGroup()).offsets.update(offsets)
 
+    def put_txn_offsets(self, group_id: str, producer_id: int, offsets: Mapping[tuple[str, int], CommittedOffset],
+                        *, fsync: bool = True) -> None:
+        """Record offsets a transaction staged (durably, per the fsync policy, as ``put_offsets``)."""
+        if not offsets:
+            return
+        self._append(_txn_offsets_json(group_id, producer_id, offsets), len(offsets), fsync)
+        self.groups.setdefault(group_id, StoredGroup()).pending.setdefault(producer_id, {}).update(offsets)
+
+    def end_txn(self, group_id: str, producer_id: int, committed: Mapping[tuple[str, int], CommittedOffset]) -> None:
+        """A transaction ended: drop what it staged, make ``committed`` (empty for an abort) the group's."""
+        stored = self.groups.get(group_id)
+        if stored is None or producer_id not in stored.pending:
+            return
+        self._append({"t": "txn_end", "g": group_id, "pid": producer_id, "o": _offset_rows(committed)},
+                     1 + len(committed))
+        del stored.pending[producer_id]
+        stored.offsets.update(committed)
+        self._drop_if_empty(group_id)
+
     def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
         stored = self.groups.get(group_id)
         gone = [tp for tp in partitions if stored is not None and tp in stored.offsets]
@@ -325,6 +375,8 @@ class GroupStore:
                 parts.append(_encode_line(_group_json(stored.record)))
             if stored.offsets:
                 parts.append(_encode_line(_offsets_json(group_id, stored.offsets)))
+            for producer_id, staged in stored.pending.items():
+                parts.append(_encode_line(_txn_offsets_json(group_id, producer_id, staged)))
         data = b"".join(parts)
         with self._lock:
             atomic_write(self.path, data)

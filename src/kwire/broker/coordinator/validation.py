@@ -16,7 +16,7 @@ from kwire.protocol.errors import (
 
 from .group import Group, GroupState
 
-__all__ = ["check_member", "check_offset_commit"]
+__all__ = ["check_member", "check_offset_commit", "check_txn_offset_commit"]
 
 
 def check_member(group: Group, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
@@ -54,4 +54,19 @@ def check_offset_commit(group: Group, generation_id: int, member_id: str, group_
     if group.is_(GroupState.COMPLETING_REBALANCE):
         # The member knows the new generation but has no assignment yet: it must not commit.
         return RebalanceInProgressError.code
+    return 0
+
+
+def check_txn_offset_commit(group: Group, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
+    """TxnOffsetCommit: as OffsetCommit, except that a commit without member (v0-2 carry none)
+    is taken whatever the group's members, and a rebalance does not stop it (Kafka's rules)."""
+    if group.is_(GroupState.DEAD):
+        return CoordinatorNotAvailableError.code
+    if generation_id >= 0 or member_id or group_instance_id is not None:
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return FencedInstanceIdError.code
+        if not group.has(member_id):
+            return UnknownMemberIdError.code
+        if generation_id != group.generation_id:
+            return IllegalGenerationError.code
     return 0

@@ -16,6 +16,7 @@ from . import (  # noqa: F401 - imported for their @handler registrations
     producer,
     sasl,
     topic_admin,
+    transactions,
 )
 from .registry import HANDLERS, HandlerEntry, supported_versions
 

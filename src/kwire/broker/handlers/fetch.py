@@ -6,6 +6,11 @@ request waits, up to max_wait_ms, for an append to one of its partitions.
 
 Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells clients to
 send full fetch requests, as Kafka does when its session cache is full.
+
+Transactions: every answer carries the partition's last stable offset (LSO).  A read_committed
+fetch (isolation level 1) gets only batches below the LSO, and the aborted transactions (producer
+id, first offset) that may hold records of the range it got, from the segments' ``.txnindex``;
+the consumer drops their records.  Still no record is decoded here.
 """
 
 from __future__ import annotations
@@ -34,10 +39,13 @@ LEADER_EPOCH = 0  # one node that never changes leader: every batch carries epoc
 R = messages.FetchResponse
 TopicResponse = R.FetchableTopicResponse
 PartitionData = TopicResponse.PartitionData
+AbortedTransaction = PartitionData.AbortedTransaction
+READ_COMMITTED = 1
 
 
-def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: int) -> tuple[PartitionData, int]:
-    """One partition's answer and the bytes of records in it."""
+def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: int,
+                    committed: bool = False) -> tuple[PartitionData, int]:
+    """One partition's answer and the bytes of records in it (``committed``: read_committed)."""
     out = PartitionData(partition_index=p.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
                         log_start_offset=-1, aborted_transactions=[] if v >= 4 else None,
                         preferred_read_replica=-1, records=b"")
@@ -52,22 +60,26 @@ def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: in
             if p.current_leader_epoch < LEADER_EPOCH:  # pragma: no cover - epoch is 0, the smallest
                 raise FencedLeaderEpochError(f"leader epoch {p.current_leader_epoch} is fenced")
         log = broker.logs.get(name, p.partition)
-        hw = log.high_watermark
-        out.high_watermark = out.last_stable_offset = hw
+        out.high_watermark = log.high_watermark
+        out.last_stable_offset = lso = log.last_stable_offset
         out.log_start_offset = log.log_start_offset
         limit = min(p.partition_max_bytes, budget)
         if limit <= 0 and not first:
             return out, 0
-        slices = log.read(p.fetch_offset, max(limit, 0), min_one_batch=first)
+        slices = log.read(p.fetch_offset, max(limit, 0), min_one_batch=first, max_offset=lso if committed else None)
         if slices:
             records = FileRecords(slices)
             out.records = records
+            if committed:
+                out.aborted_transactions = [
+                    AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                    for t in log.aborted_transactions(p.fetch_offset, slices[-1].next_offset)]
             return out, len(records)
     except OffsetOutOfRangeError as exc:
         out.error_code = exc.code
         try:
             log = broker.logs.get(name, p.partition)
-            out.high_watermark = out.last_stable_offset = log.high_watermark
+            out.high_watermark, out.last_stable_offset = log.high_watermark, log.last_stable_offset
             out.log_start_offset = log.log_start_offset
         except Exception:  # noqa: BLE001 - deleted meanwhile: the error code says enough
             pass
@@ -80,6 +92,7 @@ def _build(broker, request, v: int, denied: frozenset[str] = frozenset()) -> tup
     """The response now, its record bytes, whether any partition has an error, the partitions.
     Topics in ``denied`` (no READ permission) get TOPIC_AUTHORIZATION_FAILED."""
     budget = request.max_bytes if v >= 3 else 2**31 - 1
+    committed = v >= 4 and request.isolation_level == READ_COMMITTED
     total = 0
     errors = False
     keys = []
@@ -100,7 +113,7 @@ def _build(broker, request, v: int, denied: frozenset[str] = frozenset()) -> tup
                 errors = True
                 tr.partitions.append(pd)
                 continue
-            pd, n = _read_partition(broker, name, p, budget - total, first=total == 0, v=v)
+            pd, n = _read_partition(broker, name, p, budget - total, first=total == 0, v=v, committed=committed)
             total += n
             errors = errors or pd.error_code != 0
             if name is not None:

@@ -9,17 +9,16 @@ the newest version the codec knows:
 * OffsetCommit v10 / OffsetFetch v10 name topics by id (KIP-848); the topic registry resolves
   them, and unknown ids get UNKNOWN_TOPIC_ID.  Their KIP-848 member epochs only concern
   "consumer"-protocol groups, which this broker doesn't have; classic members use generations.
-* FindCoordinator answers this broker for groups.  Transactions are not served here, so
-  transaction keys get COORDINATOR_NOT_AVAILABLE, which is what Kafka itself answers while it
-  can't host the transaction state (e.g. a one-broker cluster with the default replication
-  factor of 3): clients know it, retry and report a timeout instead of failing on an error they
-  don't expect.  Share groups (key type 2, v6) are not supported: INVALID_REQUEST, like a Kafka
-  broker with share groups disabled.
+* FindCoordinator answers this broker for groups and for transactional ids (its transaction
+  coordinator, ``kwire.broker.transactions``).  Share groups (key type 2, v6) are not supported:
+  INVALID_REQUEST, like a Kafka broker with share groups disabled.
+* OffsetFetch v7+ with require_stable: a partition whose offset an open transaction staged
+  (TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT (KIP-447), which the client retries.
 
 With an authorizer, as Kafka: joining, syncing, heartbeats, leaving and committing need READ on the
 group (GROUP_AUTHORIZATION_FAILED), committing also READ on each topic (TOPIC_AUTHORIZATION_FAILED);
-describing a group, fetching its offsets and finding its coordinator need DESCRIBE; deleting it (or
-its offsets) DELETE. ListGroups lists every group with DESCRIBE on the cluster, else those the
+describing a group, fetching its offsets and finding its coordinator need DESCRIBE (DESCRIBE on the
+transactional id for a transaction coordinator); deleting it (or its offsets) DELETE. ListGroups lists every group with DESCRIBE on the cluster, else those the
 principal may DESCRIBE.
 """
 
@@ -38,6 +37,7 @@ from kwire.protocol.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
     UnknownTopicIdError,
+    UnstableOffsetCommitError,
 )
 
 from ..auth.acls import AclOperation, ResourceType
@@ -104,7 +104,7 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key or ""):
                 return (TransactionalIdAuthorizationFailedError.code,
                         f"{ctx.principal} may not DESCRIBE transactional id {key!r}", -1, "", -1)
-            return (CoordinatorNotAvailableError.code, "this broker does not support transactions", -1, "", -1)
+            return 0, None, node_id, host, port
         return InvalidRequestError.code, f"coordinator key type {key_type} is not supported", -1, "", -1
 
     if v >= 4:
@@ -306,10 +306,12 @@ async def _answer_when_synced(synced, response):
     return response
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None):
+def _fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, list[int]]] | None,
+                 require_stable: bool = False):
     """[(topic, [(partition, offset, leader epoch, metadata, error)])] for one group.
 
     Topics the principal may not DESCRIBE: left out of "all topics", TOPIC_AUTHORIZATION_FAILED when named.
+    ``require_stable``: partitions with offsets an open transaction staged are UNSTABLE_OFFSET_COMMIT.
     """
     broker = ctx.broker
     denied: set[str] = set()
@@ -321,10 +323,13 @@ def _fetch_group(ctx: RequestContext, group_id: str, wanted: list[tuple[str, lis
     for t, parts in wanted or ():
         if t in denied:
             by_topic[t] = [(p, -1, -1, "", TopicAuthorizationFailedError.code) for p in parts]
+    unstable = broker.coordinator.pending_txn_partitions(group_id) if require_stable else set()
     for topic, partition, committed in found:
         if wanted is None and not _topic_allowed(ctx, AclOperation.DESCRIBE, topic):
             continue
-        if committed is None:
+        if (topic, partition) in unstable:
+            row = (partition, -1, -1, "", UnstableOffsetCommitError.code)
+        elif committed is None:
             row = (partition, -1, -1, "", 0)
         else:
             row = (partition, committed.offset, committed.leader_epoch, committed.metadata, 0)
@@ -350,7 +355,7 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
             return R(throttle_time_ms=0, topics=[T(name=t, partitions=[
                 P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
                   error_code=_GROUP_DENIED) for p in parts]) for t, parts in wanted or ()])
-        rows = _fetch_group(ctx, request.group_id or "", wanted)
+        rows = _fetch_group(ctx, request.group_id or "", wanted, require_stable=v >= 7 and request.require_stable)
         topics = [T(name=topic, partitions=[
             P(partition_index=p, committed_offset=off, committed_leader_epoch=epoch if v >= 5 else -1,
               metadata=md, error_code=err) for p, off, epoch, md, err in parts]) for topic, parts in rows]
@@ -379,7 +384,7 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                     wanted.append((info.name, list(t.partition_indexes)))
         else:
             wanted = [(t.name, list(t.partition_indexes)) for t in g.topics]
-        rows = _fetch_group(ctx, g.group_id or "", wanted)
+        rows = _fetch_group(ctx, g.group_id or "", wanted, require_stable=request.require_stable)
         topics = []
         for topic, parts in rows:
             rt = T(partitions=[P(partition_index=p, committed_offset=off, committed_leader_epoch=epoch,

@@ -1,4 +1,7 @@
-"""ListOffsets, DeleteRecords and OffsetForLeaderEpoch: questions about a partition's offsets."""
+"""ListOffsets, DeleteRecords and OffsetForLeaderEpoch: questions about a partition's offsets.
+
+ListOffsets v2+ with isolation level 1 (read_committed) answers "latest" with the last stable
+offset, and finds no record at or past it by timestamp (as Kafka)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from kwire.protocol.errors import (
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import EARLIEST_TIMESTAMP, MAX_TIMESTAMP
 from .common import error_of
-from .fetch import LEADER_EPOCH
+from .fetch import LEADER_EPOCH, READ_COMMITTED
 from .registry import handler
 
 LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 2, 21, 23
@@ -43,6 +46,7 @@ def handle_list_offsets(ctx, request):
     R = messages.ListOffsetsResponse
     T, P = R.ListOffsetsTopicResponse, R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
     v = ctx.api_version
+    committed = v >= 2 and request.isolation_level == READ_COMMITTED
     topics = []
     for t in request.topics:
         tr = T(name=t.name, partitions=[])
@@ -62,7 +66,7 @@ def handle_list_offsets(ctx, request):
                 elif ts == MAX_TIMESTAMP and v < 7 or ts < MAX_TIMESTAMP:
                     raise OffsetOutOfRangeError(f"timestamp {ts} is not valid at ListOffsets v{v}")
                 else:
-                    found = log.offset_for_timestamp(ts)
+                    found = log.offset_for_timestamp(ts, committed=committed)
                 if found is not None:
                     pr.offset, pr.timestamp = found
                     if v >= 4:

@@ -6,19 +6,29 @@ acks=0 gets no response; acks=all with ``fsync = "always"`` is answered after gr
 A request's ``records`` are the handler's to consume: served by ``dispatch``, they are views
 into the request frame the connection received, and the log writes the offsets into them and
 stores them from there instead of copying them (a read-only buffer, such as bytes, is copied).
+
+Transactional batches (their headers say so; the records are still not read) are checked with
+the transaction coordinator before anything is stored, as Kafka 3.6+ does (KIP-890 part 1): the
+producer's transaction must be open with this partition added, else INVALID_TXN_STATE (a fenced
+epoch: INVALID_PRODUCER_EPOCH; an unknown producer id: INVALID_PRODUCER_ID_MAPPING; a transaction
+being completed: NOT_ENOUGH_REPLICAS, which every client retries).  Transactional batches in a
+request without a transactional id are TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as in Kafka.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import struct
 import time
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    ConcurrentTransactionsError,
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaStorageError,
+    NotEnoughReplicasError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
     UnknownTopicIdError,
@@ -33,6 +43,55 @@ PRODUCE = 0
 R = messages.ProduceResponse
 TopicResponse = R.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
+
+
+# Fields of a v2 batch header (kwire.protocol.records.batch): batch length, magic, attributes,
+# producer id and epoch.  Read straight from the request, before the log validates the batch.
+_LENGTH = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+_PRODUCER = struct.Struct(">qh")
+_HEADER_SIZE = 61
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+
+
+def transactional_producers(records) -> set[tuple[int, int]]:
+    """(producer id, epoch) of the transactional batches in a Produce request's records; a
+    malformed tail is left to the log's validation, which refuses it."""
+    found: set[tuple[int, int]] = set()
+    if records is None:
+        return found
+    pos, end = 0, len(records)
+    while end - pos >= _HEADER_SIZE:
+        length = _LENGTH.unpack_from(records, pos + 8)[0]
+        if length < _HEADER_SIZE - 12 or records[pos + 16] != 2:
+            break
+        if _ATTRIBUTES.unpack_from(records, pos + 21)[0] & (_TRANSACTIONAL | _CONTROL) == _TRANSACTIONAL:
+            found.add(_PRODUCER.unpack_from(records, pos + 43))
+        pos += 12 + length
+    return found
+
+
+def _transaction_error(broker, transactional_id: str | None, name: str, index: int, records) -> tuple[int, str]:
+    """(0, "") if the partition may take these batches as far as transactions go, else the error
+    code and why."""
+    producers = transactional_producers(records)
+    if not producers:
+        return 0, ""
+    if transactional_id is None:
+        return TransactionalIdAuthorizationFailedError.code, "transactional batches need the transactional id"
+    for pid, epoch in sorted(producers):
+        code = broker.transactions.verify_produce(transactional_id, pid, epoch, name, index)
+        if code == ConcurrentTransactionsError.code:
+            return NotEnoughReplicasError.code, f"the transaction of {transactional_id!r} is being completed"
+        if code:
+            return code, (f"transactional batch of producer {pid} epoch {epoch} refused for {name}-{index} "
+                          f"(transactional id {transactional_id!r})")
+    return 0, ""
+
+
+def _refused(index: int, code: int, message: str | None = None) -> PartitionResponse:
+    return PartitionResponse(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                             log_start_offset=-1, record_errors=[], error_message=message)
 
 
 def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionResponse, object | None]:
@@ -97,9 +156,14 @@ def handle_produce(ctx, request):
                                           log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
                                           error_message=f"no topic with id {td.topic_id}")
             else:
-                presp, log = _append(broker, name, pd.index, pd.records, ctx.api_version)
-                if log is not None:
-                    written.append(log)
+                txn_error, why = _transaction_error(broker, request.transactional_id, name, pd.index, pd.records) \
+                    if broker.topics.partition_exists(name, pd.index) else (0, "")
+                if txn_error:
+                    presp = _refused(pd.index, txn_error, why)
+                else:
+                    presp, log = _append(broker, name, pd.index, pd.records, ctx.api_version)
+                    if log is not None:
+                        written.append(log)
             tresp.partition_responses.append(presp)
         topics.append(tresp)
     always = written and broker.config.fsync == "always"

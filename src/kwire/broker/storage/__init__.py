@@ -4,7 +4,8 @@
 * ``PartitionLog``: append / read (``FileSlice`` ranges for sendfile) / offsets / retention.
 * ``LogSegment``: one ``.log`` file with its ``.index`` and ``.timeindex``.
 * ``load_partition``: startup loading and crash recovery.
-* ``ProducerStateManager``: idempotent producers' sequences per partition (``PartitionLog.producer_state``).
+* ``ProducerStateManager``: producers' sequences and open transactions per partition
+  (``PartitionLog.producer_state``); ``TransactionIndex``: a segment's aborted transactions.
 
 Errors are ``kwire.protocol.errors`` Kafka errors (``OffsetOutOfRangeError``,
 ``CorruptMessageError``, ``UnknownTopicOrPartitionError``...), so handlers map them to codes.
@@ -16,8 +17,10 @@ from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, PartitionL
 from .manager import CLEAN_SHUTDOWN_FILE, LogManager, validate_topic_name
 from .producer_state import ProducerEntry, ProducerStateManager
 from .segment import FileSlice, LogSegment
+from .txn_index import AbortedTxn, TransactionIndex
 
 __all__ = [
+    "AbortedTxn",
     "CLEAN_SHUTDOWN_FILE",
     "CREATE_TIME",
     "EARLIEST_TIMESTAMP",
@@ -32,6 +35,7 @@ __all__ = [
     "PartitionLog",
     "ProducerEntry",
     "ProducerStateManager",
+    "TransactionIndex",
     "load_partition",
     "validate_topic_name",
 ]

@@ -6,13 +6,14 @@ import os
 from pathlib import Path
 
 __all__ = [
-    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "DELETED_SUFFIX", "STRAY_SUFFIXES",
+    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "TXNINDEX_SUFFIX", "DELETED_SUFFIX", "STRAY_SUFFIXES",
     "segment_path", "offset_from_name", "fsync_dir", "atomic_write",
 ]
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+TXNINDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 # Leftovers of interrupted work: our temp files and deletions, and Kafka's cleaner/swap files
 # (we never write those, but a data dir copied from Kafka may hold them).
@@ -39,12 +40,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new content.
 
     Write a temp file, fsync it, rename over the target, fsync the directory.  A crash before
     the rename leaves a ``.tmp`` that the loader removes.  ``mode``: the new file's permissions
-    (0o600 for credentials).
+    (0o600 for credentials).  ``durable=False`` skips both fsyncs (the broker's fsync "never"
+    policy): a killed process still leaves the old or the new content, a power cut may not.
     """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -53,8 +55,10 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)

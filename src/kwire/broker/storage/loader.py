@@ -22,7 +22,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._files import INDEX_SUFFIX, LOG_SUFFIX, STRAY_SUFFIXES, TIMEINDEX_SUFFIX, fsync_dir, offset_from_name
+from ._files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    STRAY_SUFFIXES,
+    TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
+    fsync_dir,
+    offset_from_name,
+)
 from .checkpoint import CorruptCheckpointError, PartitionCheckpoint, read_checkpoint, write_checkpoint
 from .config import LogConfig
 from .segment import LogSegment
@@ -138,7 +146,7 @@ def _remove_strays(directory: Path, report) -> None:
             continue
         if path.name.endswith(STRAY_SUFFIXES):
             report(f"removed leftover file {path.name}")
-        elif path.suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX) and offset_from_name(path) is not None \
+        elif path.suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX) and offset_from_name(path) is not None \
                 and path.name[:-len(path.suffix)] not in logs:
             report(f"removed orphaned index {path.name} (no .log file)")
         else:

@@ -11,11 +11,18 @@ appending, and an append must not wait for the disk.
 
 Idempotent producers: ``producer_state`` (see producer_state.py) checks every batch with a
 producer id before it is stored, and is rebuilt on open from its snapshots and the log.
+
+Transactions: the producer state knows each open transaction's first offset, which bounds the
+last stable offset (``last_stable_offset``, what read_committed consumers may read up to).  The
+coordinator's markers go through ``append`` like produced batches (``append_marker`` builds one);
+an abort of a transaction that wrote here is added to the active segment's ``.txnindex``, where
+``aborted_transactions`` finds it for read_committed fetches.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import re
 import threading
@@ -23,6 +30,7 @@ import time
 from pathlib import Path
 
 from kwire.protocol.errors import KafkaStorageError, OffsetOutOfRangeError
+from kwire.protocol.records import ControlRecordType, build_control_batch
 
 from .checkpoint import PartitionCheckpoint, write_checkpoint
 from .config import LogConfig
@@ -30,6 +38,7 @@ from .index import INT32_MAX
 from .loader import load_partition
 from .producer_state import ProducerStateManager
 from .segment import FileSlice, LogSegment
+from .txn_index import AbortedTxn
 from .validation import prepare_append
 
 __all__ = ["PartitionLog", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP", "parse_partition_dir"]
@@ -38,6 +47,8 @@ __all__ = ["PartitionLog", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMEST
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # KIP-734: the record with the largest timestamp
+
+logger = logging.getLogger("kwire.broker.storage")
 
 _DIR_NAME = re.compile(r"^(.+)-(\d+)$")
 
@@ -87,8 +98,25 @@ class PartitionLog:
         # Only snapshots at or below the recovery point: the batches they count were fsynced
         # (and, after a crash, checked again by the loader), so none of them can have been lost.
         # A later one (a roll without flush_on_roll) is passed over and the log replayed instead.
+        # A segment whose .txnindex is missing or unreadable has it emptied; the replay then
+        # starts at or before that segment and fills it again.
+        rebuild_from = None
+        if self.producer_state.predates_transactions(self._segments):
+            # Written by a kwire without transactions (which refused transactional batches):
+            # there is no abort to index, and every transactional batch since is newer than any
+            # snapshot it left, so the usual replay covers them.  No rebuild, no warnings.
+            logger.info("%s: data written before transactions; created its .txnindex files", self.name)
+            for segment in self._segments:
+                segment.txn_index_rebuilt()
+        for segment in self._segments:
+            problem = segment.txn_index_problem()
+            if problem:
+                self.load_findings.append(f"segment {segment.base_offset}: {problem}; rebuilding it from the log")
+                segment.txn_index_rebuilt()
+                if rebuild_from is None:
+                    rebuild_from = segment.base_offset
         self.load_findings += self.producer_state.load(self._segments, snapshot_limit=self._recovery_point,
-                                                       now_ms=_now_ms())
+                                                       now_ms=_now_ms(), txn_rebuild_from=rebuild_from)
 
     # -- offsets ----------------------------------------------------------------------------
     @property
@@ -103,6 +131,16 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed reads stop: the first offset of the oldest open transaction, or
+        the high watermark when none is open.  Never below the log start offset (retention or
+        DeleteRecords may have removed an open transaction's first batches; Kafka's rule too)."""
+        with self._lock:
+            first = self.producer_state.first_unstable_offset
+            hw = self.high_watermark
+            return hw if first is None else min(max(first, self._log_start_offset), hw)
 
     @property
     def recovery_point(self) -> int:
@@ -154,11 +192,27 @@ class PartitionLog:
             prepared.stamp()  # every check passed: only now is a byte of the batches written
             if self._should_roll(len(prepared.data), prepared.max_timestamp, prepared.last_offset, now):
                 self.roll(now_ms=now)
-            self._segments[-1].append(prepared.data, prepared.base_offset, prepared.last_offset,
-                                      prepared.max_timestamp)
+            active = self._segments[-1]
+            active.append(prepared.data, prepared.base_offset, prepared.last_offset, prepared.max_timestamp)
             # Only now: a failed write must not leave sequences the log doesn't hold.
-            self.producer_state.apply(check, prepared.last_offset + 1)
+            for aborted in self.producer_state.apply(check, prepared.last_offset + 1):
+                # In the segment holding the marker, as Kafka: a fetch finds it from there on.
+                active.txn_index.append(aborted)
             return prepared.base_offset, prepared.last_offset
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, *, coordinator_epoch: int = 0,
+                      now_ms: int | None = None) -> int:
+        """Write a transaction marker (Kafka's control batch: attributes control | transactional,
+        one record with key (0, 1 commit / 0 abort) and value (0, coordinator epoch)) for the
+        producer, ending its transaction here.  Returns the marker's offset.
+
+        ``InvalidProducerEpochError`` when the producer already wrote with a newer epoch."""
+        now = _now_ms() if now_ms is None else now_ms
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        batch = build_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
+                                    coordinator_epoch=coordinator_epoch, timestamp=now)
+        base, _ = self.append(batch, now_ms=now, allow_control=True)
+        return base
 
     def _should_roll(self, size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
         active = self._segments[-1]
@@ -194,14 +248,18 @@ class PartitionLog:
             return segment
 
     # -- reading ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True) -> list[FileSlice]:
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             max_offset: int | None = None) -> list[FileSlice]:
         """Whole stored batches from the one holding ``offset``, up to ``max_bytes`` in total,
         possibly from several segments.  With ``min_one_batch`` the first batch is returned
         even if bigger than ``max_bytes`` (as Kafka does for the first partition of a fetch).
+        ``max_offset``: no batch starting at or after it (read_committed reads to the LSO,
+        which is always a batch's first offset or the log end).
 
         ``OffsetOutOfRangeError`` unless log_start_offset <= offset <= log_end_offset; at the
         log end the result is empty.  The first batch may start before ``offset`` (a consumer
-        skips the records below it, as with Kafka).
+        skips the records below it, as with Kafka).  Each slice's ``next_offset`` is the offset
+        after its last batch.
         """
         with self._lock:
             self._check_open()
@@ -210,29 +268,58 @@ class PartitionLog:
                 raise OffsetOutOfRangeError(f"offset {offset} is not in [{start}, {end}] of {self.name}")
             slices: list[FileSlice] = []
             remaining = max_bytes
+            limit = end if max_offset is None else min(max_offset, end)
             i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
             for segment in self._segments[i:]:
+                if offset >= limit:
+                    break
                 if offset >= segment.next_offset:
                     continue  # empty (or fully below offset): the next segment has it
-                piece = segment.read(offset, remaining, min_one_batch=min_one_batch and not slices)
+                piece = segment.read(offset, remaining, min_one_batch=min_one_batch and not slices,
+                                     max_offset=limit)
                 if piece is None:
                     break
                 slices.append(piece)
                 remaining -= piece.length
-                offset = segment.next_offset
-                if piece.position + piece.length < segment.size or remaining <= 0:
+                offset = piece.next_offset
+                if offset < segment.next_offset or remaining <= 0:
                     break
             return slices
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions that may hold records in ``[start_offset, end_offset)`` (what
+        a read_committed fetch of that range returns), from the segments' ``.txnindex``.
+
+        An abort is indexed in the segment of its marker, which is at or after the segment
+        holding ``start_offset``; the search goes on until an entry shows that no later abort
+        can concern the range (Kafka's collectAbortedTransactions)."""
+        with self._lock:
+            self._check_open()
+            found: list[AbortedTxn] = []
+            i = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+            for segment in self._segments[i:]:
+                txns, complete = segment.txn_index.collect(start_offset, end_offset)
+                found.extend(txns)
+                if complete:
+                    break
+            return found
+
+    def offset_for_timestamp(self, timestamp: int, *, committed: bool = False) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) of the first record with a timestamp >= ``timestamp``
         at or after the log start offset, None if there is none.
 
         -1 (latest) gives (log end, -1), -2 (earliest) (log start, -1), -3 the record with the
-        largest timestamp.
+        largest timestamp.  ``committed`` (read_committed): latest is the last stable offset, and
+        a record found at or past it is not there yet (as Kafka).
         """
         with self._lock:
             self._check_open()
+            if committed and timestamp != EARLIEST_TIMESTAMP:
+                lso = self.last_stable_offset
+                if timestamp == LATEST_TIMESTAMP:
+                    return lso, -1
+                found = self.offset_for_timestamp(timestamp)
+                return found if found is None or found[0] < lso else None
             if timestamp == LATEST_TIMESTAMP:
                 return self.log_end_offset, -1
             if timestamp == EARLIEST_TIMESTAMP:

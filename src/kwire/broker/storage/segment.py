@@ -20,8 +20,9 @@ from pathlib import Path
 from kwire.protocol.errors import CorruptRecordError, KafkaStorageError
 from kwire.protocol.records import HEADER_SIZE, RecordBatch, iter_batches
 
-from ._files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
+from ._files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, segment_path
 from .index import INT32_MAX, OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex
 
 __all__ = ["FileSlice", "LogSegment"]
 
@@ -33,6 +34,8 @@ _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_AT = 35
+_ATTRIBUTES_AT = 21
+_CONTROL_BIT = 0x20
 _MIN_BATCH_SIZE = HEADER_SIZE
 # Header walks read this much at a time: one pread covers many small batches.
 _WALK_CHUNK = 64 * 1024
@@ -72,6 +75,9 @@ class FileSlice:
     file: _SharedFile
     position: int
     length: int
+    # The offset after the slice's last batch (-1: not known); a read_committed fetch looks up
+    # the aborted transactions up to it.
+    next_offset: int = -1
 
     def fileno(self) -> int:
         return self.file.fd
@@ -92,7 +98,7 @@ class FileSlice:
 
 
 class LogSegment:
-    """Files ``<base offset:020d>.log/.index/.timeindex`` in a partition directory.
+    """Files ``<base offset:020d>.log/.index/.timeindex/.txnindex`` in a partition directory.
 
     Open one with ``LogSegment(dir, base_offset)``: it creates missing files.  An existing
     segment must then be ``load()``-ed (cheap: index sanity check + scan after the last index
@@ -106,11 +112,18 @@ class LogSegment:
         self.log_path = segment_path(self.dir, base_offset, LOG_SUFFIX)
         self.index_path = segment_path(self.dir, base_offset, INDEX_SUFFIX)
         self.timeindex_path = segment_path(self.dir, base_offset, TIMEINDEX_SUFFIX)
+        self.txnindex_path = segment_path(self.dir, base_offset, TXNINDEX_SUFFIX)
         # Not O_APPEND: appends pwrite at our own size, so a failed write can be cut off again.
         self._file: _SharedFile | None = _SharedFile(os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
         self.offset_index = OffsetIndex(self.index_path, base_offset)
         self.time_index = TimeIndex(self.timeindex_path, base_offset)
+        # Unlike Kafka's (created on the first abort), created with the segment: a missing one
+        # then means lost, and loading rebuilds it from the log.
+        self.txn_index = TransactionIndex(self.txnindex_path, base_offset)
         self._size = os.fstat(self._file.fd).st_size
+        # A .txnindex missing beside data that was already there is lost (one made with a new
+        # segment is simply new).
+        self._txn_index_lost = self._size > 0 and not self.txn_index.existed
         self._next_offset = base_offset
         self._max_timestamp = -1
         self._offset_of_max_timestamp = base_offset
@@ -190,6 +203,18 @@ class LogSegment:
         self._bytes_since_index_entry = self._size - self.offset_index.last_position
         self._load_rolling_timestamp()
         return None
+
+    def txn_index_problem(self) -> str | None:
+        """What is wrong with the ``.txnindex`` (missing beside a non-empty log, torn, out of
+        order), or None.  The producer state's load rebuilds it from the log."""
+        if self._txn_index_lost:
+            return f"{self.txnindex_path.name} missing"
+        return self.txn_index.sanity_check(self._next_offset)
+
+    def txn_index_rebuilt(self) -> None:
+        """Empty the ``.txnindex`` for a rebuild (the producer state's load fills it again)."""
+        self.txn_index.reset()
+        self._txn_index_lost = False
 
     def _scan_tail(self) -> str | None:
         """Walk headers from the last offset-index entry to the end of the file."""
@@ -343,6 +368,7 @@ class LogSegment:
         self.on_become_inactive()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def sync_descriptors(self) -> list[int]:
         """For a flush that fsyncs without the partition lock: duplicates of the data and index
@@ -353,7 +379,7 @@ class LogSegment:
         self.on_become_inactive()
         fds: list[int] = []
         try:
-            for fd in (self._fd(), self.offset_index.fileno(), self.time_index.fileno()):
+            for fd in (self._fd(), self.offset_index.fileno(), self.time_index.fileno(), self.txn_index.fileno()):
                 fds.append(os.dup(fd))
         except BaseException:
             for fd in fds:
@@ -393,11 +419,15 @@ class LogSegment:
 
     def batch_headers(self, start_offset: int) -> Iterator[bytes]:
         """The 61-byte v2 header of every batch whose last offset is >= ``start_offset``, in
-        order (for rebuilding producer state: records are never read)."""
+        order (for rebuilding producer state: data records are never read).  A control batch
+        (a transaction marker, one small record) comes whole: its record says commit or abort."""
         _, position = self.offset_index.lookup(start_offset)
-        for _, base, _, buf, off in self._scan(position, HEADER_SIZE):
+        for pos, base, size, buf, off in self._scan(position, HEADER_SIZE):
             if base + _LAST_OFFSET_DELTA.unpack_from(buf, off + _LAST_OFFSET_DELTA_AT)[0] >= start_offset:
-                yield bytes(buf[off:off + HEADER_SIZE])
+                if buf[off + _ATTRIBUTES_AT + 1] & _CONTROL_BIT:
+                    yield _pread_exact(self._fd(), size, pos)
+                else:
+                    yield bytes(buf[off:off + HEADER_SIZE])
 
     def _locate(self, offset: int) -> tuple[int, int] | None:
         """(position, size) of the batch holding ``offset``: the last batch whose base offset is
@@ -412,27 +442,37 @@ class LogSegment:
                 break
         return found
 
-    def read(self, start_offset: int, max_bytes: int, *, min_one_batch: bool = True) -> FileSlice | None:
+    def read(self, start_offset: int, max_bytes: int, *, min_one_batch: bool = True,
+             max_offset: int | None = None) -> FileSlice | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_bytes`` in total
         unless the first batch alone is bigger and ``min_one_batch`` (Kafka's rule, so a
-        consumer can always make progress).  None if there is nothing to return."""
-        if start_offset >= self._next_offset:
+        consumer can always make progress), none starting at or after ``max_offset``.  None if
+        there is nothing to return."""
+        limit = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
+        if start_offset >= limit:
             return None
         found = self._locate(start_offset)
         if found is None:
             return None
-        first_pos, first_size = found
+        first_pos, _ = found
         end = first_pos
-        for pos, _, size in self._walk(first_pos):
+        next_offset = self._next_offset
+        oversized = False
+        for pos, base, size in self._walk(first_pos):
+            if base >= limit or oversized:
+                next_offset = base
+                break
             if pos + size - first_pos > max_bytes:
+                if pos == first_pos and min_one_batch:
+                    end, oversized = pos + size, True  # the first batch alone, however big
+                    continue
+                next_offset = base
                 break
             end = pos + size
         if end == first_pos:
-            if not min_one_batch:
-                return None
-            end = first_pos + first_size
+            return None
         assert self._file is not None
-        return FileSlice(self.log_path, self._file, first_pos, end - first_pos)
+        return FileSlice(self.log_path, self._file, first_pos, end - first_pos, next_offset)
 
     def find_offset_by_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``min_offset`` whose timestamp is
@@ -477,6 +517,7 @@ class LogSegment:
         self._size = cut
         self.offset_index.truncate_to_position(cut)
         self.time_index.truncate_to_offset(cut_offset)
+        self.txn_index.truncate_to(offset)
         self._next_offset = self.base_offset
         self._max_timestamp = -1
         self._offset_of_max_timestamp = self.base_offset
@@ -496,6 +537,7 @@ class LogSegment:
             self._file = None
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         """Remove the files.  Each is renamed to ``.deleted`` first, so a crash mid-way leaves
@@ -504,7 +546,8 @@ class LogSegment:
         self._file = None
         self.offset_index.close()
         self.time_index.close()
-        for path in (self.log_path, self.index_path, self.timeindex_path):
+        self.txn_index.close()
+        for path in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):
             try:
                 doomed = path.with_name(path.name + DELETED_SUFFIX)
                 os.replace(path, doomed)

@@ -1,5 +1,6 @@
 """Checking a Produce request's records and preparing them for the log (Kafka's LogValidator,
-reduced to what a v2-only, non-transactional broker needs).
+reduced to what a v2-only broker needs).  Control batches (transaction markers) are refused from
+clients; the transaction coordinator's own go through here with ``allow_control``.
 
 Two steps, so that a refused request changes nothing: ``prepare_append`` reads and checks every
 batch without writing a byte; the caller runs its own checks (producer sequences), and only then

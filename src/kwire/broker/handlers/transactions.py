@@ -1,0 +1,271 @@
+"""Transactional requests: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, and the
+admin DescribeTransactions and ListTransactions.
+
+Each turns its request into a call on the broker's ``TransactionCoordinator`` (and, for
+TxnOffsetCommit, the group coordinator, which stages the offsets) and answers with what the
+version knows.  Versions served: the client-facing ones of transactions v1.
+
+* AddPartitionsToTxn v0-3.  v4+ is the broker-to-broker batch form (KIP-890), which no client
+  sends; a single broker never needs it.
+* AddOffsetsToTxn, EndTxn and TxnOffsetCommit v0-4: v4 only allows TRANSACTION_ABORTABLE, which
+  this broker never answers.  EndTxn v5 and TxnOffsetCommit v5 belong to transactions v2
+  (KIP-890 part 2: an epoch bump per transaction, implicit AddOffsetsToTxn), not served.
+* PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions before 2, which predate it
+  (as Kafka does).
+
+With an authorizer, as Kafka: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+AddPartitionsToTxn also WRITE on each topic (TOPIC_AUTHORIZATION_FAILED, the other partitions
+OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn and TxnOffsetCommit READ on the group, TxnOffsetCommit
+READ on each topic; DescribeTransactions and ListTransactions DESCRIBE on each transactional id
+(ListTransactions leaves the others out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import re
+from typing import TYPE_CHECKING, Any
+
+from kwire.protocol import messages
+from kwire.protocol.errors import (
+    CoordinatorNotAvailableError,
+    GroupAuthorizationFailedError,
+    InvalidProducerEpochError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    OperationNotAttemptedError,
+    ProducerFencedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
+)
+
+from ..auth.acls import AclOperation, ResourceType
+from ..coordinator import OffsetCommitEntry
+from ..transactions import TxnState
+from .registry import handler
+
+if TYPE_CHECKING:
+    from ..context import RequestContext
+
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+
+_TXN_DENIED = TransactionalIdAuthorizationFailedError.code
+
+
+def for_version(code: int, version: int, fenced_since: int = 2) -> int:
+    """PRODUCER_FENCED for clients that know it, INVALID_PRODUCER_EPOCH (same handling) before."""
+    if code == ProducerFencedError.code and version < fenced_since:
+        return InvalidProducerEpochError.code
+    return code
+
+
+def _txn_allowed(ctx: RequestContext, operation: AclOperation, transactional_id: str | None) -> bool:
+    return ctx.allowed(operation, ResourceType.TRANSACTIONAL_ID, transactional_id or "")
+
+
+# ---------------------------------------------------------------- AddPartitionsToTxn
+
+
+@handler(ADD_PARTITIONS_TO_TXN, 0, 3)
+def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    R = messages.AddPartitionsToTxnResponse
+    T = R.AddPartitionsToTxnTopicResult
+    P = T.AddPartitionsToTxnPartitionResult
+    v = ctx.api_version
+    broker = ctx.broker
+    tid = request.v3_and_below_transactional_id
+    wanted = [(t.name, list(t.partitions)) for t in request.v3_and_below_topics]
+    codes: dict[tuple[str, int], int] = {}
+    if not _txn_allowed(ctx, AclOperation.WRITE, tid):
+        codes = {(t, p): _TXN_DENIED for t, parts in wanted for p in parts}
+    elif not tid:
+        codes = {(t, p): InvalidRequestError.code for t, parts in wanted for p in parts}
+    else:
+        refused: dict[tuple[str, int], int] = {}
+        for topic, parts in wanted:
+            may_write = ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic)
+            for p in parts:
+                if not may_write:
+                    refused[(topic, p)] = TopicAuthorizationFailedError.code
+                elif not broker.topics.partition_exists(topic, p):
+                    refused[(topic, p)] = UnknownTopicOrPartitionError.code
+        everything = [(t, p) for t, parts in wanted for p in parts]
+        if refused:
+            # As Kafka: any refused partition fails the request; the others were not added.
+            codes = {tp: refused.get(tp, OperationNotAttemptedError.code) for tp in everything}
+        else:
+            code = broker.transactions.add_partitions(tid, request.v3_and_below_producer_id,
+                                                      request.v3_and_below_producer_epoch, everything)
+            codes = dict.fromkeys(everything, for_version(code, v))
+    topics: dict[str, list] = {}
+    for topic, parts in wanted:
+        results = topics.setdefault(topic, [])
+        results.extend(P(partition_index=p, partition_error_code=codes[(topic, p)]) for p in parts)
+    return R(throttle_time_ms=0, results_by_topic_v3_and_below=[
+        T(name=name, results_by_partition=results) for name, results in topics.items()])
+
+
+# ---------------------------------------------------------------- AddOffsetsToTxn
+
+
+@handler(ADD_OFFSETS_TO_TXN, 0, 4)
+def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    R = messages.AddOffsetsToTxnResponse
+    if not _txn_allowed(ctx, AclOperation.WRITE, request.transactional_id):
+        return R(throttle_time_ms=0, error_code=_TXN_DENIED)
+    if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, request.group_id or ""):
+        return R(throttle_time_ms=0, error_code=GroupAuthorizationFailedError.code)
+    if not request.transactional_id or not request.group_id:
+        return R(throttle_time_ms=0, error_code=InvalidRequestError.code)
+    code = ctx.broker.transactions.add_offsets(request.transactional_id, request.producer_id,
+                                               request.producer_epoch, request.group_id)
+    return R(throttle_time_ms=0, error_code=for_version(code, ctx.api_version))
+
+
+# ---------------------------------------------------------------- EndTxn
+
+
+@handler(END_TXN, 0, 4)
+def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    R = messages.EndTxnResponse
+    v = ctx.api_version
+    if not _txn_allowed(ctx, AclOperation.WRITE, request.transactional_id):
+        return R(throttle_time_ms=0, error_code=_TXN_DENIED)
+    if not request.transactional_id:
+        return R(throttle_time_ms=0, error_code=InvalidRequestError.code)
+    result = ctx.broker.transactions.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
+                                             bool(request.committed))
+    if isinstance(result, int):
+        return R(throttle_time_ms=0, error_code=for_version(result, v))
+    return _end_txn_later(result, v)
+
+
+async def _end_txn_later(pending, v: int):
+    code = await pending
+    return messages.EndTxnResponse(throttle_time_ms=0, error_code=for_version(code, v))
+
+
+# ---------------------------------------------------------------- TxnOffsetCommit
+
+
+@handler(TXN_OFFSET_COMMIT, 0, 4)
+def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    R = messages.TxnOffsetCommitResponse
+    T, P = R.TxnOffsetCommitResponseTopic, R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition
+    v = ctx.api_version
+    broker = ctx.broker
+    group_id = request.group_id or ""
+    wanted = [(t.name, list(t.partitions)) for t in request.topics]
+
+    def answer(code_of) -> Any:
+        return R(throttle_time_ms=0, topics=[
+            T(name=topic, partitions=[P(partition_index=p.partition_index, error_code=code_of(topic, p))
+                                      for p in parts]) for topic, parts in wanted])
+
+    if not _txn_allowed(ctx, AclOperation.WRITE, request.transactional_id):
+        return answer(lambda t, p: _TXN_DENIED)
+    if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, group_id):
+        return answer(lambda t, p: GroupAuthorizationFailedError.code)
+    fixed: dict[tuple[str, int], int] = {}
+    entries: list[OffsetCommitEntry] = []
+    errors: list[int] = []
+    for topic, parts in wanted:
+        may_read = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, topic)
+        for p in parts:
+            if not may_read:
+                fixed[(topic, p.partition_index)] = TopicAuthorizationFailedError.code
+            elif not broker.topics.partition_exists(topic, p.partition_index):
+                fixed[(topic, p.partition_index)] = UnknownTopicOrPartitionError.code
+            else:
+                entries.append(OffsetCommitEntry(topic=topic, partition=p.partition_index, offset=p.committed_offset,
+                                                 leader_epoch=p.committed_leader_epoch if v >= 2 else -1,
+                                                 metadata=p.committed_metadata))
+    if entries:
+        code = broker.transactions.check_txn_offset_commit(request.transactional_id or "", request.producer_id,
+                                                           request.producer_epoch, group_id)
+        if code:
+            errors = [code] * len(entries)
+        else:
+            errors = broker.coordinator.commit_txn_offsets(
+                group_id, request.producer_id, request.generation_id if v >= 3 else -1,
+                (request.member_id or "") if v >= 3 else "", request.group_instance_id if v >= 3 else None,
+                entries, defer_fsync=True)
+        for entry, code in zip(entries, errors, strict=True):
+            fixed[(entry.topic, entry.partition)] = code
+    response = answer(lambda t, p: fixed[(t, p.partition_index)])
+    synced = broker.coordinator.journal_synced() if any(e == 0 for e in errors) else None
+    if synced is None:
+        return response
+    return _answer_when_synced(synced, response)
+
+
+async def _answer_when_synced(synced, response):
+    """As OffsetCommit: answered once the journal's fsync covers the staged offsets."""
+    try:
+        await asyncio.wrap_future(synced) if isinstance(synced, concurrent.futures.Future) else await synced
+    except OSError:
+        for t in response.topics:
+            for p in t.partitions:
+                if p.error_code == 0:
+                    p.error_code = CoordinatorNotAvailableError.code
+    return response
+
+
+# ---------------------------------------------------------------- DescribeTransactions / ListTransactions
+
+
+@handler(DESCRIBE_TRANSACTIONS, 0, 0)
+def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    R = messages.DescribeTransactionsResponse
+    S = R.TransactionState
+    states = []
+    for tid in request.transactional_ids:
+        out = S(error_code=0, transactional_id=tid, transaction_state="", transaction_timeout_ms=0,
+                transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
+        txn = ctx.broker.transactions.describe(tid or "")
+        if not _txn_allowed(ctx, AclOperation.DESCRIBE, tid):
+            out.error_code = _TXN_DENIED
+        elif txn is None or txn.state is TxnState.DEAD:
+            out.error_code = TransactionalIdNotFoundError.code
+        else:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(txn.partitions):
+                by_topic.setdefault(topic, []).append(partition)
+            out.transaction_state = txn.state.value
+            out.transaction_timeout_ms = txn.timeout_ms
+            out.transaction_start_time_ms = txn.start_ms
+            out.producer_id, out.producer_epoch = txn.producer_id, txn.producer_epoch
+            # As Kafka: only the topics the principal may describe.
+            out.topics = [S.TopicData(topic=topic, partitions=parts) for topic, parts in by_topic.items()
+                          if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic)]
+        states.append(out)
+    return R(throttle_time_ms=0, transaction_states=states)
+
+
+_KNOWN_STATES = frozenset(s.value for s in TxnState)
+
+
+@handler(LIST_TRANSACTIONS, 0, 2)
+def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+    R = messages.ListTransactionsResponse
+    v = ctx.api_version
+    states = list(request.state_filters)
+    unknown = [s for s in states if s not in _KNOWN_STATES]
+    pattern = None
+    if v >= 2 and request.transactional_id_pattern:
+        try:
+            pattern = re.compile(request.transactional_id_pattern)
+        except re.error:
+            return R(throttle_time_ms=0, error_code=InvalidRegularExpressionError.code, unknown_state_filters=[],
+                     transaction_states=[])
+    found = ctx.broker.transactions.list_transactions(
+        states, set(request.producer_id_filters), request.duration_filter if v >= 1 else -1, pattern)
+    listed = [R.TransactionState(transactional_id=t.transactional_id, producer_id=t.producer_id,
+                                 transaction_state=t.state.value)
+              for t in found if _txn_allowed(ctx, AclOperation.DESCRIBE, t.transactional_id)]
+    return R(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=listed)
+

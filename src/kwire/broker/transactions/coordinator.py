@@ -1,0 +1,592 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator, KIP-98, transactions v1).
+
+Per transactional id it keeps a producer id and epoch and the transaction's state, partitions
+and groups (``state.TransactionMetadata``), stored in a small file before a request that changed
+them is answered (``store``).  Behaviour follows Kafka's coordinator, which is what clients are
+written against:
+
+* InitProducerId gives a new id (first time) or bumps the epoch, which fences the previous
+  producer of the id: its next request is answered PRODUCER_FENCED (INVALID_PRODUCER_EPOCH from a
+  partition).  An open transaction is aborted first, with its markers written under a bumped
+  epoch.  Kafka answers that InitProducerId with CONCURRENT_TRANSACTIONS and bumps the epoch a
+  second time when the client retries; markers are local here, so the abort completes at once
+  and the retry's answer (the epoch bumped twice) is given straight away.  At the end of the
+  epoch range the id gets a new producer id; a client retrying after a lost answer (KIP-360,
+  v3+) is recognised by its previous id and epoch.
+* AddPartitionsToTxn / AddOffsetsToTxn open the transaction (Ongoing) and add to it; Produce
+  of transactional data and TxnOffsetCommit are checked against it (``verify_produce``,
+  ``check_txn_offset_commit``, KIP-890 part 1: data for a partition the producer didn't add is
+  refused).
+* EndTxn: the decision (PrepareCommit / PrepareAbort) is stored, then a marker goes to every
+  partition of the transaction and the group coordinator commits or drops the offsets staged by
+  the transaction; with the markers durable (fsync "always": a group commit of their logs) the
+  transaction is CompleteCommit / CompleteAbort.  The answer waits for that, so the client's
+  next transaction need not retry CONCURRENT_TRANSACTIONS.  A marker that can't be written
+  leaves the transaction preparing (answered CONCURRENT_TRANSACTIONS meanwhile) and is retried.
+* A transaction open longer than its timeout (from its first AddPartitions) is aborted by the
+  broker with a bumped epoch (one timer per open transaction on the event loop), so a zombie
+  producer is fenced.  Idle transactional ids expire after ``transactional_id_expiration_ms``.
+* Restart: preparing transactions are completed; an open one keeps its partitions' LSO until it
+  is ended or times out (its timer counts from its start, wall clock).  A transaction a partition
+  holds open but the coordinator has no record of (its state file lost or behind, possible only
+  after a power cut with fsync "never"/"interval") joins the producer's open transaction of that
+  epoch, or else is aborted, so no LSO stays stuck.
+
+Handlers run on the event loop one at a time, so there is no locking.  Error results are
+Kafka error codes; the handlers map them to what each request version knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kwire.protocol.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaError,
+    ProducerFencedError,
+)
+
+from ..coordinator.timers import Timers
+from ..topics import META_DIR
+from .markers import MarkerWriter
+from .state import EPOCH_EXHAUSTED, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState
+from .store import TransactionStore
+
+if TYPE_CHECKING:
+    from ..config import BrokerConfig
+    from ..coordinator import GroupCoordinator
+    from ..durability import GroupCommit
+    from ..producer_ids import ProducerIdManager
+    from ..state import PartitionWaiters
+    from ..storage import LogManager, PartitionLog
+    from ..topics import TopicRegistry
+
+__all__ = ["TransactionCoordinator", "InitResult", "MARKER_RETRY_MS", "EXPIRATION_CHECK_INTERVAL_MS"]
+
+logger = logging.getLogger("kwire.broker.transactions")
+
+NONE = 0
+MARKER_RETRY_MS = 1000
+EXPIRATION_CHECK_INTERVAL_MS = 60 * 60 * 1000  # transaction.remove.expired.transaction.cleanup.interval.ms
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+class TransactionCoordinator:
+    """All transactional ids of the broker.  Build it after the logs and the group coordinator
+    (it completes what a restart left half done), ``start()`` it on the event loop (timers),
+    ``close()`` it on shutdown."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig, *, producer_ids: ProducerIdManager, logs: LogManager,
+                 topics: TopicRegistry, waiters: PartitionWaiters, durability: GroupCommit,
+                 groups: GroupCoordinator, clock: Callable[[], int] | None = None):
+        self._config = config
+        self._producer_ids = producer_ids
+        self._logs = logs
+        self._durability = durability
+        self._groups = groups
+        self._clock = clock or _wall_clock_ms
+        self._store = TransactionStore(Path(data_dir) / META_DIR, fsync=config.fsync)
+        self._txns: dict[str, TransactionMetadata] = self._store.load()
+        self._markers = MarkerWriter(logs, topics, waiters)
+        self._timers = Timers(on_bind=self._on_loop)
+        # Logs that got a preparing transaction's markers, to fsync before it completes ("always").
+        self._unsynced: dict[str, list[PartitionLog]] = {}
+        self._closed = False
+        self._recover()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _recover(self) -> None:
+        if self._txns:
+            logger.info("loaded %d transactional id(s), %d transaction(s) open", len(self._txns),
+                        sum(t.state is TxnState.ONGOING for t in self._txns.values()))
+        self._reconcile_partitions()
+        for txn in list(self._txns.values()):
+            if txn.state.preparing:
+                logger.info("completing the %s of %s left by the last run", txn.state.value, txn.transactional_id)
+                self._complete(txn)
+
+    def _reconcile_partitions(self) -> None:
+        """Partitions holding a transaction open that the coordinator does not list (see the
+        module doc): join it to the producer's open transaction of that epoch, else abort it."""
+        by_pid = {t.producer_id: t for t in self._txns.values()}
+        changed = False
+        for topic, partition in self._logs.partitions():
+            log = self._logs.get(topic, partition)
+            for pid in list(log.producer_state.ongoing):
+                entry = log.producer_state.get(pid)
+                epoch = entry.epoch if entry is not None else 0
+                txn = by_pid.get(pid)
+                if txn is not None and txn.producer_epoch == epoch and (txn.state is TxnState.ONGOING
+                                                                          or txn.state.preparing):
+                    if (topic, partition) not in txn.partitions:
+                        logger.warning("%s-%d holds an open transaction of %s that its state did not list; added",
+                                       topic, partition, txn.transactional_id)
+                        txn.partitions.add((topic, partition))
+                        changed = True
+                    continue
+                logger.warning("%s-%d holds an open transaction of producer %d epoch %d that no coordinator "
+                               "state explains; aborting it", topic, partition, pid, epoch)
+                try:
+                    log.append_marker(pid, epoch, False)
+                except (KafkaError, OSError) as exc:
+                    logger.error("could not abort it: %s", exc)
+        if changed:
+            self._save()
+
+    def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = self._clock()
+        for txn in self._txns.values():
+            if txn.state is TxnState.ONGOING:
+                self._schedule_timeout(txn, now)
+            elif txn.state.preparing:  # its markers (or their fsync) failed before the loop ran
+                self._schedule(("markers", txn.transactional_id), MARKER_RETRY_MS, self._retry_markers,
+                               txn.transactional_id)
+        self._schedule(("expiration",), EXPIRATION_CHECK_INTERVAL_MS, self._expiration_tick)
+
+    def start(self) -> None:
+        """Bind the timers to the running event loop (transaction timeouts, retries, expiration)."""
+        self._timers.bind()
+
+    def flush(self) -> None:
+        """fsync the state file (the broker calls this periodically with ``fsync = "interval"``)."""
+        if not self._closed:
+            self._store.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._timers.cancel_all()
+        self._store.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _schedule(self, key: tuple, delay_ms: float, fn: Callable[..., Any], *args: Any) -> None:
+        """A timer on the event loop; none without a running loop (handlers called directly)."""
+        if self._timers.bind() is None:
+            return
+
+        def guarded() -> None:
+            if not self._closed:
+                fn(*args)
+
+        self._timers.schedule(key, delay_ms, guarded)
+
+    def _schedule_timeout(self, txn: TransactionMetadata, now: int) -> None:
+        self._schedule(("timeout", txn.transactional_id), max(txn.start_ms + txn.timeout_ms - now, 0),
+                       self._timeout_fired, txn.transactional_id)
+
+    def _save(self) -> None:
+        self._store.save(self._txns.values())
+
+    def _change(self, txn: TransactionMetadata, before: TransactionMetadata | None) -> int:
+        """Store the state with ``txn`` changed; on failure put ``before`` back (None: ``txn`` was
+        new) and answer COORDINATOR_NOT_AVAILABLE, which clients retry."""
+        try:
+            self._save()
+            return NONE
+        except OSError as exc:
+            logger.error("could not store the state of transactional id %s: %s", txn.transactional_id, exc)
+            if before is None:
+                self._txns.pop(txn.transactional_id, None)
+            else:
+                self._txns[txn.transactional_id] = before
+            return CoordinatorNotAvailableError.code
+
+    def _check_producer(self, txn: TransactionMetadata | None, producer_id: int, epoch: int) -> int:
+        """Kafka's checks of a client's transactional request against the id's metadata."""
+        if txn is None or txn.producer_id != producer_id:
+            return InvalidProducerIdMappingError.code
+        if txn.producer_epoch != epoch:
+            return ProducerFencedError.code
+        if txn.state.preparing:
+            return ConcurrentTransactionsError.code
+        return NONE
+
+    # ------------------------------------------------------------------ InitProducerId
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                         expected: tuple[int, int] | None = None) -> InitResult | Awaitable[InitResult]:
+        """A producer id and epoch for the transactional id (``expected``: the (id, epoch) a v3+
+        client already has).  An awaitable when an open transaction's abort waits for its markers
+        to be fsynced."""
+        if not 0 < timeout_ms <= self._config.transaction_max_timeout_ms:
+            return InitResult(InvalidTransactionTimeoutError.code)
+        txn = self._txns.get(transactional_id)
+        if txn is None:
+            try:
+                pid = self._producer_ids.allocate()
+            except KafkaError as exc:
+                return InitResult(exc.code)
+            # Epoch -1: the first bump below makes it 0.
+            txn = TransactionMetadata(transactional_id, pid, NO_PRODUCER_EPOCH, timeout_ms, update_ms=self._clock())
+            self._txns[transactional_id] = txn
+            return self._bump(txn, timeout_ms, expected, new=True)
+        if expected is not None and not self._valid_producer_id(txn, expected):
+            return InitResult(ProducerFencedError.code)
+        if txn.state.preparing:
+            return InitResult(ConcurrentTransactionsError.code)
+        if txn.state is TxnState.ONGOING:
+            logger.info("InitProducerId of %s aborts its open transaction (producer %d epoch %d)", transactional_id,
+                        txn.producer_id, txn.producer_epoch)
+            error = self._fence(txn)
+            if error:
+                return InitResult(error)
+            pending = self._end(txn, commit=False)
+            if isinstance(pending, int):
+                return InitResult(pending) if pending else self._bump(txn, timeout_ms, expected)
+            return self._then(pending, lambda _: self._bump(txn, timeout_ms, expected))
+        return self._bump(txn, timeout_ms, expected)
+
+    @staticmethod
+    def _valid_producer_id(txn: TransactionMetadata, expected: tuple[int, int]) -> bool:
+        """Kafka's isValidProducerId: the id is this one, or the previous one whose epoch ran out
+        (a retry after a rotation whose answer was lost), or the metadata is brand new."""
+        pid, epoch = expected
+        return (txn.producer_epoch == NO_PRODUCER_EPOCH or pid == txn.producer_id
+                or (pid == txn.last_producer_id and epoch >= EPOCH_EXHAUSTED))
+
+    def _bump(self, txn: TransactionMetadata, timeout_ms: int, expected: tuple[int, int] | None, *,
+              new: bool = False) -> InitResult:
+        """Kafka's prepareIncrementProducerEpoch / prepareProducerIdRotation, then Empty."""
+        if self._txns.get(txn.transactional_id) is not txn or txn.state.preparing:
+            return InitResult(ConcurrentTransactionsError.code)  # changed while an abort was made durable
+        before = None if new else copy.deepcopy(txn)
+        now = self._clock()
+        expected_epoch = expected[1] if expected is not None else None
+        if txn.epoch_exhausted and (expected_epoch is None or expected_epoch == txn.producer_epoch):
+            try:
+                new_pid = self._producer_ids.allocate()
+            except KafkaError as exc:
+                return InitResult(exc.code)
+            txn.last_producer_id, txn.producer_id = txn.producer_id, new_pid
+            txn.last_producer_epoch = txn.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
+            txn.producer_epoch = 0
+        elif expected_epoch is None:
+            txn.last_producer_epoch, txn.producer_epoch = NO_PRODUCER_EPOCH, txn.producer_epoch + 1
+        elif txn.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == txn.producer_epoch:
+            txn.last_producer_epoch, txn.producer_epoch = txn.producer_epoch, txn.producer_epoch + 1
+        elif expected_epoch == txn.last_producer_epoch:
+            pass  # a retry of a bump that succeeded: the same answer again
+        else:
+            return InitResult(ProducerFencedError.code)
+        txn.timeout_ms = timeout_ms
+        txn.transition_to(TxnState.EMPTY, now)
+        error = self._change(txn, before)
+        if error:
+            return InitResult(error)
+        return InitResult(NONE, txn.producer_id, txn.producer_epoch)
+
+    def _fence(self, txn: TransactionMetadata) -> int:
+        """Bump the epoch of an open transaction before the broker aborts it, so that its producer
+        can't go on with it (Kafka's prepareFenceProducerEpoch).  The new epoch is never given out:
+        the next InitProducerId bumps again."""
+        before = copy.deepcopy(txn)
+        if txn.producer_epoch < EPOCH_EXHAUSTED + 1:
+            txn.producer_epoch += 1
+        txn.last_producer_epoch = NO_PRODUCER_EPOCH
+        return self._change(txn, before)
+
+    # ------------------------------------------------------------------ AddPartitions / AddOffsets
+
+    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                       partitions: Collection[tuple[str, int]]) -> int:
+        """Add partitions to the producer's transaction (opening it); an error code."""
+        txn = self._txns.get(transactional_id)
+        error = self._check_producer(txn, producer_id, epoch)
+        if error:
+            return error
+        assert txn is not None
+        if txn.state is TxnState.ONGOING and set(partitions) <= txn.partitions:
+            return NONE
+        return self._add(txn, partitions, ())
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+        """Add a group's offsets to the producer's transaction (Kafka adds the group's
+        __consumer_offsets partition); an error code."""
+        txn = self._txns.get(transactional_id)
+        error = self._check_producer(txn, producer_id, epoch)
+        if error:
+            return error
+        assert txn is not None
+        if txn.state is TxnState.ONGOING and group_id in txn.groups:
+            return NONE
+        return self._add(txn, (), (group_id,))
+
+    def _add(self, txn: TransactionMetadata, partitions: Iterable[tuple[str, int]], groups: Iterable[str]) -> int:
+        before = copy.deepcopy(txn)
+        now = self._clock()
+        starting = txn.state is not TxnState.ONGOING
+        txn.transition_to(TxnState.ONGOING, now)
+        txn.partitions.update(partitions)
+        txn.groups.update(groups)
+        error = self._change(txn, before)
+        if not error and starting:
+            self._schedule_timeout(txn, now)
+        return error
+
+    # ------------------------------------------------------------------ checks for Produce and TxnOffsetCommit
+
+    def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> int:
+        """Whether transactional data of the producer may go to the partition: 0, or Kafka's
+        answer to a Produce (a fenced epoch is INVALID_PRODUCER_EPOCH there)."""
+        txn = self._txns.get(transactional_id)
+        error = self._check_producer(txn, producer_id, epoch)
+        if error == ProducerFencedError.code:
+            return InvalidProducerEpochError.code
+        if error:
+            return error
+        assert txn is not None
+        if txn.state is not TxnState.ONGOING or (topic, partition) not in txn.partitions:
+            return InvalidTxnStateError.code
+        return NONE
+
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+        """Whether the producer may stage offsets of the group: 0, or an error code (a fenced
+        epoch is INVALID_PRODUCER_EPOCH, as Kafka's group coordinator answers it)."""
+        txn = self._txns.get(transactional_id)
+        error = self._check_producer(txn, producer_id, epoch)
+        if error == ProducerFencedError.code:
+            return InvalidProducerEpochError.code
+        if error:
+            return error
+        assert txn is not None
+        if txn.state is not TxnState.ONGOING or group_id not in txn.groups:
+            return InvalidTxnStateError.code
+        return NONE
+
+    # ------------------------------------------------------------------ EndTxn
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int | Awaitable[int]:
+        """Commit or abort the producer's transaction; an error code, or an awaitable of one
+        when the answer waits for the markers' fsync."""
+        txn = self._txns.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return InvalidProducerIdMappingError.code
+        if txn.producer_epoch != epoch:
+            return ProducerFencedError.code
+        state = txn.state
+        wanted_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        wanted_complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if state is TxnState.ONGOING:
+            return self._end(txn, commit)
+        if state is wanted_complete:
+            return NONE  # a retry of an EndTxn that was done
+        if state is wanted_prepare:
+            return ConcurrentTransactionsError.code
+        logger.info("EndTxn(%s) of %s in state %s refused", "commit" if commit else "abort", transactional_id,
+                    state.value)
+        return InvalidTxnStateError.code
+
+    def _end(self, txn: TransactionMetadata, commit: bool) -> int | asyncio.Future:
+        before = copy.deepcopy(txn)
+        self._timers.cancel(("timeout", txn.transactional_id))
+        txn.transition_to(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, self._clock())
+        error = self._change(txn, before)
+        if error:
+            restored = self._txns.get(txn.transactional_id)
+            if restored is not None and restored.state is TxnState.ONGOING:
+                self._schedule_timeout(restored, self._clock())
+            return error
+        return self._complete(txn)
+
+    def _complete(self, txn: TransactionMetadata) -> int | asyncio.Future:
+        """Write the markers of a prepared transaction and end its groups' staged offsets; once
+        the markers are durable, it is complete.  0, or an awaitable of 0 while their fsync runs:
+        the decision is stored, so the client's EndTxn succeeded even if a marker has to be
+        retried.  The completion does not depend on anyone awaiting (a client may hang up)."""
+        commit = txn.state is TxnState.PREPARE_COMMIT
+        tid = txn.transactional_id
+        result = self._markers.write(txn.producer_id, txn.producer_epoch, commit, sorted(txn.partitions))
+        self._unsynced.setdefault(tid, []).extend(result.written)
+        # What is still listed is what still lacks its marker (as DescribeTransactions shows it).
+        txn.partitions = set(result.failed)
+        failed_groups = set()
+        for group_id in sorted(txn.groups):
+            try:
+                self._groups.end_txn_offsets(group_id, txn.producer_id, commit)
+            except OSError as exc:
+                logger.error("could not end the offsets of %s in group %s: %s", tid, group_id, exc)
+                failed_groups.add(group_id)
+        txn.groups = failed_groups
+        if txn.partitions or txn.groups:
+            self._try_save()
+            self._schedule(("markers", tid), MARKER_RETRY_MS, self._retry_markers, tid)
+            return NONE
+        return self._make_durable(txn)
+
+    def _make_durable(self, txn: TransactionMetadata) -> int | asyncio.Future:
+        """fsync the logs that got the transaction's markers (fsync "always"), then finish it."""
+        logs = self._unsynced.get(txn.transactional_id, [])
+        if self._config.fsync != "always" or not logs:
+            self._finish(txn)
+            return NONE
+        try:
+            durable = self._durability.request(logs)
+        except OSError as exc:  # no event loop: the fsync ran at once
+            return self._fsync_failed(txn, exc)
+        if isinstance(durable, concurrent.futures.Future):  # likewise
+            exc = durable.exception()
+            if exc is not None:
+                return self._fsync_failed(txn, exc)
+            self._finish(txn)
+            return NONE
+        done = durable.get_loop().create_future()
+
+        def settle(fut: asyncio.Future) -> None:
+            exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+            if exc is None:
+                self._finish(txn)
+            else:
+                self._fsync_failed(txn, exc)
+            if not done.done():
+                done.set_result(NONE)
+
+        durable.add_done_callback(settle)
+        return done
+
+    def _finish(self, txn: TransactionMetadata) -> None:
+        if self._txns.get(txn.transactional_id) is not txn or not txn.state.preparing:
+            return
+        self._unsynced.pop(txn.transactional_id, None)
+        txn.transition_to(TxnState.COMPLETE_COMMIT if txn.state is TxnState.PREPARE_COMMIT
+                          else TxnState.COMPLETE_ABORT, self._clock())
+        txn.partitions.clear()
+        txn.groups.clear()
+        # If this write fails, the file still says Prepare*: the next start completes it again.
+        self._try_save()
+
+    def _fsync_failed(self, txn: TransactionMetadata, exc: BaseException) -> int:
+        logger.error("the markers of %s may not be on disk (fsync failed: %s); retrying", txn.transactional_id, exc)
+        self._schedule(("markers", txn.transactional_id), MARKER_RETRY_MS, self._retry_markers, txn.transactional_id)
+        return NONE
+
+    def _retry_markers(self, transactional_id: str) -> None:
+        """Markers (or their fsync) that failed: try again (a timer calls this)."""
+        txn = self._txns.get(transactional_id)
+        if txn is None or not txn.state.preparing:
+            return
+        if txn.partitions or txn.groups:
+            self._complete(txn)
+        else:
+            self._make_durable(txn)
+
+    def _try_save(self) -> None:
+        try:
+            self._save()
+        except OSError as exc:
+            logger.error("could not store the transaction state: %s", exc)
+
+    # ------------------------------------------------------------------ timeouts and expiration
+
+    def _timeout_fired(self, transactional_id: str) -> None:
+        txn = self._txns.get(transactional_id)
+        if txn is None or txn.state is not TxnState.ONGOING:
+            return
+        now = self._clock()
+        if txn.start_ms + txn.timeout_ms > now:
+            self._schedule_timeout(txn, now)  # the wall clock lags the loop's: not yet
+            return
+        self.abort_timed_out(transactional_id)  # completes on its own; nobody waits for it
+
+    def abort_timed_out(self, transactional_id: str) -> int | Awaitable[int]:
+        """Abort the transaction of ``transactional_id`` as timed out: fence its producer (epoch
+        bump) and write abort markers.  The timers call it; tests may too."""
+        txn = self._txns.get(transactional_id)
+        if txn is None or txn.state is not TxnState.ONGOING:
+            return NONE
+        logger.info("transaction of %s (producer %d epoch %d) timed out after %d ms: aborting it", transactional_id,
+                    txn.producer_id, txn.producer_epoch, self._clock() - txn.start_ms)
+        error = self._fence(txn)
+        if error:
+            self._schedule(("timeout", transactional_id), MARKER_RETRY_MS, self._timeout_fired, transactional_id)
+            return error
+        return self._end(txn, commit=False)
+
+    def _expiration_tick(self) -> None:
+        try:
+            self.expire_transactional_ids()
+        finally:
+            self._schedule(("expiration",), EXPIRATION_CHECK_INTERVAL_MS, self._expiration_tick)
+
+    def expire_transactional_ids(self, now_ms: int | None = None) -> list[str]:
+        """Forget ids without an open transaction idle for transactional.id.expiration.ms (Kafka's
+        rule); their next InitProducerId starts over with a new producer id."""
+        now = self._clock() if now_ms is None else now_ms
+        limit = self._config.transactional_id_expiration_ms
+        gone = [tid for tid, t in self._txns.items()
+                if (t.state is TxnState.EMPTY or t.state.complete) and now - t.update_ms >= limit]
+        for tid in gone:
+            del self._txns[tid]
+        if gone:
+            logger.info("%d transactional id(s) expired", len(gone))
+            self._try_save()
+        return gone
+
+    # ------------------------------------------------------------------ admin
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        """The id's metadata (read it, don't change it), None if unknown."""
+        return self._txns.get(transactional_id)
+
+    def list_transactions(self, states: Collection[str] = (), producer_ids: Collection[int] = (),
+                          min_duration_ms: int = -1, pattern: re.Pattern | None = None) -> list[TransactionMetadata]:
+        """ListTransactions: every id, or those matching all the filters given (Kafka's rules:
+        the duration counts from the last transaction's start; the pattern matches the whole id)."""
+        now = self._clock()
+        out = []
+        for txn in sorted(self._txns.values(), key=lambda t: t.transactional_id):
+            if states and txn.state.value not in states:
+                continue
+            if producer_ids and txn.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and now - txn.start_ms <= min_duration_ms:
+                continue
+            if pattern is not None and not pattern.fullmatch(txn.transactional_id):
+                continue
+            out.append(txn)
+        return out
+
+    # ------------------------------------------------------------------ plumbing
+
+    @staticmethod
+    def _then(fut: asyncio.Future, fn: Callable[[Any], Any]) -> asyncio.Future:
+        """A future of ``fn(result of fut)``, run when ``fut`` is done, awaited or not (a client
+        that hangs up leaves no half-done work and no coroutine never awaited)."""
+        out = fut.get_loop().create_future()
+
+        def done(f: asyncio.Future) -> None:
+            if out.done():
+                return
+            if f.cancelled() or f.exception() is not None:
+                out.set_exception(f.exception() if not f.cancelled() else asyncio.CancelledError())
+            else:
+                out.set_result(fn(f.result()))
+
+        fut.add_done_callback(done)
+        return out
