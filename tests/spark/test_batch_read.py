@@ -1,7 +1,8 @@
 """spark.read.format("kwire"): Spark's Kafka schema, exactly the records kwire's Producer wrote
 into kwire's broker (every codec, CreateTime and LogAppendTime, keys, values and headers
 including nulls), offsets by JSON, timestamp and defaults, minPartitions, transaction markers
-stepped over, failOnDataLoss, and bad options failing at planning with the option named."""
+stepped over, aborted and open transactions (librdkafka's transactional producer), failOnDataLoss,
+and bad options failing at planning with the option named."""
 
 from __future__ import annotations
 
@@ -138,6 +139,54 @@ def test_transaction_markers_never_become_rows(spark, broker):
         rows = source(spark, broker, subscribe=topic, **{"kafka.isolation.level": isolation}).collect()
         assert sorted((r.offset, r.value) for r in rows) == [
             (0, b"0"), (1, b"1"), (2, b"2"), (4, b"3"), (5, b"4")]
+
+
+def test_aborted_transactions_never_become_rows_and_open_ones_wait(spark, broker):
+    """librdkafka's transactional producer against kwire's broker: a committed, an aborted and a
+    still open transaction around plain records.  read_committed rows hold the committed and
+    plain records only, and end at the open transaction (the last stable offset);
+    read_uncommitted rows hold every data record; no marker is ever a row."""
+    import confluent_kafka
+
+    topic = "txn-rows"
+    create_topic(broker.bootstrap, topic, partitions=2)
+    txn = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "spark-txn",
+                                    "log_level": 0})
+    txn.init_transactions(20)
+
+    def transaction(tag: bytes, n: int, commit: bool | None) -> list[bytes]:
+        txn.begin_transaction()
+        values = [b"%s-%d" % (tag, i) for i in range(n)]
+        for i, value in enumerate(values):
+            txn.produce(topic, value=value, key=b"k%d" % i, partition=i % 2)
+        txn.flush(20)
+        if commit is True:
+            txn.commit_transaction(20)
+        elif commit is False:
+            txn.abort_transaction(20)
+        return values
+
+    committed = transaction(b"committed", 10, True)
+    aborted = transaction(b"aborted", 8, False)
+    plain = [v for _, (_, v, _, _) in sorted(produce(broker.bootstrap, topic, [
+        (None, b"plain-%d" % i, None, i % 2) for i in range(4)]).items())]
+    committed += transaction(b"later", 6, True)
+    still_open = transaction(b"open", 5, None)  # written, neither committed nor aborted
+    try:
+        def values(**options) -> list[bytes]:
+            return sorted(r.value for r in source(spark, broker, subscribe=topic, **options).collect())
+
+        assert values(**{"kafka.isolation.level": "read_committed"}) == sorted(committed + plain)
+        assert values() == sorted(committed + aborted + plain + still_open)
+        stream = (spark.readStream.format("kwire").option("kafka.bootstrap.servers", broker.bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest")
+                  .option("kafka.isolation.level", "read_committed").load())
+        query = stream.writeStream.format("memory").queryName("txn_rows").trigger(availableNow=True).start()
+        query.awaitTermination(120)
+        streamed = sorted(r.value for r in spark.sql("SELECT value FROM txn_rows").collect())
+        assert streamed == sorted(committed + plain)
+    finally:
+        txn.abort_transaction(20)
 
 
 def test_records_deleted_by_retention_fail_the_read_or_are_skipped_with_a_warning(spark, broker):
