@@ -131,6 +131,8 @@ class Connection(asyncio.BufferedProtocol):
         self.session: Session | None = None
         self.max_request_size = max_request_size
         self.splitter = FrameSplitter(max_request_size, reserve=self._reserve)
+        if listener is not None and listener.sasl:  # small frames until the login (from the first byte on)
+            self.splitter.max_frame_size = min(PRE_AUTH_MAX_FRAME, max_request_size)
         # Each frame is a bytearray of its own: handlers may keep views of it and write into it.
         # Queued with the bytes it holds of the registry's RequestMemory (0 for small frames).
         self.queue: collections.deque[tuple[bytearray, int]] = collections.deque()
@@ -163,10 +165,13 @@ class Connection(asyncio.BufferedProtocol):
             self.session = Session(self.state.security, listener=listener.name, sasl=listener.sasl, peer=self.peer,
                                    principal=principal)
             if listener.sasl:
-                self.splitter.max_frame_size = min(PRE_AUTH_MAX_FRAME, self.max_request_size)
                 self._login_timer = asyncio.get_running_loop().call_later(LOGIN_TIMEOUT_S, self._login_timeout)
         logger.debug("connection %d from %s on listener %s", self.id, self.peer,
                      listener.name if listener is not None else "-")
+        if self.queue:  # requests that arrived with the end of the TLS handshake
+            self._update_reading()
+            if not self.busy:
+                self._serve()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -200,6 +205,10 @@ class Connection(asyncio.BufferedProtocol):
                 self.queue.append((frames[0], len(frames[0])))
             else:
                 self.queue.extend((f, 0) for f in frames)
+        if self.transport is None:
+            # TLS: requests that came with the end of the handshake, before the handshake's
+            # owner (tls_handshake.py) handed the connection over; connection_made serves them.
+            return
         self._update_reading()
         if frames and not self.busy:
             self._serve()

@@ -20,6 +20,7 @@ from .config import BrokerConfig
 from .listeners import Listener, ListenerSpec, parse_advertised, wildcard_host
 from .network import Connection, ConnectionRegistry
 from .state import BrokerState
+from .tls_handshake import TlsHandshake
 
 logger = logging.getLogger("kwire.broker")
 
@@ -76,9 +77,17 @@ class Broker:
                                  ca_location=config.ssl_ca_location, client_auth=config.ssl_client_auth)
         for spec in specs:
             listener = Listener(spec, spec.port, ("", 0), tls if spec.tls else None)
-            server = await loop.create_server(
-                lambda listener=listener: Connection(self.state, self._connections, config.max_request_size, listener),
-                spec.host or None, spec.port, reuse_address=True, backlog=1024, ssl=listener.ssl_context)
+
+            def connection(listener=listener) -> Connection:
+                return Connection(self.state, self._connections, config.max_request_size, listener)
+
+            def accept(listener=listener, connection=connection):
+                if listener.ssl_context is None:
+                    return connection()
+                # The broker runs the handshake, so that a failed one is logged (tls_handshake.py).
+                return TlsHandshake(connection, listener.ssl_context, listener.name)
+
+            server = await loop.create_server(accept, spec.host or None, spec.port, reuse_address=True, backlog=1024)
             self._servers.append(server)
             listener.port = server.sockets[0].getsockname()[1]
             listener.advertised = self._advertise(spec, listener.port, legacy=not config.listeners)
