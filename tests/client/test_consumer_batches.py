@@ -11,8 +11,6 @@ import asyncio
 import pytest
 
 from kwire.client.consumer import AsyncConsumer, Consumer
-from kwire.client.fetcher import Fetcher
-from kwire.client.subscription import SubscriptionState
 from kwire.client.types import ConsumerRecord, FetchedBatch, TopicPartition
 from kwire.protocol import messages
 from kwire.protocol.records import ControlRecordType, build_control_batch
@@ -23,6 +21,7 @@ from .test_consumer_records import (
     _batch,
     as_tuple,
     broker,
+    fetcher_holding,
     mock_bootstrap,
     produce,
     quick,
@@ -155,23 +154,13 @@ def test_the_sync_consumer_steps_over_transaction_markers(mock_bootstrap):
 
 
 async def _batches_from_bytes(records: bytes, aborted, isolation: str, max_records: int = 100):
-    """Sans-IO, as test_consumer_records: a Fetch response through the fetcher's response path."""
-    config = AsyncConsumer(quick("127.0.0.1:1", isolation_level=isolation)).config
-    sub = SubscriptionState()
-    tp = TopicPartition("t", 0)
-    sub.assign([tp])
-    sub.state(tp).seek(0)
-    fetcher = Fetcher(None, config, sub, lambda: None)
-    response = messages.FetchResponse(responses=[messages.FetchResponse.FetchableTopicResponse(
-        topic="t", partitions=[messages.FetchResponse.FetchableTopicResponse.PartitionData(
-            partition_index=0, high_watermark=99, last_stable_offset=99, aborted_transactions=aborted,
-            records=records)])])
-    fetcher._handle_response(1, response, 12, {tp: (sub.state(tp).seek_epoch, 0)}, {})
+    """Sans-IO, as test_consumer_records: every drain_batches call's items until none are left."""
+    fetcher, state = fetcher_holding(records, aborted, isolation, end=99)
     calls = []
     while True:
         items = fetcher.drain_batches(max_records)
         if not items:
-            return calls, sub.state(tp).position
+            return calls, state.position
         calls.append(items)
 
 

@@ -226,7 +226,9 @@ def _batch(base_offset: int, values: list[bytes], **options) -> bytes:
     return builder.build()
 
 
-async def _fetch_from_bytes(records: bytes, aborted, isolation: str):
+def fetcher_holding(records: bytes, aborted, isolation: str, end: int = 9):
+    """A fetcher of partition t-0 (from offset 0) that received ``records`` in a Fetch answer,
+    through its response path; (fetcher, the partition's state)."""
     config = AsyncConsumer(quick("127.0.0.1:1", isolation_level=isolation)).config
     sub = SubscriptionState()
     tp = TopicPartition("t", 0)
@@ -235,10 +237,15 @@ async def _fetch_from_bytes(records: bytes, aborted, isolation: str):
     fetcher = Fetcher(None, config, sub, lambda: None)
     response = messages.FetchResponse(responses=[messages.FetchResponse.FetchableTopicResponse(
         topic="t", partitions=[messages.FetchResponse.FetchableTopicResponse.PartitionData(
-            partition_index=0, high_watermark=9, last_stable_offset=9, aborted_transactions=aborted,
+            partition_index=0, high_watermark=end, last_stable_offset=end, aborted_transactions=aborted,
             records=records)])])
     fetcher._handle_response(1, response, 12, {tp: (sub.state(tp).seek_epoch, 0)}, {})
-    return fetcher.drain(100), sub.state(tp).position
+    return fetcher, sub.state(tp)
+
+
+async def _fetch_from_bytes(records: bytes, aborted, isolation: str):
+    fetcher, state = fetcher_holding(records, aborted, isolation)
+    return fetcher.drain(100), state.position
 
 
 # -- memory and batch bounds ----------------------------------------------------------------------

@@ -132,9 +132,14 @@ class Fetcher:
         Raises an error a fetch stored for the application (once), after any records already
         taken in an earlier call were handed out.
         """
+        return self._drain(max_records, self._take)
+
+    def _drain(self, max_records: int, take) -> list:
+        """What ``take(buf, state, need, out)`` puts in ``out`` for each partition in turn,
+        until it counted ``max_records`` records."""
         if self._errors:
             raise self._errors.pop(0)
-        out: list[ConsumerRecord] = []
+        out: list = []
         if not self._buffers:
             return out
         assignment = self._sub.assignment
@@ -148,7 +153,7 @@ class Fetcher:
             if state.paused:
                 continue
             try:
-                need -= self._take(buf, state, need, out)
+                need -= take(buf, state, need, out)
             except Exception as exc:
                 if not out:
                     raise
@@ -294,35 +299,7 @@ class Fetcher:
         ``drain()`` began, comes as decoded records.  At least one batch per call when any is
         buffered, then whole batches while their records fit in ``max_records``.  Errors as in
         ``drain()``."""
-        if self._errors:
-            raise self._errors.pop(0)
-        out: list[FetchedBatch] = []
-        if not self._buffers:
-            return out
-        assignment = self._sub.assignment
-        need = max_records
-        for tp in list(self._buffers):
-            buf = self._buffers[tp]
-            state = assignment.get(tp)
-            if state is None or state.seek_epoch != buf.seek_epoch:
-                self._drop(tp)
-                continue
-            if state.paused:
-                continue
-            try:
-                need -= self._take_batches(buf, state, need, out)
-            except Exception as exc:
-                if not out:
-                    raise
-                self._errors.append(exc)
-                break
-            del self._buffers[tp]
-            if buf.empty:
-                continue
-            self._buffers[tp] = buf
-            if need <= 0:
-                break
-        return out
+        return self._drain(max_records, self._take_batches)
 
     def _take_batches(self, buf: _PartitionBuffer, state: PartitionState, need: int, out: list) -> int:
         tp = buf.tp
