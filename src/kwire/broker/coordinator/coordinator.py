@@ -717,13 +717,7 @@ class GroupCoordinator:
         committed).
         """
         self._timers.bind()
-        errors = [NONE] * len(entries)
-        valid = []
-        for i, entry in enumerate(entries):
-            if self._topics.partition_exists(entry.topic, entry.partition):
-                valid.append(i)
-            else:
-                errors[i] = UnknownTopicOrPartitionError.code
+        errors, valid = self._existing_partitions(entries)
         if not valid:
             return errors
         group = self._groups.get(group_id)
@@ -765,6 +759,18 @@ class GroupCoordinator:
             self._schedule_session(group, member)
         return errors
 
+    def _existing_partitions(self, entries: Sequence[OffsetCommitEntry]) -> tuple[list[int], list[int]]:
+        """An error code per entry (UNKNOWN_TOPIC_OR_PARTITION for a partition that does not
+        exist, else none yet) and the indexes of the entries whose partition exists."""
+        errors = [NONE] * len(entries)
+        valid = []
+        for i, entry in enumerate(entries):
+            if self._topics.partition_exists(entry.topic, entry.partition):
+                valid.append(i)
+            else:
+                errors[i] = UnknownTopicOrPartitionError.code
+        return errors, valid
+
     def commit_txn_offsets(self, group_id: str, producer_id: int, generation_id: int, member_id: str,
                            group_instance_id: str | None, entries: Sequence[OffsetCommitEntry], *,
                            defer_fsync: bool = False) -> list[int]:
@@ -773,13 +779,7 @@ class GroupCoordinator:
         transaction; here the group checks the member (v3+ send one) as for OffsetCommit.
         ``defer_fsync``: as for ``commit_offsets``."""
         self._timers.bind()
-        errors = [NONE] * len(entries)
-        valid = []
-        for i, entry in enumerate(entries):
-            if self._topics.partition_exists(entry.topic, entry.partition):
-                valid.append(i)
-            else:
-                errors[i] = UnknownTopicOrPartitionError.code
+        errors, valid = self._existing_partitions(entries)
         if not valid:
             return errors
         group = self._groups.get(group_id)

@@ -290,11 +290,12 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     synced = broker.coordinator.journal_synced() if any(e == 0 for e in errors) else None
     if synced is None:
         return response
-    return _answer_when_synced(synced, response)
+    return answer_when_synced(synced, response)
 
 
-async def _answer_when_synced(synced, response):
-    """Answer an OffsetCommit once the journal's fsync covers it (off the event loop)."""
+async def answer_when_synced(synced, response):
+    """Answer an OffsetCommit (or TxnOffsetCommit) once the journal's fsync covers it (off the
+    event loop)."""
     try:
         await asyncio.wrap_future(synced) if isinstance(synced, concurrent.futures.Future) else await synced
     except OSError:

@@ -22,14 +22,11 @@ READ on each topic; DescribeTransactions and ListTransactions DESCRIBE on each t
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import re
 from typing import TYPE_CHECKING, Any
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
-    CoordinatorNotAvailableError,
     GroupAuthorizationFailedError,
     InvalidProducerEpochError,
     InvalidRegularExpressionError,
@@ -45,6 +42,7 @@ from kwire.protocol.errors import (
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator import OffsetCommitEntry
 from ..transactions import TxnState
+from .groups import answer_when_synced
 from .registry import handler
 
 if TYPE_CHECKING:
@@ -200,19 +198,7 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     synced = broker.coordinator.journal_synced() if any(e == 0 for e in errors) else None
     if synced is None:
         return response
-    return _answer_when_synced(synced, response)
-
-
-async def _answer_when_synced(synced, response):
-    """As OffsetCommit: answered once the journal's fsync covers the staged offsets."""
-    try:
-        await asyncio.wrap_future(synced) if isinstance(synced, concurrent.futures.Future) else await synced
-    except OSError:
-        for t in response.topics:
-            for p in t.partitions:
-                if p.error_code == 0:
-                    p.error_code = CoordinatorNotAvailableError.code
-    return response
+    return answer_when_synced(synced, response)  # as OffsetCommit
 
 
 # ---------------------------------------------------------------- DescribeTransactions / ListTransactions
