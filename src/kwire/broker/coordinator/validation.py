@@ -1,7 +1,8 @@
 """Kafka's checks of a member's request against its group, in Kafka's order (first failure wins).
 
 Pure functions of the group's state returning an error code (0: go ahead), shared by SyncGroup,
-Heartbeat and OffsetCommit so the order of the checks, which clients observe, is written once.
+Heartbeat, OffsetCommit and TxnOffsetCommit so the order of the checks, which clients observe,
+is written once (``check_member``).
 """
 
 from __future__ import annotations
@@ -43,12 +44,9 @@ def check_offset_commit(group: Group, generation_id: int, member_id: str, group_
     if generation_id < 0 and group.is_(GroupState.EMPTY):
         return 0
     if generation_id >= 0 or member_id or group_instance_id is not None:
-        if group.is_static_member_fenced(group_instance_id, member_id):
-            return FencedInstanceIdError.code
-        if not group.has(member_id):
-            return UnknownMemberIdError.code
-        if generation_id != group.generation_id:
-            return IllegalGenerationError.code
+        error = check_member(group, generation_id, member_id, group_instance_id)
+        if error:
+            return error
     elif not group.is_(GroupState.EMPTY):
         return UnknownMemberIdError.code
     if group.is_(GroupState.COMPLETING_REBALANCE):
@@ -60,13 +58,6 @@ def check_offset_commit(group: Group, generation_id: int, member_id: str, group_
 def check_txn_offset_commit(group: Group, generation_id: int, member_id: str, group_instance_id: str | None) -> int:
     """TxnOffsetCommit: as OffsetCommit, except that a commit without member (v0-2 carry none)
     is taken whatever the group's members, and a rebalance does not stop it (Kafka's rules)."""
-    if group.is_(GroupState.DEAD):
-        return CoordinatorNotAvailableError.code
     if generation_id >= 0 or member_id or group_instance_id is not None:
-        if group.is_static_member_fenced(group_instance_id, member_id):
-            return FencedInstanceIdError.code
-        if not group.has(member_id):
-            return UnknownMemberIdError.code
-        if generation_id != group.generation_id:
-            return IllegalGenerationError.code
-    return 0
+        return check_member(group, generation_id, member_id, group_instance_id)
+    return CoordinatorNotAvailableError.code if group.is_(GroupState.DEAD) else 0
