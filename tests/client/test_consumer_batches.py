@@ -12,8 +12,6 @@ import pytest
 
 from kwire.client.consumer import AsyncConsumer, Consumer
 from kwire.client.types import ConsumerRecord, FetchedBatch, TopicPartition
-from kwire.protocol import messages
-from kwire.protocol.records import ControlRecordType, build_control_batch
 from kwire.protocol.records.legacy import LegacyMessageSetBuilder
 
 from .test_consumer_records import (
@@ -27,6 +25,7 @@ from .test_consumer_records import (
     quick,
     run,
     sample_records,
+    transaction_log,
 )
 
 __all__ = ["broker", "mock_bootstrap"]  # fixtures
@@ -165,18 +164,7 @@ async def _batches_from_bytes(records: bytes, aborted, isolation: str, max_recor
 
 
 def test_read_committed_batches_leave_out_aborted_transactions_and_markers():
-    p_commit, p_abort = 7, 8
-    log = b"".join([
-        _batch(0, [b"c0", b"c1"], producer_id=p_commit, transactional=True),
-        _batch(2, [b"a0", b"a1"], producer_id=p_abort, transactional=True),
-        build_control_batch(ControlRecordType.COMMIT, producer_id=p_commit, producer_epoch=0, base_offset=4),
-        _batch(5, [b"plain"]),
-        build_control_batch(ControlRecordType.ABORT, producer_id=p_abort, producer_epoch=0, base_offset=6),
-        _batch(7, [b"a2"], producer_id=p_abort, transactional=True),
-        build_control_batch(ControlRecordType.COMMIT, producer_id=p_abort, producer_epoch=0, base_offset=8),
-    ])
-    aborted = [messages.FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction(
-        producer_id=p_abort, first_offset=2)]
+    log, aborted = transaction_log()
     for isolation, expected in (("read_committed", [b"c0", b"c1", b"plain", b"a2"]),
                                 ("read_uncommitted", [b"c0", b"c1", b"a0", b"a1", b"plain", b"a2"])):
         calls, position = asyncio.run(_batches_from_bytes(log, aborted, isolation))

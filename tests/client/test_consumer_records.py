@@ -194,11 +194,10 @@ def test_transaction_markers_never_reach_the_application(mock_bootstrap):
         assert position == 15 == ends[TopicPartition(topic, 0)]
 
 
-def test_read_committed_skips_aborted_transactions_as_the_fetch_response_lists_them():
-    """Sans-IO: librdkafka's mock leaves Fetch's aborted_transactions empty (it does not track
-    them; librdkafka itself reads aborted data from it), and kwire's broker has no transactions,
-    so no real peer can serve this.  The records are built with kwire's codec as a transaction
-    coordinator writes them and go through the fetcher's response path."""
+def transaction_log():
+    """A log of a committed and an aborted transaction, a plain record and a later committed
+    transaction of the aborting producer, with its markers, built with kwire's codec as a
+    transaction coordinator writes them; and the Fetch answer's aborted_transactions for it."""
     p_commit, p_abort = 7, 8
     log = b"".join([
         _batch(0, [b"c0", b"c1"], producer_id=p_commit, transactional=True),
@@ -211,6 +210,15 @@ def test_read_committed_skips_aborted_transactions_as_the_fetch_response_lists_t
     ])
     aborted = [messages.FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction(
         producer_id=p_abort, first_offset=2)]
+    return log, aborted
+
+
+def test_read_committed_skips_aborted_transactions_as_the_fetch_response_lists_them():
+    """Sans-IO: librdkafka's mock leaves Fetch's aborted_transactions empty (it does not track
+    them; librdkafka itself reads aborted data from it), so the exact answer is built here and
+    goes through the fetcher's response path (kwire's broker, which lists them, is the peer of
+    tests/broker/test_transactions_clients.py)."""
+    log, aborted = transaction_log()
     for isolation, expected in (("read_committed", [b"c0", b"c1", b"plain", b"a2"]),
                                 ("read_uncommitted", [b"c0", b"c1", b"a0", b"a1", b"plain", b"a2"])):
         got, position = asyncio.run(_fetch_from_bytes(log, aborted, isolation))
