@@ -6,7 +6,7 @@ STAMP := $(VENV)/.kwire-installed
 
 .PHONY: demo demo-broker test lint pytest bench bench-broker generate clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/kwire/protocol/records/_layout.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

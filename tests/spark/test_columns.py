@@ -3,7 +3,9 @@
 ``records_to_batch`` (from the records kwire's per-record decoder builds) is the reference;
 ``batches_to_arrow`` must give the identical Arrow batch, whatever the field widths (1 to 5
 byte varints, 10-byte timestamp deltas), nulls, headers, codecs, timestamp types and ranges,
-and refuse corrupt batches with the per-record decoder's error.
+and refuse corrupt batches with the per-record decoder's error.  Every test runs twice: with the
+compiled helper that reads the records' fields (``kwire.protocol.records._layout``, built by
+``pip install``) and with the Python walk that stands in for it where it is not built.
 """
 
 from __future__ import annotations
@@ -17,10 +19,23 @@ from kwire.client.types import ConsumerRecord
 from kwire.protocol.errors import CorruptRecordError
 from kwire.protocol.records import iter_batches
 from kwire.protocol.records.batch import RecordBatch, RecordBatchBuilder
+from kwire.spark import columns
 from kwire.spark.columns import batches_to_arrow
 from kwire.spark.schema import records_to_batch
 
 TOPIC, PARTITION = "events", 3
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def field_reader(request, monkeypatch) -> str:
+    """Run the test with the compiled field reader, then with the Python one."""
+    if request.param == "compiled":
+        # Not a skip: the development install builds it (setup.py), and a build that silently
+        # failed would otherwise leave the compiled path untested.
+        assert columns._layout is not None, "kwire.protocol.records._layout was not built (needs gcc and Python's headers)"
+    else:
+        monkeypatch.setattr(columns, "_layout", None)
+    return request.param
 
 
 def _reference(batches, include_headers: bool, start: int = 0, end: int | None = None) -> pa.RecordBatch:
@@ -180,3 +195,4 @@ def test_random_corruption_never_yields_rows_the_decoder_refuses() -> None:
             continue
         assert batches_to_arrow([batch], TOPIC, PARTITION, True).equals(want)
     assert refused > 50
+

@@ -6,10 +6,12 @@ and its dependencies.  Two ways, both plain Spark:
 * Install ``kwire`` (``pip install kwire``) in the executors' Python, as any library.
 * Or ship it from the driver: ``ship_kwire(spark)`` zips the kwire package the driver runs and
   adds it with ``SparkContext.addPyFile`` (the same as ``spark-submit --py-files kwire.zip``), so
-  executors import exactly the driver's kwire.  kwire is pure Python; what the zip cannot carry
-  are its compiled dependencies, which the executors' Python must have: pyarrow (PySpark's
-  Python data sources need it anyway), cramjam, crc32c and zstandard.  ``spark.pyspark.python``
-  names that Python.
+  executors import exactly the driver's kwire.  What the zip cannot carry are compiled modules,
+  which Python does not import from a zip: kwire's dependencies, which the executors' Python
+  must have (pyarrow, which PySpark's Python data sources need anyway, cramjam, crc32c and
+  zstandard; ``spark.pyspark.python`` names that Python), and kwire's own optional helper
+  (``kwire.protocol.records._layout``), without which the executors read with its slower
+  Python stand-in.  Installing kwire on the nodes gives them the helper too.
 
 ``kwire sink --master spark://...`` ships kwire this way by itself.
 
@@ -58,6 +60,8 @@ def spark_home() -> Path:
 
 def kwire_zip(directory: str | Path | None = None) -> Path:
     """A zip of the kwire package this process imported (sources only), for ``addPyFile``."""
+    import importlib.machinery
+
     import kwire
 
     package = Path(kwire.__file__).parent
@@ -66,7 +70,8 @@ def kwire_zip(directory: str | Path | None = None) -> Path:
     target = directory / "kwire.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(package.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo") \
+                    and not path.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
                 zf.write(path, Path("kwire") / path.relative_to(package))
     return target
 

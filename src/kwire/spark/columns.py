@@ -3,22 +3,23 @@
 The per-record decoder builds a tuple, two bytes objects and two ints for every record, and
 ``records_to_batch`` then turns them into columns: about 1 us per record in CPython, more than
 Spark spends on the row itself.  Here the records of many batches become Spark's Kafka columns
-with a handful of numpy and Arrow calls:
+with one compiled pass and a handful of numpy and Arrow calls:
 
-1. One Python pass over the record length prefixes (the only field that says where the next
-   record starts), giving where every record starts and ends.
-2. Every other field read for all records at once with numpy: attributes are skipped, then the
-   timestamp delta, offset delta, key length, value length and header count varints, each
-   decoded for every record in one vectorised step.
-3. Keys and values gathered in C: an Arrow binary array laid over the records' own bytes
-   alternates each key (or value) with the bytes between it and the next one, and filtering
-   every second element copies just the keys (values) into a compact column.  Null (negative length)
-   keys and values come out null.
+1. The compiled helper ``kwire.protocol.records._layout`` (setup.py; a few ns a record) walks
+   the records of each batch and reads every record's fields on the way: where the key, value
+   and headers lie, their lengths, the timestamp and offset deltas, where the record ends.  It
+   then copies the keys (values) of the rows one after the other into the column's data buffer.
+2. Where the helper is not built (no C compiler at install, kwire shipped to Spark executors as
+   a zip), the same in Python and numpy: one Python pass over the record length prefixes (the
+   only field that says where the next record starts; about 90 ns a record), every other field
+   read for all records at once with numpy, and keys and values gathered by an Arrow filter over
+   an array laid on the records' own bytes that alternates each key (value) with the bytes
+   between it and the next.  The tests hold both paths to the per-record decoder's rows.
 
-Records with headers get their headers parsed in Python (only those records).  A batch whose
-fields do not add up (a record overrunning its length, a bad varint) is decoded again with the
-per-record decoder, whose error names the record and field; the columns are never built from
-bytes that do not parse.
+Null (negative length) keys and values come out null.  Records with headers get their headers
+parsed in Python (only those records).  A batch whose fields do not add up (a record overrunning
+its length, a bad varint) is decoded again with the per-record decoder, whose error names the
+record and field; the columns are never built from bytes that do not parse.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ from kwire.protocol.errors import CorruptRecordError
 from kwire.protocol.records.batch import RecordBatch
 
 from .schema import arrow_schema
+
+try:  # the optional compiled helper (setup.py); without it the same work is done in Python
+    from kwire.protocol.records import _layout
+except ImportError:  # not built (no C compiler at install), or kwire imported from a zip
+    _layout = None
 
 __all__ = ["batches_to_arrow"]
 
@@ -49,26 +55,16 @@ def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int,
                      start: int = 0, end: int | None = None) -> pa.RecordBatch:
     """One Arrow batch of Spark's Kafka schema holding the records of ``batches`` (v2 data
     batches of one partition, in offset order) whose offsets are in ``[start, end)``."""
-    buf, starts, per_batch = _locate(batches)
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    n = len(starts)
-    starts_a = np.array(starts, dtype=np.int64)
-    counts = [c for c, _, _, _, _ in per_batch]
-    # A record ends where the next one starts, the last of each batch where its batch does.
-    ends_a = np.empty(n, dtype=np.int64)
-    ends_a[:-1] = starts_a[1:]
-    if n:
-        ends_a[np.cumsum(counts) - 1] = [stop for _, _, _, _, stop in per_batch]
-    firsts_a = _varints(u8, starts_a, 5)[1]  # past the length prefixes the walk checked
-    fields = _fields(u8, firsts_a + 1, n)  # + 1: the attributes byte, unused since Kafka 0.11
-    if fields is None or not _consistent(fields, ends_a, u8):
-        _raise_decode_error(batches)
-        raise CorruptRecordError("record fields do not add up to their lengths", what="RecordBatch")
-    ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at = fields
+    buf, sections = _sections(batches)
+    counts = [batch.record_count for batch, _, _, _ in sections]
+    n = sum(counts)
+    fields = (_scan_native if _layout is not None else _scan_python)(buf, sections, n)
+    per_batch = [(batch.base_offset, append_time, batch.base_timestamp) for batch, _, _, append_time in sections]
+    ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at, ends_a = fields
 
-    offsets = np.repeat(np.array([b for _, b, _, _, _ in per_batch], dtype=np.int64), counts) + off_delta
-    append = [t for _, _, t, _, _ in per_batch]
-    base_ts = np.repeat(np.array([t for _, _, _, t, _ in per_batch], dtype=np.int64), counts)
+    offsets = np.repeat(np.array([b for b, _, _ in per_batch], dtype=np.int64), counts) + off_delta
+    append = [t for _, t, _ in per_batch]
+    base_ts = np.repeat(np.array([t for _, _, t in per_batch], dtype=np.int64), counts)
     millis = base_ts + ts_delta
     if any(t is not None for t in append):
         fixed = np.repeat(np.array([-1 if t is None else t for t in append], dtype=np.int64), counts)
@@ -94,28 +90,51 @@ def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int,
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _locate(batches: Sequence[RecordBatch]) -> tuple:
-    """The records' common buffer, each record's first byte (after its length) and end, and per
-    batch (record count, base offset, append time or None, base timestamp).
+def _sections(batches: Sequence[RecordBatch]) -> tuple:
+    """The records' common buffer and, per batch, ``(batch, first, stop, append_time)``: its
+    records are ``buf[first:stop]``; ``append_time`` is set for LogAppendTime batches.
 
     Uncompressed batches of one fetch answer share its buffer: used as it is.  Otherwise (a
     compressed batch, batches from several answers) the record sections are joined once."""
     sections = [(b, *b.records_section()) for b in batches]
     shared = sections[0][1] if sections else b""
-    if any(s[1] is not shared for s in sections):
-        joined, placed, at = [], [], 0
-        for batch, buf, first, last, append_time in sections:
-            joined.append(memoryview(buf)[first:last])
-            placed.append((batch, None, at, at + last - first, append_time))
-            at += last - first
-        shared = b"".join(joined)
-        sections = placed
+    if all(s[1] is shared for s in sections):
+        return shared, [(batch, first, stop, append_time) for batch, _, first, stop, append_time in sections]
+    joined, placed, at = [], [], 0
+    for batch, buf, first, stop, append_time in sections:
+        joined.append(memoryview(buf)[first:stop])
+        placed.append((batch, at, at + stop - first, append_time))
+        at += stop - first
+    return b"".join(joined), placed
+
+
+def _scan_native(buf, sections: list, n: int) -> tuple:
+    """Every record's fields (see ``_scan_python``) by the compiled helper, one pass per batch."""
+    out = np.empty((9, n), dtype=np.int64)
+    row = 0
+    for batch, first, stop, _ in sections:
+        count = batch.record_count
+        bad = _layout.scan_v2(buf, first, stop, count, out, row)
+        if bad >= 0:
+            _raise_decode_error([batch])
+            what = "end short of" if bad == count else "overrun"
+            raise CorruptRecordError(f"record {bad} of {count}: the records' fields {what} the batch's "
+                                     f"{stop - first} bytes of records", what="RecordBatch")
+        row += count
+    return tuple(out)
+
+
+def _scan_python(buf, sections: list, n: int) -> tuple:
+    """Every record's fields as arrays: timestamp delta, offset delta, key position and length,
+    value position and length, header count, headers position, end (positions in ``buf``).
+
+    A Python walk over the length prefixes finds where the records start; numpy reads the rest
+    for all records at once."""
     starts: list[int] = []  # where each record's length prefix is
     add = starts.append
     step_1, step_2 = _STEP_1, _STEP_2
-    buf = shared
-    per_batch = []
-    for batch, _, pos, stop, append_time in sections:
+    stops = []
+    for batch, pos, stop, _ in sections:
         count = batch.record_count
         try:
             for _ in range(count):
@@ -137,8 +156,20 @@ def _locate(batches: Sequence[RecordBatch]) -> tuple:
             raise CorruptRecordError(f"the lengths of {count} records do not add up to the "
                                      f"{stop - (pos if pos >= 0 else stop)} bytes of the batch's records",
                                      what="RecordBatch")
-        per_batch.append((count, batch.base_offset, append_time, batch.base_timestamp, stop))
-    return buf, starts, per_batch
+        stops.append((count, stop))
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    starts_a = np.array(starts, dtype=np.int64)
+    # A record ends where the next one starts, the last of each batch where its batch does.
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = starts_a[1:]
+    if n:
+        ends[np.cumsum([c for c, _ in stops]) - 1] = [stop for _, stop in stops]
+    firsts = _varints(u8, starts_a, 5)[1]  # past the length prefixes the walk checked
+    fields = _fields(u8, firsts + 1, n)  # + 1: the attributes byte, unused since Kafka 0.11
+    if fields is None or not _consistent(fields, ends):
+        _raise_decode_error([batch for batch, _, _, _ in sections])
+        raise CorruptRecordError("record fields do not add up to their lengths", what="RecordBatch")
+    return (*fields, ends)
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:
@@ -210,7 +241,7 @@ def _fields(u8: np.ndarray, at: np.ndarray, n: int) -> tuple | None:
     return ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at
 
 
-def _consistent(fields: tuple, ends: np.ndarray, u8: np.ndarray) -> bool:
+def _consistent(fields: tuple, ends: np.ndarray) -> bool:
     """Whether every record's fields end where its length says (exactly, for a record without
     headers; within it for one with headers, whose headers are checked when parsed)."""
     header_count, header_at = fields[6], fields[7]
@@ -224,21 +255,25 @@ def _consistent(fields: tuple, ends: np.ndarray, u8: np.ndarray) -> bool:
 
 def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int) -> pa.Array:
     """Binary column of the byte strings ``buf[at:at + length]`` of records ``lo..hi-1`` (null for
-    a negative length): every second element of an array laid over ``buf`` itself."""
+    a negative length)."""
     rows = hi - lo
     if rows <= 0:
         return pa.array([], pa.binary())
     at, length = at[lo:hi], length[lo:hi]
     valid = length >= 0
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if _layout is not None:
+        return _gather_native(buf, at, length, valid, validity)
     stop = at + np.where(valid, length, 0)
+    # Every second element of an array laid over ``buf`` itself, which alternates each string
+    # with the bytes between it and the next.
     bounds = np.empty(2 * rows + 1, dtype=np.int64)
     bounds[0:-1:2] = at
     bounds[1::2] = stop
     bounds[-1] = stop[-1]
     wide = int(bounds[-1]) > _INT32_MAX
     kind = pa.large_binary() if wide else pa.binary()
-    validity = None
-    if not valid.all():
+    if validity is not None:
         both = np.ones(2 * rows, dtype=bool)
         both[0::2] = valid
         validity = pa.py_buffer(np.packbits(both, bitorder="little"))
@@ -248,6 +283,23 @@ def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int) -> pa.Arr
     # (121 against 192 ns per 1 KiB value, measured with 8,192 rows).
     taken = laid.filter(_every_second(2 * rows))
     return taken.cast(pa.binary()) if wide else taken
+
+
+def _gather_native(buf, at: np.ndarray, length: np.ndarray, valid: np.ndarray, validity) -> pa.Array:
+    """``_gather`` by the compiled helper: offsets from a cumulative sum, then one copy of each
+    string into the column's data buffer."""
+    rows = len(at)
+    ends = np.cumsum(np.where(valid, length, 0))
+    total = int(ends[-1])
+    wide = total > _INT32_MAX
+    offsets = np.empty(rows + 1, dtype=np.int64 if wide else np.int32)
+    offsets[0] = 0
+    offsets[1:] = ends
+    data = np.empty(total, dtype=np.uint8)
+    _layout.gather(buf, np.ascontiguousarray(at), np.ascontiguousarray(length), data)
+    kind = pa.large_binary() if wide else pa.binary()
+    column = pa.Array.from_buffers(kind, rows, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return column.cast(pa.binary()) if wide else column
 
 
 _EVERY_SECOND: list[pa.BooleanArray] = []
