@@ -5,6 +5,7 @@ read is received straight into the buffer that is then handed out."""
 from __future__ import annotations
 
 import struct
+import sys
 import tracemalloc
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kwire.protocol import DecodeError, FrameSplitter, FrameTooLargeError
+from kwire.protocol.framing import REUSE_MIN_FRAME_SIZE
 
 
 def _frames(bodies, fmt: str = ">i", includes_prefix: bool = False) -> bytes:
@@ -151,3 +153,69 @@ def test_one_api_per_splitter():
     _receive(received, b"\x00\x00\x00\x05ab")
     with pytest.raises(RuntimeError):
         received.feed(b"cde")
+
+
+# -- reuse_frames: the buffers of large frames nobody holds any more ------------------------------
+
+BIG = REUSE_MIN_FRAME_SIZE + 1000
+
+
+def _big(fill: int, size: int = BIG) -> bytes:
+    return bytes([fill]) * size
+
+
+def test_a_dropped_large_frame_is_reused_for_the_next_one():
+    splitter = FrameSplitter(reuse_frames=2)
+    (first,) = _receive(splitter, _frames([_big(1)]))
+    first_id = id(first)
+    del first
+    # A little smaller, then a little larger than the first: both fit its allocation.
+    (second,) = _receive(splitter, _frames([_big(2, BIG - 300)]))
+    assert id(second) == first_id
+    assert second == _big(2, BIG - 300)
+    del second
+    (third,) = _receive(splitter, _frames([_big(3, BIG - 10)]))
+    assert id(third) == first_id and third == _big(3, BIG - 10)
+
+
+def test_a_frame_still_held_or_viewed_is_never_reused():
+    splitter = FrameSplitter(reuse_frames=4)
+    (held,) = _receive(splitter, _frames([_big(1)]))
+    (viewed,) = _receive(splitter, _frames([_big(2)]))
+    view = memoryview(viewed)[10:20]
+    del viewed  # only the memoryview refers to it now
+    (third,) = _receive(splitter, _frames([_big(3)]))
+    assert third == _big(3)
+    assert held == _big(1) and bytes(view) == bytes([2]) * 10  # untouched
+    assert third is not held and view.obj is not third
+
+
+def test_frames_of_another_size_get_a_new_buffer():
+    splitter = FrameSplitter(reuse_frames=2)
+    (first,) = _receive(splitter, _frames([_big(1)]))
+    first_id = id(first)
+    del first
+    (larger,) = _receive(splitter, _frames([_big(2, 2 * BIG)]))
+    assert id(larger) != first_id and larger == _big(2, 2 * BIG)
+    (smaller,) = _receive(splitter, _frames([_big(3, BIG // 2 - 100)]))  # below half of its allocation
+    assert smaller == _big(3, BIG // 2 - 100)
+
+
+def test_only_a_reusing_splitter_keeps_a_reference_to_the_frames_it_hands_out():
+    plain, reusing = FrameSplitter(), FrameSplitter(reuse_frames=1)
+    (frame,) = _receive(plain, _frames([_big(1)]))
+    assert sys.getrefcount(frame) == 2  # this name and getrefcount's argument: the splitter let go
+    (frame,) = _receive(reusing, _frames([_big(1)]))
+    assert sys.getrefcount(frame) == 3
+
+
+def test_reuse_frames_keeps_at_most_that_many_buffers():
+    splitter = FrameSplitter(reuse_frames=2)
+    held = [_receive(splitter, _frames([_big(fill)]))[0] for fill in range(5)]
+    assert len(splitter._spares) == 2
+    assert [bytes(f[:1]) for f in held] == [bytes([i]) for i in range(5)]  # none was overwritten
+
+
+def test_reuse_frames_must_not_be_negative():
+    with pytest.raises(ValueError, match="reuse_frames"):
+        FrameSplitter(reuse_frames=-1)

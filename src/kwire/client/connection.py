@@ -107,7 +107,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
         # The broker's version range per api key, filled by ApiVersions.
         self.broker_versions: dict[int, VersionRange] = {}
         self._loop = asyncio.get_running_loop()
-        self._splitter = FrameSplitter(max_frame_size)
+        # Fetch answers reuse the buffers of earlier ones their records no longer use: a consumer
+        # holds at most two answers while it hands out a third and receives a fourth.
+        self._splitter = FrameSplitter(max_frame_size, reuse_frames=4)
         self._first_read: memoryview | None = None
         self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
         self._in_flight = asyncio.Semaphore(max_in_flight)

@@ -11,11 +11,14 @@ Two ways in, one set of rules (size checks, error messages):
   ``recv_into`` and ``asyncio.BufferedProtocol``.  A frame that is not complete in the
   receive buffer gets a buffer of its own as soon as its size is known, and the rest of it is
   received straight into that buffer: a large frame is never copied after the kernel wrote it.
+  With ``reuse_frames``, the buffer of a large frame its owner has let go of is used again for a
+  later one (a consumer's fetch answers): no new memory to fault in and zero for each answer.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 
 from .errors import DecodeError, FrameTooLargeError
 
@@ -24,6 +27,8 @@ DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes d
 # responses) arrive several per read and are copied out of it once; a larger one leaves only its
 # first part in it.  Small, since a broker holds one per connection.
 DEFAULT_RECEIVE_BUFFER_SIZE = 16 * 1024
+# Frames from this size up are worth reusing (``reuse_frames``): below it a new buffer is cheap.
+REUSE_MIN_FRAME_SIZE = 256 * 1024
 
 _SIZE_BIG = struct.Struct(">i")
 _SIZE_LITTLE = struct.Struct("<i")
@@ -46,19 +51,28 @@ class FrameSplitter:
     splitter ``blocked``: the caller stops reading (a server shares a memory budget between its
     connections, so a flood of huge size prefixes cannot allocate memory it does not have) and
     calls ``retry()`` when memory may be free again.
+
+    ``reuse_frames`` (buffer API only): the number of large frames (``REUSE_MIN_FRAME_SIZE`` and
+    up) the splitter keeps track of after handing them out.  A later frame of about the same size
+    is received into one of them that nothing references any more (no memoryview, no exported
+    buffer, no other reference: the owner dropped it), resized, instead of into a new zeroed
+    buffer.  The splitter holds up to that many such buffers while it lives; a frame handed out
+    is never touched while anything else refers to it.
     """
 
     __slots__ = ("max_frame_size", "_buf", "_need", "_size", "_includes_prefix", "_keep_prefix", "_broken",
                  "_receive_size", "_stage", "_stage_view", "_start", "_end", "_frame", "_frame_view", "_filled",
-                 "_reserve", "blocked")
+                 "_reserve", "blocked", "_spares", "_spares_max")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, byteorder: str = "big",
                  size_includes_prefix: bool = False, keep_prefix: bool = False,
-                 receive_buffer_size: int = DEFAULT_RECEIVE_BUFFER_SIZE, reserve=None):
+                 receive_buffer_size: int = DEFAULT_RECEIVE_BUFFER_SIZE, reserve=None, reuse_frames: int = 0):
         if byteorder not in ("big", "little"):
             raise ValueError("byteorder must be 'big' or 'little'")
         if receive_buffer_size < 8:
             raise ValueError("receive_buffer_size must be at least 8")
+        if reuse_frames < 0:
+            raise ValueError("reuse_frames must not be negative")
         self.max_frame_size = max_frame_size
         self._buf = bytearray()
         self._need = -1  # total bytes of the frame being assembled (prefix included), -1: unknown
@@ -76,6 +90,9 @@ class FrameSplitter:
         self._filled = 0  # bytes of _frame received so far
         self._reserve = reserve
         self.blocked = False  #: a frame waits for ``reserve`` to grant its buffer (stop reading)
+        # Large frames handed out, oldest first, for reuse once nothing else refers to them.
+        self._spares: list[bytearray] | None = [] if reuse_frames else None
+        self._spares_max = reuse_frames
 
     @property
     def buffered(self) -> int:
@@ -174,6 +191,37 @@ class FrameSplitter:
             return []
         return self._split_stage()
 
+    def _frame_buffer(self, nbytes: int) -> bytearray:
+        """A buffer of ``nbytes`` for a frame: a spare one if ``reuse_frames`` allows, else new.
+
+        Its contents need not be zero: the frame is handed out only once every byte of it has
+        been received into it."""
+        spares = self._spares
+        if spares is None or nbytes < REUSE_MIN_FRAME_SIZE:
+            return bytearray(nbytes)
+        for i in range(len(spares)):
+            # 2 references: the list's and getrefcount's argument.  Any other holder (the
+            # frame's owner, a memoryview or an exported buffer of it) adds one of its own.
+            if sys.getrefcount(spares[i]) != 2:
+                continue
+            # Within its allocation and at least half of it, a bytearray resizes in place
+            # (CPython reallocates below half), so the reused memory is what the frame gets.
+            room = spares[i].__alloc__() - 1  # one byte of the allocation is the trailing NUL
+            if not (room + 1) // 2 <= nbytes <= room:
+                continue
+            frame = spares.pop(i)
+            if len(frame) > nbytes:
+                del frame[nbytes:]
+            elif len(frame) < nbytes:
+                frame.extend(bytes(nbytes - len(frame)))
+            spares.append(frame)
+            return frame
+        frame = bytearray(nbytes)
+        spares.append(frame)
+        if len(spares) > self._spares_max:
+            del spares[0]
+        return frame
+
     def _split_stage(self) -> list[bytearray]:
         self.blocked = False
         stage, start, end = self._stage, self._start, self._end
@@ -190,7 +238,7 @@ class FrameSplitter:
                 self.blocked = True
                 break
             have = end - start - skip
-            frame = bytearray(total - skip)
+            frame = self._frame_buffer(total - skip)
             frame[:have] = self._stage_view[start + skip:end]
             self._frame, self._frame_view, self._filled = frame, memoryview(frame), have
             start = end
