@@ -14,7 +14,8 @@ Read cases, each run against both sources, alternated, after one untimed warm-up
   nothing else: one task per topic-partition;
 - ceiling: a Python data source written here (``pyspark.sql.datasource``) with the same
   partition count whose ``read()`` yields the pre-generated Arrow batches of its partition,
-  memory-mapped (zero-copy): what Spark costs for a Python source that does no work at all;
+  memory-mapped (zero-copy): what Spark costs for a Python source that does no work at all (it
+  also freezes the worker's loaded objects for the garbage collector, as kwire's reader does);
 - batch: ``df.write.format("noop")`` and ``df.write.parquet(...)``; streaming:
   ``trigger(availableNow=True)`` into the ``noop`` sink and into Parquet, each with a fresh
   checkpoint (one micro-batch: no maxOffsetsPerTrigger).  The clock covers the whole action
@@ -110,8 +111,20 @@ class MemoryPartition(InputPartition):
     end: int
 
 
+def _freeze_like_kwire() -> None:
+    """What kwire.spark.worker_clients does in a reused worker (gc.freeze of what is loaded, so
+    that Spark's gc.collect() after each task walks only what tasks make): any Python source
+    can, so the ceiling does it too.  (Once per worker: this function reaches the worker by
+    value with each task, so the frozen count is the marker, not a global of its own.)"""
+    import gc
+    if os.environ.get("SPARK_REUSE_WORKER") and not gc.get_freeze_count():
+        gc.collect()
+        gc.freeze()
+
+
 def _memory_batches(part: MemoryPartition):
     """The pre-generated batches of rows [start, end) of a partition, memory-mapped (zero-copy)."""
+    _freeze_like_kwire()
     reader = pa.ipc.open_file(pa.memory_map(part.path))
     at = 0
     for i in range(reader.num_record_batches):
