@@ -31,8 +31,12 @@ Rows read (as Spark's connector; every column nullable)::
 They reach Spark as Arrow record batches, one task per topic-partition offset range, read by a
 kwire consumer that each Python worker keeps across tasks.  The consumer hands over whole
 fetched batches and kwire.spark.columns turns them into Arrow columns without a Python object
-per record.  Control batches (transaction markers) never become rows; with
-``kafka.isolation.level=read_committed`` neither do records of aborted transactions.
+per record (with kwire's optional compiled helper where it is built, else in Python and
+numpy).  Control batches (transaction markers) never become rows; with
+``kafka.isolation.level=read_committed`` neither do records of aborted transactions.  A reused
+Python worker (Spark's default) moves the objects it has loaded by its first kwire client to the
+garbage collector's permanent generation (``gc.freeze()``): Spark runs a full collection after
+every task, which then skips them.
 
 Source options (names case-insensitive, as in Spark):
 
