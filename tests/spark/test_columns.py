@@ -170,6 +170,14 @@ def test_a_record_count_above_the_records_held_is_refused() -> None:
         batches_to_arrow([RecordBatch(bytes(data))], TOPIC, PARTITION, False)
 
 
+@pytest.mark.parametrize("count", [-1, 2**31 - 1, 30])
+def test_a_forged_record_count_is_refused_before_anything_is_sized_by_it(count: int) -> None:
+    data = _single([b"abc", b"def"])  # 2 records of 9 bytes: 30 cannot fit in their 18
+    data[57:61] = count.to_bytes(4, "big", signed=True)
+    with pytest.raises(CorruptRecordError):
+        batches_to_arrow([RecordBatch(bytes(data))], TOPIC, PARTITION, False)
+
+
 def test_a_negative_record_length_is_refused() -> None:
     data = _single([b"abc", b"def"])
     data[61] = 1  # zigzag -1 as the first record's length

@@ -49,6 +49,9 @@ _STEP_1 = [1 + v if v >= 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n 
 _STEP_2 = [0] * 128 + [2 + v if v >= 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n in range(16384))]
 _SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)     # bit position of each of a varint's 10 bytes
 _INT32_MAX = 2**31 - 1
+# The smallest record: a one-byte length, attributes, timestamp delta, offset delta, key length,
+# value length and header count.
+_MIN_RECORD_SIZE = 7
 
 
 def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int, include_headers: bool,
@@ -57,6 +60,12 @@ def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int,
     batches of one partition, in offset order) whose offsets are in ``[start, end)``."""
     buf, sections = _sections(batches)
     counts = [batch.record_count for batch, _, _, _ in sections]
+    for (batch, first, stop, _), count in zip(sections, counts):
+        # Checked before anything is sized by the counts: a forged count must not allocate.
+        if not 0 <= count * _MIN_RECORD_SIZE <= stop - first:
+            _raise_decode_error([batch])
+            raise CorruptRecordError(f"a record count of {count} cannot fit in the batch's {stop - first} "
+                                     f"bytes of records", what="RecordBatch")
     n = sum(counts)
     fields = (_scan_native if _layout is not None else _scan_python)(buf, sections, n)
     per_batch = [(batch.base_offset, append_time, batch.base_timestamp) for batch, _, _, append_time in sections]
