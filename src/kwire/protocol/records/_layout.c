@@ -49,6 +49,19 @@ static inline int read_varint(const uint8_t *p, const uint8_t *end, int width, i
     return 0;
 }
 
+/* A key or value at `*p`: a zigzag varint length (negative: null) and that many bytes, all
+ * before `end`.  Sets where its bytes start and its length and moves `*p` past it; 0 if it does
+ * not fit. */
+static inline int read_bytes(const uint8_t **p, const uint8_t *end, const uint8_t **at, int64_t *length)
+{
+    int used = read_varint(*p, end, 5, length);
+    if (!used || (*length > 0 && *length > end - (*p + used)))
+        return 0;
+    *at = *p + used;
+    *p = *at + (*length > 0 ? *length : 0);
+    return 1;
+}
+
 /* The records of one batch: `count` records from `buf[pos]` exactly to `buf[stop]`.  Fills
  * column `row + i` of `out` for record i.  Returns -1 if every record parses, else the index of
  * the first record that does not (`count` if the records end short of `stop`). */
@@ -73,24 +86,9 @@ static Py_ssize_t scan_records(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t st
         if (!(used = read_varint(p, end, 5, &off_delta)))
             return i;
         p += used;
-        if (!(used = read_varint(p, end, 5, &key_length)))
+        const uint8_t *key, *value;
+        if (!read_bytes(&p, end, &key, &key_length) || !read_bytes(&p, end, &value, &value_length))
             return i;
-        p += used;
-        const uint8_t *key = p;
-        if (key_length > 0) {
-            if (key_length > end - p)
-                return i;
-            p += key_length;
-        }
-        if (!(used = read_varint(p, end, 5, &value_length)))
-            return i;
-        p += used;
-        const uint8_t *value = p;
-        if (value_length > 0) {
-            if (value_length > end - p)
-                return i;
-            p += value_length;
-        }
         if (!(used = read_varint(p, end, 5, &header_count)) || header_count < 0)
             return i;
         p += used;
