@@ -60,7 +60,7 @@ def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int,
     batches of one partition, in offset order) whose offsets are in ``[start, end)``."""
     buf, sections = _sections(batches)
     counts = [batch.record_count for batch, _, _, _ in sections]
-    for (batch, first, stop, _), count in zip(sections, counts):
+    for (batch, first, stop, _), count in zip(sections, counts, strict=True):
         # Checked before anything is sized by the counts: a forged count must not allocate.
         if not 0 <= count * _MIN_RECORD_SIZE <= stop - first:
             _raise_decode_error([batch])
