@@ -112,10 +112,11 @@ class MemoryPartition(InputPartition):
 
 
 def _freeze_like_kwire() -> None:
-    """What kwire.spark.worker_clients does in a reused worker (gc.freeze of what is loaded, so
-    that Spark's gc.collect() after each task walks only what tasks make): any Python source
-    can, so the ceiling does it too.  (Once per worker: this function reaches the worker by
-    value with each task, so the frozen count is the marker, not a global of its own.)"""
+    """What kwire.spark.worker_clients.task_done does when a reused worker's first task ends
+    (gc.freeze of what is loaded, so that Spark's gc.collect() after each task walks only what
+    later tasks make): any Python source can, so the ceiling does it too.  (Once per worker:
+    this function reaches the worker by value with each task, so the frozen count is the marker,
+    not a global of its own.)"""
     import gc
     if os.environ.get("SPARK_REUSE_WORKER") and not gc.get_freeze_count():
         gc.collect()
@@ -124,7 +125,6 @@ def _freeze_like_kwire() -> None:
 
 def _memory_batches(part: MemoryPartition):
     """The pre-generated batches of rows [start, end) of a partition, memory-mapped (zero-copy)."""
-    _freeze_like_kwire()
     reader = pa.ipc.open_file(pa.memory_map(part.path))
     at = 0
     for i in range(reader.num_record_batches):
@@ -135,6 +135,7 @@ def _memory_batches(part: MemoryPartition):
             yield batch if (lo, hi) == (0, batch.num_rows) else batch.slice(lo, hi - lo)
         if at >= part.end:
             break
+    _freeze_like_kwire()
 
 
 class _MemoryLayout:

@@ -1,5 +1,6 @@
 """The clients a Spark Python worker keeps between tasks, and the garbage collector's permanent
-generation that a reused worker moves its loaded objects to (Spark collects after every task)."""
+generation that a reused worker moves its loaded objects to once its first task is done (Spark
+collects after every task)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import gc
 import pytest
 
 from kwire.spark import worker_clients
+from kwire.spark.fetch import read_range
+from kwire.spark.options import parse_source_options
+from kwire.spark.planning import OffsetRange
+
+from .conftest import create_topic, produce
 
 
 @pytest.fixture
 def fresh_worker(monkeypatch):
     """worker_clients as in a newly forked worker; the freeze undone afterwards."""
     monkeypatch.setattr(worker_clients, "_owner_pid", None)
+    monkeypatch.setattr(worker_clients, "_frozen_pid", None)
     monkeypatch.setattr(worker_clients, "_clients", {})
     gc.unfreeze()
     yield
@@ -22,18 +29,30 @@ def fresh_worker(monkeypatch):
     gc.unfreeze()
 
 
-def test_a_reused_worker_freezes_what_is_loaded_at_its_first_client(fresh_worker, monkeypatch, kwire_broker):
+def _read(bootstrap: str, topic: str, n: int) -> int:
+    options = parse_source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    return sum(batch.num_rows for batch in read_range(OffsetRange(topic, 0, 0, n), options))
+
+
+def test_a_reused_worker_freezes_what_is_loaded_when_its_first_task_ends(fresh_worker, monkeypatch, kwire_broker):
     monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+    create_topic(kwire_broker.bootstrap, "frozen", 1)
+    produce(kwire_broker.bootstrap, "frozen", [(b"k", b"v%d" % i, None) for i in range(50)])
     settings = {"bootstrap.servers": kwire_broker.bootstrap}
     first = worker_clients.consumer(settings)
+    assert gc.get_freeze_count() == 0  # not when the task starts: PySpark imports more during it
+    assert _read(kwire_broker.bootstrap, "frozen", 50) == 50
     frozen = gc.get_freeze_count()
     assert frozen > 10_000  # the modules loaded by now (pytest, kwire, ...)
     assert worker_clients.consumer(settings) is first  # kept for the next task
-    worker_clients.producer(settings)
+    assert _read(kwire_broker.bootstrap, "frozen", 50) == 50
+    worker_clients.task_done()
     assert gc.get_freeze_count() <= frozen  # once per worker process (frozen objects can still die)
 
 
 def test_a_worker_that_is_not_reused_freezes_nothing(fresh_worker, monkeypatch, kwire_broker):
     monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-    worker_clients.consumer({"bootstrap.servers": kwire_broker.bootstrap})
+    create_topic(kwire_broker.bootstrap, "not-frozen", 1)
+    produce(kwire_broker.bootstrap, "not-frozen", [(b"k", b"v", None)])
+    assert _read(kwire_broker.bootstrap, "not-frozen", 1) == 1
     assert gc.get_freeze_count() == 0

@@ -65,6 +65,7 @@ def read_range(task: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordB
         consumer.assign([tp])
         consumer.seek(tp, task.start)
         yield from _poll_range(consumer, tp, task, options)
+        worker_clients.task_done()
     except (GeneratorExit, DataLossError):
         raise
     except BaseException:

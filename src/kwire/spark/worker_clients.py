@@ -12,9 +12,10 @@ Spark's worker daemon runs a full garbage collection after every task of a reuse
 (``gc.collect()`` in pyspark/daemon.py).  With pyarrow, pandas and kwire loaded it walks about
 100,000 objects that live as long as the worker: about 30 ms of CPU per task, a fifth of the
 worker's CPU when reading 1 KiB records (measured with perf and gc.callbacks, 4 MiB fetches).
-So when a reused worker makes its first client, what is loaded by then goes to the permanent
-generation (``gc.freeze()``, made for long-lived objects of this kind), and those collections
-walk only what the tasks make.
+So when the first kwire task of a reused worker ends (``task_done``), what is loaded by then
+goes to the permanent generation (``gc.freeze()``, made for long-lived objects of this kind),
+and those collections walk only what later tasks make.  The end of a task, not its start:
+PySpark imports pandas (about 300 modules) while the first task runs.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from typing import Any
 from kwire.client.consumer import Consumer
 from kwire.client.producer import Producer
 
-__all__ = ["consumer", "producer"]
+__all__ = ["consumer", "producer", "task_done"]
 
 _lock = threading.Lock()
 _clients: dict[tuple, Any] = {}
 _owner_pid: int | None = None
+_frozen_pid: int | None = None
 
 
 def _key(kind: str, settings: Mapping[str, Any]) -> tuple:
@@ -49,9 +51,6 @@ def _get(kind: str, settings: Mapping[str, Any], make) -> Any:
             # survive): forget them without closing them.
             _clients.clear()
             _owner_pid = os.getpid()
-            if os.environ.get("SPARK_REUSE_WORKER"):  # a reused PySpark worker (see above)
-                gc.collect()  # what is garbage now must not be kept for good
-                gc.freeze()
         client = _clients.get(key)
         if client is None or getattr(client, "closed", False):
             client = _clients[key] = make(dict(settings))
@@ -66,6 +65,17 @@ def consumer(settings: Mapping[str, Any]) -> Consumer:
 def producer(settings: Mapping[str, Any]) -> Producer:
     """This worker's producer for ``settings``."""
     return _get("producer", settings, Producer)
+
+
+def task_done() -> None:
+    """A kwire task (a read or a write) ended in this worker: in a reused PySpark worker, the
+    first time, freeze what is loaded for the garbage collector (see above)."""
+    global _frozen_pid
+    if _frozen_pid == os.getpid() or not os.environ.get("SPARK_REUSE_WORKER"):
+        return
+    _frozen_pid = os.getpid()
+    gc.collect()  # what is garbage now must not be kept for good
+    gc.freeze()
 
 
 def discard(client: Any) -> None:

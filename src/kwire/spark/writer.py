@@ -71,6 +71,7 @@ def write_batches(batches: Iterator[pa.RecordBatch], columns: SinkColumns, optio
         raise RuntimeError(f"writing to Kafka failed: {left} records were not acknowledged")
     if delivery.error is not None:
         raise RuntimeError(f"writing to Kafka failed: {delivery.error}") from delivery.error
+    worker_clients.task_done()
     return WrittenRows(rows)
 
 
