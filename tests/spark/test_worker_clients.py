@@ -56,3 +56,16 @@ def test_a_worker_that_is_not_reused_freezes_nothing(fresh_worker, monkeypatch, 
     produce(kwire_broker.bootstrap, "not-frozen", [(b"k", b"v", None)])
     assert _read(kwire_broker.bootstrap, "not-frozen", 1) == 1
     assert gc.get_freeze_count() == 0
+
+
+def test_a_worker_without_the_compiled_reader_says_so_once(fresh_worker, monkeypatch, kwire_broker, caplog):
+    from kwire.spark import columns, fetch
+    monkeypatch.setattr(columns, "_layout", None)
+    monkeypatch.setattr(fetch, "_said_stand_in", [])
+    create_topic(kwire_broker.bootstrap, "stand-in", 1)
+    produce(kwire_broker.bootstrap, "stand-in", [(b"k", b"v%d" % i, None) for i in range(5)])
+    with caplog.at_level("INFO", logger="kwire.spark"):
+        assert _read(kwire_broker.bootstrap, "stand-in", 5) == 5
+        assert _read(kwire_broker.bootstrap, "stand-in", 5) == 5
+    said = [r for r in caplog.records if "Python stand-in" in r.getMessage()]
+    assert len(said) == 1

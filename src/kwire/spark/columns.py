@@ -39,7 +39,7 @@ try:  # the optional compiled helper (setup.py); without it the same work is don
 except ImportError:  # not built (no C compiler at install), or kwire imported from a zip
     _layout = None
 
-__all__ = ["batches_to_arrow"]
+__all__ = ["batches_to_arrow", "has_compiled_reader"]
 
 # A record's length prefix and body in bytes, by the prefix's first byte (1-byte prefixes) or by
 # its two bytes (``b + 128 * c``, 2-byte prefixes: up to 8 KiB records).  A negative length
@@ -52,6 +52,11 @@ _INT32_MAX = 2**31 - 1
 # The smallest record: a one-byte length, attributes, timestamp delta, offset delta, key length,
 # value length and header count.
 _MIN_RECORD_SIZE = 7
+
+
+def has_compiled_reader() -> bool:
+    """Whether the compiled helper is there (else its Python stand-in does the work)."""
+    return _layout is not None
 
 
 def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int, include_headers: bool,

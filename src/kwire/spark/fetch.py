@@ -17,6 +17,7 @@ topic, partition and lost offsets, or log a warning and go on from the log start
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 
@@ -27,7 +28,7 @@ from kwire.client.types import FetchedBatch, TopicPartition
 from kwire.protocol.errors import KafkaError
 
 from . import worker_clients
-from .columns import batches_to_arrow
+from .columns import batches_to_arrow, has_compiled_reader
 from .options import SourceOptions
 from .planning import OffsetRange
 from .schema import records_to_batch
@@ -55,10 +56,18 @@ def report_data_loss(options: SourceOptions, what: str) -> None:
     logger.warning("%s; skipping it (failOnDataLoss=false)", what)
 
 
+_said_stand_in: list[int] = []  # the pids that said so, once each (Spark forks workers)
+
+
 def read_range(task: OffsetRange, options: SourceOptions) -> Iterator[pa.RecordBatch]:
     """The records of ``task`` as Arrow batches of Spark's Kafka schema."""
     if task.size <= 0:
         return
+    if not has_compiled_reader() and os.getpid() not in _said_stand_in:
+        _said_stand_in.append(os.getpid())
+        logger.info("kwire's compiled record reader (kwire.protocol.records._layout) is not available in this "
+                    "worker (kwire shipped as a zip, or installed without a C compiler): reading with its "
+                    "slower Python stand-in; install kwire on the workers to use it")
     consumer = worker_clients.consumer(options.consumer_settings())
     tp = task.tp
     try:
