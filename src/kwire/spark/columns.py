@@ -5,7 +5,7 @@ The per-record decoder builds a tuple, two bytes objects and two ints for every 
 Spark spends on the row itself.  Here the records of many batches become Spark's Kafka columns
 with one compiled pass and a handful of numpy and Arrow calls:
 
-1. The compiled helper ``kwire.protocol.records._layout`` (setup.py; a few ns a record) walks
+1. The compiled helper ``kwire.protocol.records._layout`` (setup.py; about 20 ns a record) walks
    the records of each batch and reads every record's fields on the way: where the key, value
    and headers lie, their lengths, the timestamp and offset deltas, where the record ends.  It
    then copies the keys (values) of the rows one after the other into the column's data buffer.

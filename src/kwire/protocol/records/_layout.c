@@ -3,8 +3,8 @@
  * A v2 record says where the next one starts only through its own length prefix, so finding
  * the records of a batch is a sequential walk: about 90 ns a record in CPython, and the one
  * step of reading records column-wise (kwire.spark.columns) that numpy cannot do.  This module
- * does the walk and reads every record's fields on the way, in one pass that takes a few ns a
- * record; the caller builds columns from what it writes.  kwire works without it: columns.py
+ * does the walk and reads every record's fields on the way, in one pass (about 20 ns a 100 B
+ * record, call included); the caller builds columns from what it writes.  kwire works without it: columns.py
  * falls back to a Python walk and numpy, with the same results (the tests compare the two).
  *
  * Layout of a record (Kafka's v2 message format): length varint, attributes int8, timestamp
