@@ -69,7 +69,7 @@ def test_a_batch_read_runs_on_the_clusters_executors_with_kwire_shipped(cluster,
     where = spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("kwire").__file__).collect()
     assert all("kwire.zip" in path for path in where), where
     # Python imports no compiled module from a zip (kwire_zip leaves them out): the executors
-    # read with the Python stand-in for kwire's compiled helper, the one this test checks.
+    # read with the Python stand-in for kwire's compiled helper, so this test covers it on a cluster.
     helper = spark.sparkContext.parallelize(range(2), 2).map(
         lambda _: __import__("kwire.spark.columns", fromlist=["_layout"])._layout).collect()
     assert helper == [None, None]

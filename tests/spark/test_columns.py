@@ -203,4 +203,3 @@ def test_random_corruption_never_yields_rows_the_decoder_refuses() -> None:
             continue
         assert batches_to_arrow([batch], TOPIC, PARTITION, True).equals(want)
     assert refused > 50
-
