@@ -352,33 +352,35 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ checks for Produce and TxnOffsetCommit
 
+    def _ongoing(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[int, TransactionMetadata | None]:
+        """(0, the producer's ongoing transaction), or (the error code, None) that Produce and
+        TxnOffsetCommit answer (a fenced epoch is INVALID_PRODUCER_EPOCH for both)."""
+        txn = self._txns.get(transactional_id)
+        error = self._check_producer(txn, producer_id, epoch)
+        if error == ProducerFencedError.code:
+            return InvalidProducerEpochError.code, None
+        if error:
+            return error, None
+        assert txn is not None
+        if txn.state is not TxnState.ONGOING:
+            return InvalidTxnStateError.code, None
+        return NONE, txn
+
     def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> int:
         """Whether transactional data of the producer may go to the partition: 0, or Kafka's
-        answer to a Produce (a fenced epoch is INVALID_PRODUCER_EPOCH there)."""
-        txn = self._txns.get(transactional_id)
-        error = self._check_producer(txn, producer_id, epoch)
-        if error == ProducerFencedError.code:
-            return InvalidProducerEpochError.code
+        answer to a Produce."""
+        error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
-        assert txn is not None
-        if txn.state is not TxnState.ONGOING or (topic, partition) not in txn.partitions:
-            return InvalidTxnStateError.code
-        return NONE
+        return NONE if (topic, partition) in txn.partitions else InvalidTxnStateError.code
 
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
-        """Whether the producer may stage offsets of the group: 0, or an error code (a fenced
-        epoch is INVALID_PRODUCER_EPOCH, as Kafka's group coordinator answers it)."""
-        txn = self._txns.get(transactional_id)
-        error = self._check_producer(txn, producer_id, epoch)
-        if error == ProducerFencedError.code:
-            return InvalidProducerEpochError.code
+        """Whether the producer may stage offsets of the group: 0, or an error code (as Kafka's
+        group coordinator answers it)."""
+        error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
-        assert txn is not None
-        if txn.state is not TxnState.ONGOING or group_id not in txn.groups:
-            return InvalidTxnStateError.code
-        return NONE
+        return NONE if group_id in txn.groups else InvalidTxnStateError.code
 
     # ------------------------------------------------------------------ EndTxn
 
