@@ -54,6 +54,15 @@ class _IndexFile:
             del self._entries[keep:]
             os.ftruncate(self._fd, keep * self._ENTRY.size)
 
+    def _truncate_from(self, field: int, limit: int) -> None:
+        """Drop the last entries whose ``field`` is ``limit`` or more (every index keeps its
+        entries in ascending order of the field its truncations go by)."""
+        entries = self._entries
+        keep = len(entries)
+        while keep and entries[keep - 1][field] >= limit:
+            keep -= 1
+        self._truncate_entries(keep)
+
     def flush(self) -> None:
         os.fsync(self._fd)
 
@@ -98,8 +107,7 @@ class OffsetIndex(_IndexFile):
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries pointing at or past ``position`` (the log was cut there)."""
-        keep = bisect.bisect_left([pos for _, pos in self._entries], position)
-        self._truncate_entries(keep)
+        self._truncate_from(1, position)
 
     def sanity_check(self, log_size: int | None = None) -> str | None:
         problem = super().sanity_check()
@@ -147,11 +155,7 @@ class TimeIndex(_IndexFile):
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries naming ``offset`` or later."""
-        rel = offset - self.base_offset
-        keep = len(self._entries)
-        while keep and self._entries[keep - 1][1] >= rel:
-            keep -= 1
-        self._truncate_entries(keep)
+        self._truncate_from(1, offset - self.base_offset)
 
     def sanity_check(self, next_offset: int | None = None) -> str | None:
         problem = super().sanity_check()

@@ -71,10 +71,7 @@ class TransactionIndex(_IndexFile):
     def truncate_to(self, offset: int) -> None:
         """Drop the entries of markers at ``offset`` or later (the log was cut there, or they are
         about to be rebuilt from it)."""
-        keep = len(self._entries)
-        while keep and self._entries[keep - 1][3] >= offset:
-            keep -= 1
-        self._truncate_entries(keep)
+        self._truncate_from(3, offset)  # an entry's last offset: its abort marker
 
     def sanity_check(self, next_offset: int | None = None) -> str | None:
         problem = super().sanity_check()
