@@ -39,6 +39,10 @@ _CONTROL_BIT = 0x20
 _MIN_BATCH_SIZE = HEADER_SIZE
 # Header walks read this much at a time: one pread covers many small batches.
 _WALK_CHUNK = 64 * 1024
+# ... but only this much first, and after a batch of a quarter chunk or more, whose successor is
+# likely as big: a chunk read there would copy record bytes nobody looks at (serving 1 MiB
+# batches, the walks read 64 KiB per batch header: 8% of the broker's CPU).
+_HEADER_READ = 256
 
 
 def _now_ms() -> int:
@@ -398,10 +402,11 @@ class LogSegment:
         end = self._size
         buf = b""
         buf_start = pos = position
+        chunk = _HEADER_READ  # the first batch's size is not known yet
         while end - pos >= header_size:
             off = pos - buf_start
             if off + header_size > len(buf):
-                buf = os.pread(fd, min(_WALK_CHUNK, end - pos), pos)
+                buf = os.pread(fd, min(max(chunk, header_size), end - pos), pos)
                 buf_start, off = pos, 0
                 if len(buf) < header_size:
                     raise KafkaStorageError(f"{self.log_path}: short read of the batch header at position {pos}")
@@ -411,6 +416,7 @@ class LogSegment:
                 raise KafkaStorageError(f"{self.log_path}: bad batch length {length} at position {pos}")
             yield pos, base, size, buf, off
             pos += size
+            chunk = _WALK_CHUNK if size < _WALK_CHUNK // 4 else _HEADER_READ
 
     def _walk(self, position: int) -> Iterator[tuple[int, int, int]]:
         """Yield ``(position, base offset, size)`` of each batch from ``position`` on."""
