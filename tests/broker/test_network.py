@@ -270,3 +270,65 @@ def test_large_requests_over_the_budget_wait_their_turn_and_are_all_answered(sma
             s.close()
     assert sorted(offsets) == list(range(0, 80, 10))
     assert _wait_for(lambda: _memory(broker) == (0, 0), "memory to be released")
+
+
+# -- Fetch answers: file ranges with sendfile, at once or as the socket makes room ----------------
+
+def _fill_partitions(port: int, topic: str, batches_per_partition: list[int]) -> None:
+    """A topic with a partition per item of ``batches_per_partition``, holding that many batches of
+    10 ~8 KB records."""
+    C = messages.CreateTopicsRequest
+    R = messages.ProduceRequest
+    with _connect(port) as s:
+        created = _call(s, C(timeout_ms=5000, topics=[C.CreatableTopic(
+            name=topic, num_partitions=len(batches_per_partition), replication_factor=1)]), 5)
+        assert created.topics[0].error_code == 0
+        for p, count in enumerate(batches_per_partition):
+            for i in range(count):
+                req = R(acks=1, timeout_ms=1000, topic_data=[R.TopicProduceData(name=topic, partition_data=[
+                    R.TopicProduceData.PartitionProduceData(index=p, records=_batches(1, 8000))])])
+                assert _call(s, req, 9, correlation_id=i).responses[0].partition_responses[0].error_code == 0
+
+
+def _fetch_request(topic: str, partitions: int, partition_max_bytes: int):
+    R = messages.FetchRequest
+    parts = [R.FetchTopic.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=partition_max_bytes)
+             for p in range(partitions)]
+    return R(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, session_epoch=-1,
+             topics=[R.FetchTopic(topic=topic, partitions=parts)])
+
+
+def _stored(broker, topic: str, partition: int, max_bytes: int) -> bytes:
+    log = broker.call(broker.state.logs.get, topic, partition)
+    return b"".join(piece.read() for piece in broker.call(log.read, 0, max_bytes))
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.5], ids=["read-at-once", "socket-full"])
+def test_fetch_answers_go_out_whole_and_in_order(broker, wait):
+    """Three partitions (one of ~4 MB, more than the sockets hold, two small) in two pipelined
+    Fetch answers with a Metadata answer between them.  A client that waits before reading leaves
+    the broker's socket full in the middle of a file range: the rest must follow from where it
+    stopped, and the next answers after it."""
+    from kwire.protocol.records import iter_batches
+
+    topic = f"fetch-out-{wait}"
+    expected_counts = [50, 2, 1]
+    _fill_partitions(broker.port, topic, expected_counts)
+    fetch = _fetch_request(topic, 3, 8 << 20)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel's smallest: fills at once
+        s.settimeout(10)
+        s.connect(("127.0.0.1", broker.port))
+        s.sendall(encode_request(fetch, 12, 1) + encode_request(messages.MetadataRequest(topics=None), 12, 2)
+                  + encode_request(fetch, 12, 3))
+        time.sleep(wait)
+        answers = [decode_response(_read_frame(s), key, 12) for key in (1, 3, 1)]
+    assert [h.correlation_id for h, _ in answers] == [1, 2, 3]
+    for _, resp in (answers[0], answers[2]):
+        parts = resp.responses[0].partitions
+        assert [p.error_code for p in parts] == [0, 0, 0]
+        for p in parts:
+            assert bytes(p.records) == _stored(broker, topic, p.partition_index, 8 << 20)
+        assert [len(list(iter_batches(bytes(p.records)))) for p in parts] == expected_counts
+    assert answers[1][1].brokers[0].port == broker.port
+    assert _healthy(broker.port)
