@@ -55,6 +55,56 @@ def test_read_respects_max_bytes_with_whole_batches(tmp_path):
     seg.close()
 
 
+def _expected_read(batches, next_offset, start, max_bytes, min_one_batch, max_offset):
+    """``LogSegment.read`` worked out from the list of stored ``(position, base offset, size)``."""
+    limit = next_offset if max_offset is None else min(max_offset, next_offset)
+    if start >= limit or not batches:
+        return None
+    first = max([i for i, (_, base, _) in enumerate(batches) if base <= start], default=0)
+    first_pos = end = batches[first][0]
+    following = next_offset
+    for i in range(first, len(batches)):
+        pos, base, size = batches[i]
+        over = pos + size - first_pos > max_bytes
+        if base >= limit or (over and (i > first or not min_one_batch)):
+            following = base
+            break
+        end = pos + size
+        if over:  # the first batch alone, however big: it is all there is
+            following = batches[i + 1][1] if i + 1 < len(batches) else next_offset
+            break
+    return None if end == first_pos else (first_pos, end - first_pos, following)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_read_finds_the_holding_batch_in_one_walk_whatever_the_sizes_and_gaps(tmp_path, seed):
+    """Batches of 40 B to 300 KB (so header walks switch between 64 KiB chunks and header-sized
+    reads), offset gaps, sparse or dense indexes: every read gives what the stored list says."""
+    import random
+
+    rng = random.Random(seed)
+    base0 = rng.choice([0, 1000])
+    seg = LogSegment(tmp_path, base0, index_interval_bytes=rng.choice([1, 4096, 1 << 20]))
+    batches, offset, position = [], base0, 0
+    for i in range(rng.randint(1, 30)):
+        n = rng.randint(1, 10)
+        data = stored_form(make_batch(n, tag=f"b{i}", value_size=rng.choice([4, 1000, 30_000])), offset)
+        seg.append(data, offset, offset + n - 1, 1_000 + n - 1)
+        batches.append((position, offset, len(data)))
+        position += len(data)
+        offset += n + rng.choice([0, 0, 3])  # a gap now and then (as compaction or aborts leave)
+    for _ in range(300):
+        start = rng.randint(base0 - 3, offset + 2)
+        max_bytes = rng.choice([0, 100, 5_000, 70_000, 1 << 20, 1 << 30])
+        max_offset = rng.choice([None, base0, rng.randint(base0, offset + 2)])
+        min_one_batch = rng.random() < 0.7
+        piece = seg.read(start, max_bytes, min_one_batch=min_one_batch, max_offset=max_offset)
+        got = None if piece is None else (piece.position, piece.length, piece.next_offset)
+        assert got == _expected_read(batches, seg.next_offset, start, max_bytes, min_one_batch, max_offset), \
+            (start, max_bytes, min_one_batch, max_offset)
+    seg.close()
+
+
 def test_slice_can_be_sent_with_sendfile(tmp_path):
     seg, stored = _segment_with(tmp_path, count=5)
     piece = seg.read(104, 1 << 20)

@@ -435,18 +435,32 @@ class LogSegment:
                 else:
                     yield bytes(buf[off:off + HEADER_SIZE])
 
-    def _locate(self, offset: int) -> tuple[int, int] | None:
-        """(position, size) of the batch holding ``offset``: the last batch whose base offset is
-        <= ``offset``, or the first batch if all start above it.  None if the segment is empty."""
+    def _walk_from(self, offset: int) -> Iterator[tuple[int, int, int]]:
+        """``_walk`` from the batch holding ``offset`` (the last batch whose base offset is <=
+        ``offset``, or the first batch if all start above it) to the end of the segment: one walk
+        finds the batch and goes on from it."""
         _, start = self.offset_index.lookup(offset)
-        found = None
-        for pos, base, size in self._walk(start):
-            if base > offset and found is not None:
-                break
-            found = (pos, size)
-            if base > offset:
-                break
-        return found
+        walk = self._walk(start)
+        found = next(walk, None)
+        if found is None or found[1] > offset:
+            if found is not None:
+                yield found
+            yield from walk
+            return
+        for batch in walk:
+            if batch[1] > offset:
+                yield found
+                yield batch
+                yield from walk
+                return
+            found = batch
+        yield found
+
+    def _locate(self, offset: int) -> tuple[int, int] | None:
+        """(position, size) of the batch holding ``offset`` (see ``_walk_from``); None if the
+        segment is empty."""
+        found = next(self._walk_from(offset), None)
+        return None if found is None else (found[0], found[2])
 
     def read(self, start_offset: int, max_bytes: int, *, min_one_batch: bool = True,
              max_offset: int | None = None) -> FileSlice | None:
@@ -457,14 +471,12 @@ class LogSegment:
         limit = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
         if start_offset >= limit:
             return None
-        found = self._locate(start_offset)
-        if found is None:
-            return None
-        first_pos, _ = found
-        end = first_pos
+        first_pos = end = -1
         next_offset = self._next_offset
         oversized = False
-        for pos, base, size in self._walk(first_pos):
+        for pos, base, size in self._walk_from(start_offset):
+            if first_pos < 0:
+                first_pos = end = pos
             if base >= limit or oversized:
                 next_offset = base
                 break
