@@ -442,19 +442,17 @@ class LogSegment:
         _, start = self.offset_index.lookup(offset)
         walk = self._walk(start)
         found = next(walk, None)
-        if found is None or found[1] > offset:
-            if found is not None:
-                yield found
-            yield from walk
+        if found is None:
             return
-        for batch in walk:
-            if batch[1] > offset:
-                yield found
-                yield batch
-                yield from walk
-                return
-            found = batch
+        if found[1] <= offset:
+            for batch in walk:  # a later batch that also starts at or before offset holds it
+                if batch[1] > offset:
+                    yield found
+                    found = batch
+                    break
+                found = batch
         yield found
+        yield from walk
 
     def _locate(self, offset: int) -> tuple[int, int] | None:
         """(position, size) of the batch holding ``offset`` (see ``_walk_from``); None if the
