@@ -332,3 +332,29 @@ def test_fetch_answers_go_out_whole_and_in_order(broker, wait):
         assert [len(list(iter_batches(bytes(p.records)))) for p in parts] == expected_counts
     assert answers[1][1].brokers[0].port == broker.port
     assert _healthy(broker.port)
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+def test_a_client_leaving_in_the_middle_of_a_fetch_answer_hurts_no_one(broker, how):
+    """The broker is part-way through a file range (the socket full) when the client goes: that
+    connection ends, the next clients are served, their answers whole."""
+    topic = f"fetch-leave-{how}"
+    _fill_partitions(broker.port, topic, [40])
+    fetch = _fetch_request(topic, 1, 8 << 20)
+    for _ in range(3):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", broker.port))
+        s.sendall(encode_request(fetch, 12, 1) + encode_request(fetch, 12, 2))
+        assert len(s.recv(1000)) > 0  # the answer has begun
+        time.sleep(0.2)
+        if how == "reset":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    assert _healthy(broker.port)
+    with _connect(broker.port) as s:
+        s.settimeout(10)
+        s.sendall(encode_request(fetch, 12, 7))
+        _, resp = decode_response(_read_frame(s), 1, 12)
+    assert bytes(resp.responses[0].partitions[0].records) == _stored(broker, topic, 0, 8 << 20)
