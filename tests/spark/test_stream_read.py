@@ -105,3 +105,28 @@ def test_a_streaming_only_rule_fails_the_query_before_it_reads(spark, broker, tm
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     with pytest.raises(StreamingQueryException, match="option endingOffsets is not allowed in a streaming query"):
         query.awaitTermination(120)
+
+
+def test_the_initial_offset_is_decided_once_per_query(broker):
+    """Spark asks a stream reader for its initial offset more than once as a query starts: with
+    startingOffsets=latest, records arriving in between must not move it (the driver-side reader,
+    called as PySpark's streaming runner calls it)."""
+    from kwire.spark.options import parse_source_options
+    from kwire.spark.reader import KwireStreamReader
+
+    topic = "initial-once"
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(broker.bootstrap, topic, [(None, b"before", None, p) for p in (0, 1)])
+    options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic, "startingOffsets": "latest"}
+    reader = KwireStreamReader(parse_source_options(options))
+    try:
+        first = reader.initialOffset()
+        produce(broker.bootstrap, topic, [(None, b"after", None, p) for p in (0, 1)])
+        assert reader.initialOffset() == first == {topic: {"0": 1, "1": 1}}
+    finally:
+        reader.stop()
+    later = KwireStreamReader(parse_source_options(options))
+    try:
+        assert later.initialOffset() == {topic: {"0": 2, "1": 2}}  # a new query starts anew
+    finally:
+        later.stop()

@@ -89,9 +89,13 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._view
 
     def initialOffset(self) -> dict:
-        view = self.view
-        tps = view.partitions()
-        self._initial = view.resolve(self.options.starting or OffsetSpec("latest", "startingOffsets"), tps)
+        # Spark asks more than once as a query starts (twice with Trigger.AvailableNow): the
+        # first answer stands, so "latest" cannot move between the asks, and the broker is
+        # asked once.
+        if self._initial is None:
+            view = self.view
+            tps = view.partitions()
+            self._initial = view.resolve(self.options.starting or OffsetSpec("latest", "startingOffsets"), tps)
         return to_json(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
