@@ -26,8 +26,7 @@ import signal
 import sys
 from pathlib import Path
 
-from kwire.broker import Broker, ConfigError, load_config
-from kwire.broker.config import FSYNC_POLICIES, SASL_MECHANISMS, SSL_CLIENT_AUTH
+from kwire.broker.config import FSYNC_POLICIES, SASL_MECHANISMS, SSL_CLIENT_AUTH, ConfigError, load_config
 from kwire.broker.malloc import tune_malloc
 from kwire.protocol.errors import KafkaError
 
@@ -143,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config, as_json: bool) -> int:
+    from kwire.broker.server import Broker  # the whole broker: only when one is started
+
     broker = Broker(config)
     await broker.start()
     stop = asyncio.Event()
