@@ -309,3 +309,32 @@ def test_backoff_grows_to_its_maximum():
     assert 0.08 <= backoff.delay(0) <= 0.12
     assert 0.16 <= backoff.delay(1) <= 0.24
     assert all(0.8 <= backoff.delay(n) <= 1.2 for n in range(4, 60))
+
+
+def test_jitter_and_bootstrap_order_leave_the_applications_random_stream_alone():
+    """An application that seeds the global ``random`` gets the same numbers with kwire retrying and
+    reconnecting in between: kwire draws from generators of its own."""
+    import random
+
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+
+    async def reconnect_attempts():
+        cluster = Cluster(config(*(f"127.0.0.1:{p}" for p in ports), request_timeout_ms=300))
+        for _ in range(3):
+            with pytest.raises(NoBrokersAvailableError):
+                await cluster.any_connection()
+        await cluster.close()
+
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    got = [random.random()]
+    assert all(Backoff(100, 1000).delay(n) > 0 for n in range(5))
+    got.append(random.random())
+    run(reconnect_attempts())
+    got.append(random.random())
+    assert got == expected

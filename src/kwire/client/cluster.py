@@ -50,6 +50,8 @@ GROUP_COORDINATOR = 0
 # Connections in a row that a broker closed before answering anything, before the client concludes
 # that the port speaks another security protocol (one could be a broker restarting).
 SILENT_CLOSES_BEFORE_MISMATCH = 3
+# Bootstrap order is shuffled with a generator of our own, not the application's global one.
+_SHUFFLE = random.Random()
 
 
 class _Node:
@@ -162,7 +164,7 @@ class Cluster:
         if open_conns:
             return min(open_conns, key=lambda c: c.in_flight)
         known = [n for n in self._nodes.values() if n.info.node_id >= 0] or list(self._nodes.values())
-        random.shuffle(known)
+        _SHUFFLE.shuffle(known)
         known.sort(key=lambda n: n.retry_at)  # brokers not in backoff first
         errors = []
         for node in known:

@@ -22,6 +22,10 @@ logger = logging.getLogger("kwire.client")
 
 T = TypeVar("T")
 
+# Its own generator: a library must not draw from (and so shift) the application's seeded
+# global random stream.
+_JITTER = random.Random()
+
 
 class Backoff:
     """Exponential backoff with jitter; ``delay(attempt)`` in seconds, attempt counting from 0."""
@@ -33,7 +37,7 @@ class Backoff:
 
     def delay(self, attempt: int) -> float:
         base = min(self.initial * (2 ** min(attempt, 32)), self.maximum)
-        return base * random.uniform(1 - self.jitter, 1 + self.jitter) if base else 0.0
+        return base * _JITTER.uniform(1 - self.jitter, 1 + self.jitter) if base else 0.0
 
 
 async def retrying(operation: Callable[[], Awaitable[T]], *, timeout: float, backoff: Backoff, what: str,
