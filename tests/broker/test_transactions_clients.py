@@ -224,8 +224,11 @@ def test_confluent_send_offsets_to_transaction(tmp_path):
 
 def test_kafka_python_send_offsets_to_transaction(tmp_path):
     with EmbeddedBroker(tmp_path / "data", default_partitions=1) as broker:
-        kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap).create_topics(
-            [kafka.admin.NewTopic("in", 1, 1)])  # offsets of a missing partition are retried forever, as with Kafka
+        admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:  # offsets of a missing partition are retried forever, as with Kafka
+            admin.create_topics([kafka.admin.NewTopic("in", 1, 1)])
+        finally:
+            admin.close()  # else its network thread runs on for the rest of the test session
         producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-ctp")
         producer.init_transactions()
         for commit, position in ((True, 3), (False, 7)):
