@@ -66,13 +66,21 @@ class LibrdkafkaMember(threading.Thread):
             "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "partition.assignment.strategy": strategy,
             "session.timeout.ms": 10000, "heartbeat.interval.ms": 100, **QUIET})
-        self.consumer.subscribe([topic])
+        self.consumer.subscribe([topic], on_assign=self._assigned)
         self.assignment: set[int] = set()
         self.records: list[tuple[int, int]] = []
         self.commit_requested = threading.Event()
         self.committed = threading.Event()
         self.stop = threading.Event()
         self.error: BaseException | None = None
+
+    def _assigned(self, _consumer, partitions) -> None:
+        # A partition (re)assigned is read again from its committed offset (none yet: the
+        # earliest), so only records read since then count as read: otherwise "read everything"
+        # could hold right after an eager rebalance, before any position is stored, and the
+        # commit would fail with "No offset stored".
+        given = {tp.partition for tp in partitions}
+        self.records = [r for r in self.records if r[0] not in given]
 
     def run(self) -> None:
         try:
