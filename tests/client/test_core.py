@@ -254,12 +254,18 @@ def test_reconnects_after_broker_restart(tmp_path):
     run(go())
 
 
-def test_no_brokers_available():
+def _closed_ports(count: int) -> list[int]:
+    """Ports nothing listens on (bound once, then released)."""
     ports = []
-    for _ in range(2):
+    for _ in range(count):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
+    return ports
+
+
+def test_no_brokers_available():
+    ports = _closed_ports(2)
 
     async def go():
         cluster = Cluster(config(*(f"127.0.0.1:{p}" for p in ports), request_timeout_ms=300))
@@ -316,11 +322,7 @@ def test_jitter_and_bootstrap_order_leave_the_applications_random_stream_alone()
     reconnecting in between: kwire draws from generators of its own."""
     import random
 
-    ports = []
-    for _ in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = _closed_ports(3)
 
     async def reconnect_attempts():
         cluster = Cluster(config(*(f"127.0.0.1:{p}" for p in ports), request_timeout_ms=300))
