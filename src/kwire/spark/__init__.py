@@ -34,9 +34,9 @@ fetched batches and kwire.spark.columns turns them into Arrow columns without a 
 per record (with kwire's optional compiled helper where it is built, else in Python and
 numpy).  Control batches (transaction markers) never become rows; with
 ``kafka.isolation.level=read_committed`` neither do records of aborted transactions.  A reused
-Python worker (Spark's default) moves the objects it has loaded by its first kwire client to the
-garbage collector's permanent generation (``gc.freeze()``): Spark runs a full collection after
-every task, which then skips them.
+Python worker (Spark's default) moves the objects it has loaded by the end of its first kwire
+task to the garbage collector's permanent generation (``gc.freeze()``): Spark runs a full
+collection after every task, which then skips them.
 
 Source options (names case-insensitive, as in Spark):
 
