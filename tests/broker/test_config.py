@@ -17,6 +17,7 @@ from kwire.broker.config import ConfigError, load_config
     ({"data_dir": 3}, "data_dir must be a path string"),
     ({"nope": 1}, "unknown setting 'nope'"),
     ({"log": {"segment_bytes": 1}}, "segment_bytes"),
+    ({"page_cache_bytes": 0}, "page_cache_bytes must be -1"),
     ({"log": {"retention": 1}}, "unknown log setting 'retention'"),
 ])
 def test_wrong_settings_are_named(setting, message):

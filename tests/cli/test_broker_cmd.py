@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import confluent_kafka.admin
 import pytest
 
 from kwire.broker.storage import CLEAN_SHUTDOWN_FILE
@@ -67,12 +68,19 @@ def test_broker_serves_kcat_and_stops_cleanly(tmp_path, sig):
 
 def test_config_file_and_flags(tmp_path):
     cfg = tmp_path / "broker.toml"
-    cfg.write_text('default_partitions = 4\nauto_create_topics = true\n[log]\nsegment_bytes = 65536\n')
-    proc, info = start("--config", str(cfg), "--data-dir", str(tmp_path / "d"))
+    cfg.write_text('default_partitions = 4\nauto_create_topics = true\npage_cache_bytes = 8388608\n'
+                   '[log]\nsegment_bytes = 65536\n')
+    proc, info = start("--config", str(cfg), "--data-dir", str(tmp_path / "d"), "--page-cache-bytes", "4194304")
     try:
         kcat("-b", info["bootstrap"], "-P", "-t", "four", input="x\n")
         meta = json.loads(kcat("-b", info["bootstrap"], "-L", "-J", "-t", "four").stdout)
         assert len(meta["topics"][0]["partitions"]) == 4
+        # The flag overrides the file; DescribeConfigs shows what the broker runs with.
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": info["bootstrap"]})
+        broker = confluent_kafka.admin.ConfigResource(confluent_kafka.admin.ResourceType.BROKER, "1")
+        entries = admin.describe_configs([broker])[broker].result(timeout=30)
+        assert entries["kwire.page.cache.bytes"].value == "4194304"
+        assert entries["log.segment.bytes"].value == "65536"
     finally:
         assert stop(proc)[0] == 0
 
@@ -81,6 +89,7 @@ def test_config_file_and_flags(tmp_path):
     ("prot = 1\n", "unknown setting 'prot'"),
     ("port = 'x'\n", "port must be an integer"),
     ("fsync = 'sometimes'\n", "fsync must be one of"),
+    ("page_cache_bytes = 4096\n", "page_cache_bytes must be -1 (no limit) or >= 1048576"),
     ("[log]\nsegment_bytes = 1\n", "segment_bytes"),
     ("port = \n", "broker.toml"),
 ])
@@ -107,5 +116,6 @@ def test_data_dir_in_use_is_refused(tmp_path):
 def test_help_lists_the_flags():
     out = subprocess.run([*KWIRE, "broker", "--help"], capture_output=True, text=True, timeout=60).stdout
     for flag in ("--data-dir", "--host", "--port", "--advertised-host", "--config", "--fsync",
-                 "--auto-create-topics", "--default-partitions", "--segment-bytes", "--retention-ms"):
+                 "--auto-create-topics", "--default-partitions", "--segment-bytes", "--retention-ms",
+                 "--page-cache-bytes"):
         assert flag in out

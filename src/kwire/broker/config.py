@@ -25,6 +25,7 @@ except ImportError:  # Python 3.10
 from ..settings import ConfigError, coerce, setting_types, unknown_setting
 from .listeners import ListenerSpec, parse_advertised, parse_listeners
 from .storage import LogConfig
+from .storage.page_cache import MIN_PAGE_CACHE_BYTES
 
 __all__ = ["BrokerConfig", "ConfigError", "FSYNC_POLICIES", "SASL_MECHANISMS", "load_config"]
 
@@ -52,6 +53,10 @@ class BrokerConfig:
     # start another large request stop reading until memory frees.
     queued_max_request_bytes: int = 256 * 1024 * 1024
     retention_check_interval_ms: int = 5 * 60 * 1000  # log.retention.check.interval.ms
+    # Log bytes kept in the page cache: the newest this many the broker wrote or read stay
+    # there, older ones are written back and dropped (storage/page_cache.py says why); -1 leaves
+    # it all to the kernel, as Kafka does.  Linux only (elsewhere always -1).
+    page_cache_bytes: int = 256 * 1024 * 1024
     # Group coordinator (Kafka's names: group.*).  Kafka waits 3 s for more members before the
     # first rebalance of a new group; a development broker answers at once by default.
     group_initial_rebalance_delay_ms: int = 0
@@ -101,6 +106,9 @@ class BrokerConfig:
         if self.queued_max_request_bytes < -1 or self.queued_max_request_bytes == 0:
             raise ConfigError("queued_max_request_bytes must be -1 (no limit) or > 0, "
                               f"got {self.queued_max_request_bytes}")
+        if self.page_cache_bytes != -1 and self.page_cache_bytes < MIN_PAGE_CACHE_BYTES:
+            raise ConfigError(f"page_cache_bytes must be -1 (no limit) or >= {MIN_PAGE_CACHE_BYTES}, "
+                              f"got {self.page_cache_bytes}")
         self._check_security()
 
     def _check_security(self) -> None:

@@ -69,7 +69,8 @@ class BrokerState:
         self.topics = TopicRegistry(self.data_dir)
         self.cluster_id = self._load_cluster_id()
         self.logs = LogManager(self.data_dir, config.log,
-                               configs={t: self.log_config_for(self.topics.get(t)) for t in self.topics.names()})
+                               configs={t: self.log_config_for(self.topics.get(t)) for t in self.topics.names()},
+                               page_cache_bytes=config.page_cache_bytes)
         self.clean_shutdown = self.logs.clean_shutdown
         for key, findings in self.logs.load_findings.items():
             for line in findings:

@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--queued-max-request-bytes", type=int,
                    help="memory for large requests over all connections; past it, connections starting "
                         "another one wait (default 256 MiB; -1 no limit)")
+    p.add_argument("--page-cache-bytes", type=int,
+                   help="log bytes kept in the page cache: older ones are written back and dropped from it, "
+                        "so writes reuse memory (default 256 MiB; -1 leaves it to the kernel; Linux only)")
     sec = p.add_argument_group("security (TLS, SASL, ACLs)")
     sec.add_argument("--listener", dest="listeners", action="append", metavar="NAME://HOST:PORT",
                      help="a listener (repeatable): PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, or a name mapped "
@@ -104,7 +107,8 @@ def _settings(args: argparse.Namespace) -> dict:
             "advertised_port": args.advertised_port, "node_id": args.node_id, "fsync": args.fsync,
             "fsync_interval_ms": args.fsync_interval_ms, "auto_create_topics": args.auto_create_topics,
             "default_partitions": args.default_partitions, "max_request_size": args.max_request_size,
-            "queued_max_request_bytes": args.queued_max_request_bytes, "log": log,
+            "queued_max_request_bytes": args.queued_max_request_bytes,
+            "page_cache_bytes": args.page_cache_bytes, "log": log,
             "listeners": args.listeners, "listener_security_protocol_map": _split(args.protocol_map),
             "advertised_listeners": args.advertised_listeners,
             "ssl_certificate_location": args.ssl_certificate_location, "ssl_key_location": args.ssl_key_location,

@@ -36,6 +36,7 @@ from .checkpoint import PartitionCheckpoint, write_checkpoint
 from .config import LogConfig
 from .index import INT32_MAX
 from .loader import load_partition
+from .page_cache import PageCacheLimit
 from .producer_state import ProducerStateManager
 from .segment import FileSlice, LogSegment
 from .txn_index import AbortedTxn
@@ -70,7 +71,8 @@ class PartitionLog:
     lists what loading had to repair.  All methods are thread-safe (one lock per partition).
     """
 
-    def __init__(self, dir: Path, config: LogConfig | None = None, *, clean_shutdown: bool = False):
+    def __init__(self, dir: Path, config: LogConfig | None = None, *, clean_shutdown: bool = False,
+                 page_cache: PageCacheLimit | None = None):
         self.dir = Path(dir)
         self.config = config or LogConfig()
         self.name = self.dir.name
@@ -92,6 +94,10 @@ class PartitionLog:
             for segment in self._segments:
                 segment.close()
             raise
+        self._page_cache = page_cache
+        if page_cache is not None:
+            for segment in self._segments:
+                page_cache.opened(segment)
         self._closed = False
 
     def _load_producer_state(self) -> None:
@@ -193,7 +199,10 @@ class PartitionLog:
             if self._should_roll(len(prepared.data), prepared.max_timestamp, prepared.last_offset, now):
                 self.roll(now_ms=now)
             active = self._segments[-1]
+            position = active.size
             active.append(prepared.data, prepared.base_offset, prepared.last_offset, prepared.max_timestamp)
+            if self._page_cache is not None:
+                self._page_cache.appended(self, active, position, active.size)
             # Only now: a failed write must not leave sequences the log doesn't hold.
             for aborted in self.producer_state.apply(check, prepared.last_offset + 1):
                 # In the segment holding the marker, as Kafka: a fetch finds it from there on.
@@ -232,6 +241,8 @@ class PartitionLog:
             if active.size == 0:
                 return active
             active.on_become_inactive()
+            if self._page_cache is not None:
+                self._page_cache.rolled(self, active)
             new_base = self.log_end_offset
             if self.config.flush_on_roll:
                 self._flush_locked()
@@ -246,6 +257,14 @@ class PartitionLog:
             # As Kafka: a snapshot per segment, so loading replays at most the newest segments.
             self.producer_state.take_snapshot(self._bases)
             return segment
+
+    def duplicate_segment_fd(self, segment: LogSegment) -> int | None:
+        """A duplicate of ``segment``'s ``.log`` descriptor (the caller closes it), or None if
+        the segment is no longer part of this open log."""
+        with self._lock:
+            if self._closed or not any(s is segment for s in self._segments):
+                return None
+            return os.dup(segment.log_fd())
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool = True,
@@ -279,6 +298,8 @@ class PartitionLog:
                                      max_offset=limit)
                 if piece is None:
                     break
+                if self._page_cache is not None:
+                    self._page_cache.read(self, segment, piece.position, piece.position + piece.length)
                 slices.append(piece)
                 remaining -= piece.length
                 offset = piece.next_offset

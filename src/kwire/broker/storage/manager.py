@@ -30,6 +30,7 @@ from kwire.protocol.errors import (
 from ._files import DELETED_SUFFIX, fsync_dir
 from .config import LogConfig
 from .log import PartitionLog, parse_partition_dir
+from .page_cache import PageCacheLimit, page_cache_control_available
 
 __all__ = ["LogManager", "CLEAN_SHUTDOWN_FILE", "validate_topic_name"]
 
@@ -56,9 +57,12 @@ class LogManager:
     """
 
     def __init__(self, data_dir: Path, config: LogConfig | None = None, *,
-                 configs: dict[str, LogConfig] | None = None):
+                 configs: dict[str, LogConfig] | None = None, page_cache_bytes: int = -1):
         self.data_dir = Path(data_dir)
         self.config = config or LogConfig()
+        # -1: leave the page cache to the kernel.  Where the platform can't (not Linux), too.
+        self.page_cache = (PageCacheLimit(page_cache_bytes)
+                           if page_cache_bytes >= 0 and page_cache_control_available() else None)
         self._topic_configs = dict(configs or {})
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -91,7 +95,8 @@ class LogManager:
             parsed = parse_partition_dir(path.name)
             if parsed is None:
                 continue
-            log = PartitionLog(path, self._config_for(parsed[0]), clean_shutdown=self.clean_shutdown)
+            log = PartitionLog(path, self._config_for(parsed[0]), clean_shutdown=self.clean_shutdown,
+                               page_cache=self.page_cache)
             self._logs[parsed] = log
             if log.load_findings:
                 self.load_findings[parsed] = log.load_findings
@@ -124,7 +129,7 @@ class LogManager:
             if config is not None:
                 self._topic_configs[topic] = config
             path = self.data_dir / f"{topic}-{partition}"
-            log = PartitionLog(path, self._config_for(topic), clean_shutdown=True)
+            log = PartitionLog(path, self._config_for(topic), clean_shutdown=True, page_cache=self.page_cache)
             fsync_dir(self.data_dir)
             self._logs[key] = log
             return log
@@ -200,6 +205,8 @@ class LogManager:
         with self._lock:
             if self._closed:
                 return
+            if self.page_cache is not None:
+                self.page_cache.close()
             try:
                 if not clean:
                     self._close_logs(flush=False)

@@ -137,6 +137,8 @@ class LogSegment:
         self._rolling_timestamp: int | None = None
         self.created_at_ms = _now_ms()
         self.recovery_problem: str | None = None  # what the last recover() stopped at
+        # The page cache limit's bookkeeping (page_cache.py), when the log has one.
+        self.cache_runs = None
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -176,6 +178,10 @@ class LogSegment:
         if self._file is None or self._file.fd < 0:
             raise KafkaStorageError(f"{self.log_path} is closed")
         return self._file.fd
+
+    def log_fd(self) -> int:
+        """The ``.log`` file's descriptor (KafkaStorageError once closed or deleted)."""
+        return self._fd()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, next_offset={self._next_offset}, size={self._size})"

@@ -1,0 +1,222 @@
+"""A bound on how much of the logs the broker keeps in the page cache.
+
+Kafka leaves its log files to the page cache and lets the kernel decide what stays.  kwire keeps
+only the newest ``limit`` bytes it wrote or read there: older ranges are written back
+(``sync_file_range``) and dropped (``posix_fadvise(DONTNEED)``) by a background thread, so the
+pages they held are freed and the next writes reuse them while they are still backed.
+
+Why: in virtual machines that give free memory back to the host (virtio-balloon free page
+reporting, as on Firecracker microVMs), the first write to a page the guest has not used lately
+costs about 10 us, so a log that grows into new page-cache pages is written at 300-450 MB/s,
+almost all of it page faults; the same writes into pages that were freed a moment ago run at
+several GB/s (benchmarks/RESULTS.md).  Elsewhere the bound costs little: only data older than the
+newest ``limit`` bytes is written back early (the kernel would write it within 30 s anyway), and
+a consumer reading that far behind reads from disk.  A small test topic never reaches the bound.
+
+Nothing is lost by dropping: ``DONTNEED`` frees only clean pages, after their writeback.  Ranges
+are tracked per segment in runs of up to ``chunk`` bytes; ranges read from outside the window
+(older data, or data on disk when the broker started) join the queue as well, so a consumer
+catching up reuses pages instead of filling memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import mmap
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .log import PartitionLog
+    from .segment import LogSegment
+
+__all__ = ["PageCacheLimit", "MIN_PAGE_CACHE_BYTES", "page_cache_control_available"]
+
+logger = logging.getLogger("kwire.broker.storage")
+
+_CHUNK = 1024 * 1024
+# The largest page-cache folio (a PMD: 2 MiB with 4 KiB pages, on x86-64 and arm64).
+_FOLIO_ALIGN = max(2 * 1024 * 1024, mmap.PAGESIZE)
+MIN_PAGE_CACHE_BYTES = _CHUNK
+# sync_file_range flags (linux/fs.h).
+_WAIT_BEFORE, _WRITE, _WAIT_AFTER = 1, 2, 4
+
+
+def _load_sync_file_range():
+    if not sys.platform.startswith("linux") or not hasattr(os, "posix_fadvise"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def page_cache_control_available() -> bool:
+    """Whether this platform has ``sync_file_range`` and ``posix_fadvise`` (Linux)."""
+    return _sync_file_range is not None
+
+
+class _SegmentRuns:
+    """A segment's bookkeeping: ``floor``, below which its bytes are outside the window (dropped,
+    or on disk before the broker started), and the run ``[start, end)`` of touched bytes not yet
+    queued."""
+
+    __slots__ = ("floor", "start", "end")
+
+    def __init__(self, size: int):
+        self.floor = self.start = self.end = size
+
+
+class _Range:
+    __slots__ = ("log", "segment", "start", "end", "writeback_started")
+
+    def __init__(self, log: PartitionLog, segment: LogSegment, start: int, end: int):
+        self.log = log
+        self.segment = segment
+        self.start = start
+        self.end = end
+        self.writeback_started = False
+
+
+class PageCacheLimit:
+    """Keeps the newest ``limit`` bytes of log data the broker touched in the page cache and
+    drops older ranges in a background thread (started when first needed).
+
+    ``appended``, ``rolled`` and ``read`` are called under the partition's lock; the thread takes a
+    partition's lock only to duplicate a segment's descriptor (never while holding its own).
+    """
+
+    def __init__(self, limit: int, *, chunk: int = _CHUNK):
+        if limit < chunk:
+            raise ValueError(f"a page cache limit must be at least {chunk} bytes, got {limit}")
+        self.limit = limit
+        self.chunk = chunk
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: collections.deque[_Range] = collections.deque()
+        self._held = 0  # bytes in the queue
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.dropped_bytes = 0  # for tests and stats
+
+    # -- called under a partition's lock --------------------------------------------------------
+    def opened(self, segment: LogSegment) -> None:
+        """A segment loaded from disk: its bytes so far count as outside the window."""
+        segment.cache_runs = _SegmentRuns(segment.size)
+
+    def appended(self, log: PartitionLog, segment: LogSegment, start: int, end: int) -> None:
+        """Bytes ``[start, end)`` were appended to ``segment``."""
+        runs = segment.cache_runs
+        if runs is None:
+            runs = segment.cache_runs = _SegmentRuns(0)
+        self._touch(log, segment, runs, start, end)
+
+    def rolled(self, log: PartitionLog, segment: LogSegment) -> None:
+        """``segment`` stopped being active: its unqueued tail joins the queue."""
+        runs = segment.cache_runs
+        if runs is not None and runs.end > runs.start:
+            self._queue_range(log, segment, runs.start, runs.end)
+            runs.start = runs.end
+
+    def read(self, log: PartitionLog, segment: LogSegment, start: int, end: int) -> None:
+        """``[start, end)`` of ``segment`` is about to be sent: if it lies below the window, it
+        will be in the page cache now, so it joins the queue."""
+        runs = segment.cache_runs
+        if runs is None or start >= runs.floor:
+            return
+        self._touch(log, segment, runs, start, min(end, runs.floor))
+
+    def _touch(self, log: PartitionLog, segment: LogSegment, runs: _SegmentRuns, start: int, end: int) -> None:
+        if start != runs.end:  # not contiguous with the open run: queue that, start another
+            if runs.end > runs.start:
+                self._queue_range(log, segment, runs.start, runs.end)
+            runs.start = start
+        runs.end = end
+        while runs.end - runs.start >= self.chunk:
+            self._queue_range(log, segment, runs.start, runs.start + self.chunk)
+            runs.start += self.chunk
+
+    def _queue_range(self, log: PartitionLog, segment: LogSegment, start: int, end: int) -> None:
+        with self._lock:
+            if self._stopping:
+                return
+            self._queue.append(_Range(log, segment, start, end))
+            self._held += end - start
+            if self._held > self.limit:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="kwire-page-cache", daemon=True)
+                    self._thread.start()
+                self._wake.notify()
+
+    # -- the background thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and self._held <= self.limit:
+                    self._wake.wait()
+                if self._stopping:
+                    return
+                oldest = self._queue.popleft()
+                self._held -= oldest.end - oldest.start
+                # Start the writeback of what comes next, so it is done when its turn comes.
+                ahead, lead = [], 0
+                for r in self._queue:
+                    if lead >= self.limit // 4:
+                        break
+                    lead += r.end - r.start
+                    if not r.writeback_started:
+                        r.writeback_started = True
+                        ahead.append(r)
+            for r in ahead:
+                self._apply(r, drop=False)
+            self._apply(oldest, drop=True)
+
+    def _apply(self, r: _Range, *, drop: bool) -> None:
+        fd = r.log.duplicate_segment_fd(r.segment)
+        if fd is None:
+            return  # the segment was deleted or its log closed
+        # The kernel drops only folios wholly inside the range, and the page cache holds folios
+        # of up to 2 MiB (readahead makes large ones), aligned to their size: so from the 2 MiB
+        # boundary at or below r.start.  What lies between is older (touched before r), so the
+        # folio straddling r.start is dropped now, the one straddling r.end with the next range.
+        start = r.start - r.start % _FOLIO_ALIGN
+        try:
+            if drop:
+                # Wait for the writeback (a no-op for clean pages), then free the pages.
+                if _sync_file_range(fd, start, r.end - start, _WAIT_BEFORE | _WRITE | _WAIT_AFTER) != 0:
+                    raise OSError(ctypes.get_errno(), "sync_file_range")
+                os.posix_fadvise(fd, start, r.end - start, os.POSIX_FADV_DONTNEED)
+                self.dropped_bytes += r.end - r.start
+                runs = r.segment.cache_runs
+                if runs is not None and r.end > runs.floor:
+                    runs.floor = r.end
+            elif _sync_file_range(fd, start, r.end - start, _WRITE) != 0:
+                raise OSError(ctypes.get_errno(), "sync_file_range")
+        except OSError as exc:
+            # The data stays where it is (in the page cache); only the bound slips.
+            logger.warning("%s: could not release bytes %d-%d from the page cache: %s",
+                           r.segment.log_path, r.start, r.end, exc)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Stop the thread (what is queued stays in the page cache).  Idempotent."""
+        with self._lock:
+            self._stopping = True
+            self._queue.clear()
+            self._held = 0
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
