@@ -89,6 +89,18 @@ class _Range:
         self.writeback_started = False
 
 
+def _merged(ranges: list[_Range]) -> list[_Range]:
+    """``ranges`` with the adjacent ones of each segment joined (order: by segment, then start)."""
+    out: list[_Range] = []
+    for r in sorted(ranges, key=lambda r: (id(r.segment), r.start)):
+        last = out[-1] if out else None
+        if last is not None and last.segment is r.segment and last.end == r.start:
+            out[-1] = _Range(r.log, r.segment, last.start, r.end)
+        else:
+            out.append(r)
+    return out
+
+
 class PageCacheLimit:
     """Keeps the newest ``limit`` bytes of log data the broker touched in the page cache and
     drops older ranges in a background thread (started when first needed).
@@ -106,6 +118,7 @@ class PageCacheLimit:
         self._wake = threading.Condition(self._lock)
         self._queue: collections.deque[_Range] = collections.deque()
         self._held = 0  # bytes in the queue
+        self._slack = min(limit // 8, 16 * chunk)  # how far below the limit a wake-up drops
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.dropped_bytes = 0  # for tests and stats
@@ -167,8 +180,14 @@ class PageCacheLimit:
                     self._wake.wait()
                 if self._stopping:
                     return
-                oldest = self._queue.popleft()
-                self._held -= oldest.end - oldest.start
+                # Down to a little below the limit at once: one wake-up and a few calls per
+                # segment for many chunks, not a wake-up and three calls for each.
+                doomed: list[_Range] = []
+                target = self.limit - self._slack
+                while self._queue and self._held > target:
+                    r = self._queue.popleft()
+                    self._held -= r.end - r.start
+                    doomed.append(r)
                 # Start the writeback of what comes next, so it is done when its turn comes.
                 ahead, lead = [], 0
                 for r in self._queue:
@@ -178,9 +197,10 @@ class PageCacheLimit:
                     if not r.writeback_started:
                         r.writeback_started = True
                         ahead.append(r)
-            for r in ahead:
+            for r in _merged(ahead):
                 self._apply(r, drop=False)
-            self._apply(oldest, drop=True)
+            for r in _merged(doomed):
+                self._apply(r, drop=True)
 
     def _apply(self, r: _Range, *, drop: bool) -> None:
         fd = r.log.duplicate_segment_fd(r.segment)
