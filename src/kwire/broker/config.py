@@ -53,9 +53,9 @@ class BrokerConfig:
     # start another large request stop reading until memory frees.
     queued_max_request_bytes: int = 256 * 1024 * 1024
     retention_check_interval_ms: int = 5 * 60 * 1000  # log.retention.check.interval.ms
-    # Log bytes kept in the page cache: the newest this many the broker wrote or read stay
-    # there, older ones are written back and dropped (storage/page_cache.py says why); -1 leaves
-    # it all to the kernel, as Kafka does.  Linux only (elsewhere always -1).
+    # Of the log bytes the broker writes, the newest this many stay in the page cache; older
+    # ones are written back and dropped (storage/page_cache.py says why); -1 leaves it all to
+    # the kernel, as Kafka does.  Linux only (elsewhere always -1).
     page_cache_bytes: int = 256 * 1024 * 1024
     # Group coordinator (Kafka's names: group.*).  Kafka waits 3 s for more members before the
     # first rebalance of a new group; a development broker answers at once by default.

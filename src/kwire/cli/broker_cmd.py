@@ -65,8 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="memory for large requests over all connections; past it, connections starting "
                         "another one wait (default 256 MiB; -1 no limit)")
     p.add_argument("--page-cache-bytes", type=int,
-                   help="log bytes kept in the page cache: older ones are written back and dropped from it, "
-                        "so writes reuse memory (default 256 MiB; -1 leaves it to the kernel; Linux only)")
+                   help="of the log bytes written, the newest this many stay in the page cache; older ones "
+                        "are written back and dropped, so writes reuse memory (default 256 MiB; -1 leaves "
+                        "it to the kernel; Linux only)")
     sec = p.add_argument_group("security (TLS, SASL, ACLs)")
     sec.add_argument("--listener", dest="listeners", action="append", metavar="NAME://HOST:PORT",
                      help="a listener (repeatable): PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, or a name mapped "

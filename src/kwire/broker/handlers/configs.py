@@ -109,7 +109,8 @@ def broker_config_entries(broker) -> list[ConfigEntry]:
         ("offsets.retention.minutes", str(c.offsets_retention_ms // 60000), INT, "How long committed offsets live."),
         ("kwire.fsync", c.fsync, STRING, "When the log is fsynced: never, interval or always."),
         ("kwire.page.cache.bytes", str(c.page_cache_bytes), LONG,
-         "Log bytes kept in the page cache; older ones are written back and dropped (-1: no limit)."),
+         "Newest log bytes written kept in the page cache; older ones are written back and dropped "
+         "(-1: no limit)."),
     ]
     return [ConfigEntry(n, v, STATIC_BROKER_CONFIG, t, d, read_only=True) for n, v, t, d in items]
 

@@ -95,9 +95,6 @@ class PartitionLog:
                 segment.close()
             raise
         self._page_cache = page_cache
-        if page_cache is not None:
-            for segment in self._segments:
-                page_cache.opened(segment)
         self._closed = False
 
     def _load_producer_state(self) -> None:
@@ -298,8 +295,6 @@ class PartitionLog:
                                      max_offset=limit)
                 if piece is None:
                     break
-                if self._page_cache is not None:
-                    self._page_cache.read(self, segment, piece.position, piece.position + piece.length)
                 slices.append(piece)
                 remaining -= piece.length
                 offset = piece.next_offset

@@ -1,22 +1,26 @@
-"""A bound on how much of the logs the broker keeps in the page cache.
+"""A bound on how much of what the broker writes stays in the page cache.
 
 Kafka leaves its log files to the page cache and lets the kernel decide what stays.  kwire keeps
-only the newest ``limit`` bytes it wrote or read there: older ranges are written back
+only the newest ``limit`` bytes it wrote there: older ranges are written back
 (``sync_file_range``) and dropped (``posix_fadvise(DONTNEED)``) by a background thread, so the
-pages they held are freed and the next writes reuse them while they are still backed.
+pages they held are freed and the next writes reuse them while they are still backed.  What
+consumers read is left to the kernel, as with Kafka: a consumer further behind than ``limit``
+reads from disk once, and the pages it brings in stay for the next reader.
 
 Why: in virtual machines that give free memory back to the host (virtio-balloon free page
 reporting, as on Firecracker microVMs), the first write to a page the guest has not used lately
 costs about 10 us, so a log that grows into new page-cache pages is written at 300-450 MB/s,
 almost all of it page faults; the same writes into pages that were freed a moment ago run at
 several GB/s (benchmarks/RESULTS.md).  Elsewhere the bound costs little: only data older than the
-newest ``limit`` bytes is written back early (the kernel would write it within 30 s anyway), and
-a consumer reading that far behind reads from disk.  A small test topic never reaches the bound.
+newest ``limit`` bytes is written back early (the kernel would write it within 30 s anyway).  A
+small test topic never reaches the bound.
 
-Nothing is lost by dropping: ``DONTNEED`` frees only clean pages, after their writeback.  Ranges
-are tracked per segment in runs of up to ``chunk`` bytes; ranges read from outside the window
-(older data, or data on disk when the broker started) join the queue as well, so a consumer
-catching up reuses pages instead of filling memory.
+Dropping reads (counting read ranges in the queue too) was tried: a consumer re-reading a 1 GB
+topic then read it from disk every time, at 0.66-0.93x the speed of reading it from the page
+cache (three alternated rounds each in three runs, librdkafka consumer).
+
+Nothing is lost by dropping: ``DONTNEED`` frees only clean pages, after their writeback.
+Appended bytes are queued per segment in ranges of ``chunk`` bytes.
 """
 
 from __future__ import annotations
@@ -67,15 +71,13 @@ def page_cache_control_available() -> bool:
     return _sync_file_range is not None
 
 
-class _SegmentRuns:
-    """A segment's bookkeeping: ``floor``, below which its bytes are outside the window (dropped,
-    or on disk before the broker started), and the run ``[start, end)`` of touched bytes not yet
-    queued."""
+class _OpenRun:
+    """A segment's appended bytes ``[start, end)`` not queued yet (less than a chunk)."""
 
-    __slots__ = ("floor", "start", "end")
+    __slots__ = ("start", "end")
 
-    def __init__(self, size: int):
-        self.floor = self.start = self.end = size
+    def __init__(self, start: int):
+        self.start = self.end = start
 
 
 class _Range:
@@ -102,10 +104,10 @@ def _merged(ranges: list[_Range]) -> list[_Range]:
 
 
 class PageCacheLimit:
-    """Keeps the newest ``limit`` bytes of log data the broker touched in the page cache and
-    drops older ranges in a background thread (started when first needed).
+    """Keeps the newest ``limit`` bytes the broker appended in the page cache and drops older
+    ranges in a background thread (started when first needed).
 
-    ``appended``, ``rolled`` and ``read`` are called under the partition's lock; the thread takes a
+    ``appended`` and ``rolled`` are called under the partition's lock; the thread takes a
     partition's lock only to duplicate a segment's descriptor (never while holding its own).
     """
 
@@ -124,41 +126,26 @@ class PageCacheLimit:
         self.dropped_bytes = 0  # for tests and stats
 
     # -- called under a partition's lock --------------------------------------------------------
-    def opened(self, segment: LogSegment) -> None:
-        """A segment loaded from disk: its bytes so far count as outside the window."""
-        segment.cache_runs = _SegmentRuns(segment.size)
-
     def appended(self, log: PartitionLog, segment: LogSegment, start: int, end: int) -> None:
         """Bytes ``[start, end)`` were appended to ``segment``."""
-        runs = segment.cache_runs
-        if runs is None:
-            runs = segment.cache_runs = _SegmentRuns(0)
-        self._touch(log, segment, runs, start, end)
+        run = segment.cache_run
+        if run is None:
+            run = segment.cache_run = _OpenRun(start)
+        elif start != run.end:  # cut back since (truncate_to): queue what was there, start anew
+            if run.end > run.start:
+                self._queue_range(log, segment, run.start, run.end)
+            run.start = start
+        run.end = end
+        while run.end - run.start >= self.chunk:
+            self._queue_range(log, segment, run.start, run.start + self.chunk)
+            run.start += self.chunk
 
     def rolled(self, log: PartitionLog, segment: LogSegment) -> None:
         """``segment`` stopped being active: its unqueued tail joins the queue."""
-        runs = segment.cache_runs
-        if runs is not None and runs.end > runs.start:
-            self._queue_range(log, segment, runs.start, runs.end)
-            runs.start = runs.end
-
-    def read(self, log: PartitionLog, segment: LogSegment, start: int, end: int) -> None:
-        """``[start, end)`` of ``segment`` is about to be sent: if it lies below the window, it
-        will be in the page cache now, so it joins the queue."""
-        runs = segment.cache_runs
-        if runs is None or start >= runs.floor:
-            return
-        self._touch(log, segment, runs, start, min(end, runs.floor))
-
-    def _touch(self, log: PartitionLog, segment: LogSegment, runs: _SegmentRuns, start: int, end: int) -> None:
-        if start != runs.end:  # not contiguous with the open run: queue that, start another
-            if runs.end > runs.start:
-                self._queue_range(log, segment, runs.start, runs.end)
-            runs.start = start
-        runs.end = end
-        while runs.end - runs.start >= self.chunk:
-            self._queue_range(log, segment, runs.start, runs.start + self.chunk)
-            runs.start += self.chunk
+        run = segment.cache_run
+        if run is not None and run.end > run.start:
+            self._queue_range(log, segment, run.start, run.end)
+            run.start = run.end
 
     def _queue_range(self, log: PartitionLog, segment: LogSegment, start: int, end: int) -> None:
         with self._lock:
@@ -207,9 +194,9 @@ class PageCacheLimit:
         if fd is None:
             return  # the segment was deleted or its log closed
         # The kernel drops only folios wholly inside the range, and the page cache holds folios
-        # of up to 2 MiB (readahead makes large ones), aligned to their size: so from the 2 MiB
-        # boundary at or below r.start.  What lies between is older (touched before r), so the
-        # folio straddling r.start is dropped now, the one straddling r.end with the next range.
+        # of up to 2 MiB, aligned to their size: so from the 2 MiB boundary at or below r.start.
+        # What lies between was appended before r, so the folio straddling r.start is dropped
+        # now, the one straddling r.end with the next range.
         start = r.start - r.start % _FOLIO_ALIGN
         try:
             if drop:
@@ -218,9 +205,6 @@ class PageCacheLimit:
                     raise OSError(ctypes.get_errno(), "sync_file_range")
                 os.posix_fadvise(fd, start, r.end - start, os.POSIX_FADV_DONTNEED)
                 self.dropped_bytes += r.end - r.start
-                runs = r.segment.cache_runs
-                if runs is not None and r.end > runs.floor:
-                    runs.floor = r.end
             elif _sync_file_range(fd, start, r.end - start, _WRITE) != 0:
                 raise OSError(ctypes.get_errno(), "sync_file_range")
         except OSError as exc:

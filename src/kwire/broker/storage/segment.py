@@ -138,7 +138,7 @@ class LogSegment:
         self.created_at_ms = _now_ms()
         self.recovery_problem: str | None = None  # what the last recover() stopped at
         # The page cache limit's bookkeeping (page_cache.py), when the log has one.
-        self.cache_runs = None
+        self.cache_run = None
 
     # -- properties -----------------------------------------------------------------------
     @property
