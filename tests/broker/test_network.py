@@ -273,6 +273,36 @@ def test_large_requests_over_the_budget_wait_their_turn_and_are_all_answered(sma
 
 
 # -- Fetch answers: file ranges with sendfile, at once or as the socket makes room ----------------
+# Loopback peers get file ranges written from a map of the segment file, others os.sendfile; the
+# tests below connect over loopback and run each way, the peer's kind set through _is_loopback.
+
+@pytest.fixture(params=["mapped", "sendfile"])
+def file_sending(request, monkeypatch):
+    """Which way file ranges go out; the other way's function fails the test if it is used."""
+    from kwire.broker import network
+
+    mapped = request.param == "mapped"
+    monkeypatch.setattr(network, "_is_loopback", lambda peer: mapped)
+    wrong: list[str] = []
+    unused = "_sendfile_now" if mapped else "_send_mapped_now"
+
+    def used_wrongly(*args):
+        wrong.append(unused)
+        return 0
+
+    monkeypatch.setattr(network, unused, used_wrongly)
+    yield request.param
+    assert not wrong, f"{request.param} connections used {unused}"
+
+
+def test_only_loopback_peers_are_sent_mapped_ranges():
+    from kwire.broker.network import _is_loopback
+
+    assert _is_loopback(("127.0.0.1", 5000)) and _is_loopback(("127.8.9.1", 1))
+    assert _is_loopback(("::1", 5000, 0, 0))
+    assert not _is_loopback(("10.1.2.3", 5000)) and not _is_loopback(("fe80::1", 1, 0, 2))
+    assert not _is_loopback("/tmp/socket") and not _is_loopback(("not-an-address", 1))
+
 
 def _fill_partitions(port: int, topic: str, batches_per_partition: list[int]) -> None:
     """A topic with a partition per item of ``batches_per_partition``, holding that many batches of
@@ -304,14 +334,14 @@ def _stored(broker, topic: str, partition: int, max_bytes: int) -> bytes:
 
 
 @pytest.mark.parametrize("wait", [0.0, 0.5], ids=["read-at-once", "socket-full"])
-def test_fetch_answers_go_out_whole_and_in_order(broker, wait):
+def test_fetch_answers_go_out_whole_and_in_order(broker, wait, file_sending):
     """Three partitions (one of ~4 MB, more than the sockets hold, two small) in two pipelined
     Fetch answers with a Metadata answer between them.  A client that waits before reading leaves
     the broker's socket full in the middle of a file range: the rest must follow from where it
     stopped, and the next answers after it."""
     from kwire.protocol.records import iter_batches
 
-    topic = f"fetch-out-{wait}"
+    topic = f"fetch-out-{wait}-{file_sending}"
     expected_counts = [50, 2, 1]
     _fill_partitions(broker.port, topic, expected_counts)
     fetch = _fetch_request(topic, 3, 8 << 20)
@@ -335,10 +365,10 @@ def test_fetch_answers_go_out_whole_and_in_order(broker, wait):
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])
-def test_a_client_leaving_in_the_middle_of_a_fetch_answer_hurts_no_one(broker, how):
+def test_a_client_leaving_in_the_middle_of_a_fetch_answer_hurts_no_one(broker, how, file_sending):
     """The broker is part-way through a file range (the socket full) when the client goes: that
     connection ends, the next clients are served, their answers whole."""
-    topic = f"fetch-leave-{how}"
+    topic = f"fetch-leave-{how}-{file_sending}"
     _fill_partitions(broker.port, topic, [40])
     fetch = _fetch_request(topic, 1, 8 << 20)
     for _ in range(3):
