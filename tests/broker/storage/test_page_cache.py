@@ -169,6 +169,30 @@ def test_deleted_segments_in_the_queue_are_skipped(tmp_path, caplog):
     assert not thread.is_alive()  # close() stops it
 
 
+def test_a_range_that_cannot_be_released_is_logged_and_the_rest_still_go(limited, caplog, monkeypatch):
+    log, cache = limited
+    real = log.duplicate_segment_fd
+    failures = []
+
+    def out_of_descriptors(segment):
+        if not failures:
+            failures.append(segment)
+            raise OSError(24, "Too many open files")
+        return real(segment)
+
+    monkeypatch.setattr(log, "duplicate_segment_fd", out_of_descriptors)
+    with caplog.at_level(logging.WARNING, logger="kwire.broker.storage"):
+        append_batches(log, 400)
+        path = log_files(log.dir)[0]
+        size = path.stat().st_size
+        # The thread lived on: everything but the failed range and the kept ones is dropped.
+        wait_until_at_most(lambda: resident(path, 0, size - LIMIT - CHUNK), 2 << 20,
+                           "the old ranges in the page cache")
+    assert failures and cache._thread.is_alive()
+    assert any("could not release" in r.getMessage() and "Too many open files" in r.getMessage()
+               for r in caplog.records)
+
+
 def test_truncation_then_appends(limited):
     log, cache = limited
     appended = append_batches(log, 200)

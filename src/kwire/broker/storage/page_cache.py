@@ -190,7 +190,12 @@ class PageCacheLimit:
                 self._apply(r, drop=True)
 
     def _apply(self, r: _Range, *, drop: bool) -> None:
-        fd = r.log.duplicate_segment_fd(r.segment)
+        try:
+            fd = r.log.duplicate_segment_fd(r.segment)
+        except Exception as exc:  # e.g. out of descriptors: this range stays, the thread goes on
+            logger.warning("%s: could not release bytes %d-%d from the page cache: %s",
+                           r.segment.log_path, r.start, r.end, exc)
+            return
         if fd is None:
             return  # the segment was deleted or its log closed
         # The kernel drops only folios wholly inside the range, and the page cache holds folios
