@@ -505,13 +505,15 @@ class Connection(asyncio.BufferedProtocol):
                     done += _send_mapped_now(transport, piece, done)
                     while done < piece.length and not self.closed:
                         await self._drain()
+                        if self.closed:
+                            return
                         n = min(_MAPPED_PIECE, piece.length - done)
                         view_map, at = _mapped(piece, done, n)
-                        try:
-                            with memoryview(view_map) as view:
-                                transport.write(view[at:at + n])  # what the socket won't take is copied
-                        finally:
-                            view_map.close()
+                        # Not closed here: the transport keeps what the socket won't take (a copy on
+                        # Python 3.11, the view itself from 3.12 on), and the map goes with the
+                        # last reference to it.
+                        transport.write(memoryview(view_map)[at:at + n])
+                        del view_map
                         done += n
                     done = 0
             elif isinstance(part, FileRecords):
