@@ -17,9 +17,11 @@ Uses ``bench_broker``'s broker runner, data set and consume loop (same settings,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -41,6 +43,38 @@ def _start(src: str | None) -> bench.KwireBroker:
             os.environ["PYTHONPATH"] = saved
 
 
+@contextlib.contextmanager
+def brokers_ab(old_src: str) -> Iterator[tuple]:
+    """(the broker of ``old_src``, this tree's, librdkafka's mock); both kwire brokers are stopped
+    and their data removed on the way out."""
+    old = new = None
+    try:
+        old, new = _start(old_src), _start(None)
+        yield old, new, bench.MockCluster()
+    finally:
+        for broker in (old, new):
+            if broker is not None:
+                broker.stop()
+                broker.cleanup()
+
+
+def ab_parser(description: str, rounds: int, rounds_help: str) -> argparse.ArgumentParser:
+    """The options every A/B tool has: --old-src, --size, --rounds, --json."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--old-src", required=True, help="the other checkout's src/ directory")
+    parser.add_argument("--size", type=int, default=1024, help="value size in bytes (default 1024)")
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"{rounds_help} (default {rounds})")
+    parser.add_argument("--json", action="store_true", help="print every round as JSON")
+    return parser
+
+
+def parse_ab(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    if not (Path(args.old_src) / "kwire").is_dir():
+        parser.error(f"--old-src {args.old_src}: no kwire package there")
+    return args
+
+
 def _fill(bootstrap: str, size: int, topics: int, create: bool, problems: list[str]) -> dict:
     names = [f"ab-{size}-{i}" for i in range(topics)]
     if create:
@@ -51,20 +85,12 @@ def _fill(bootstrap: str, size: int, topics: int, create: bool, problems: list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old-src", required=True, help="the other checkout's src/ directory")
-    parser.add_argument("--size", type=int, default=1024, help="value size in bytes (default 1024)")
-    parser.add_argument("--rounds", type=int, default=7, help="reads per side, interleaved (default 7)")
+    parser = ab_parser(__doc__.splitlines()[0], 7, "reads per side, interleaved")
     parser.add_argument("--topics", type=int, default=16, help="topics x 4 partitions (default 16)")
-    parser.add_argument("--json", action="store_true", help="print every round as JSON")
-    args = parser.parse_args(argv)
-    if not (Path(args.old_src) / "kwire").is_dir():
-        parser.error(f"--old-src {args.old_src}: no kwire package there")
+    args = parse_ab(parser, argv)
 
     problems: list[str] = []
-    old = new = mock = None
-    try:
-        old, new, mock = _start(args.old_src), _start(None), bench.MockCluster()
+    with brokers_ab(args.old_src) as (old, new, mock):
         sides = {"old": (old.bootstrap, True), "new": (new.bootstrap, True), "mock": (mock.bootstrap, False)}
         data = {}
         for name, (bootstrap, create) in sides.items():
@@ -76,11 +102,6 @@ def main(argv: list[str] | None = None) -> int:
                 run = bench.consume_run(bootstrap, ends, args.size, 60, problems, name, False)
                 rounds[name].append(run["mb_per_s"])
                 bench.log(f"round {i + 1}/{args.rounds} {name}: {run['mb_per_s']:,.1f} MB/s")
-    finally:
-        for broker in (old, new):
-            if broker is not None:
-                broker.stop()
-                broker.cleanup()
     if problems:
         print("problems:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1

@@ -13,14 +13,13 @@ mock is measured.  On 2 CPUs the two shares add up to what a run can use::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
 import sys
-from pathlib import Path
 
-from consume_ab import _start, bench  # noqa: E402 - the sibling tool puts benchmarks/ on the path
+# consume_ab, beside this file, also puts benchmarks/ on the path for bench_broker.
+from consume_ab import ab_parser, bench, brokers_ab, parse_ab
 
 
 def _process_cpu() -> float:
@@ -37,28 +36,19 @@ def _broker_cpu(broker) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old-src", required=True, help="the other checkout's src/ directory")
-    parser.add_argument("--size", type=int, default=1024, help="value size in bytes (default 1024)")
+    parser = ab_parser(__doc__.splitlines()[0], 6, "runs per side, interleaved")
     parser.add_argument("--acks", default="1", choices=["0", "1", "all"], help="acks (default 1)")
-    parser.add_argument("--rounds", type=int, default=6, help="runs per side, interleaved (default 6)")
     parser.add_argument("--messages", type=int, default=200_000, help="values per run (default 200,000)")
-    parser.add_argument("--json", action="store_true", help="print every round as JSON")
-    args = parser.parse_args(argv)
-    if not (Path(args.old_src) / "kwire").is_dir():
-        parser.error(f"--old-src {args.old_src}: no kwire package there")
+    args = parse_ab(parser, argv)
 
     problems: list[str] = []
-    old = new = mock = None
     rounds: dict[str, list[dict]] = {"old": [], "new": [], "mock": []}
-    try:
-        old, new, mock = _start(args.old_src), _start(None), bench.MockCluster()
-        sides = {"old": (old, True), "new": (new, True), "mock": (mock, False)}
-        for broker, create in sides.values():
-            if create:
-                bench.create_topic(broker.bootstrap, "ab", problems)
+    with brokers_ab(args.old_src) as (old, new, mock):
+        sides = {"old": old, "new": new, "mock": mock}
+        for broker in (old, new):
+            bench.create_topic(broker.bootstrap, "ab", problems)
         for i in range(args.rounds):
-            for name, (broker, _) in sides.items():
+            for name, broker in sides.items():
                 own = broker if name != "mock" else None
                 client0, broker0 = _process_cpu(), _broker_cpu(own)
                 run = bench.produce_run(broker.bootstrap, "ab", args.size, args.acks, bench.PARTITIONS,
@@ -69,11 +59,6 @@ def main(argv: list[str] | None = None) -> int:
                 rounds[name].append(row)
                 bench.log(f"round {i + 1}/{args.rounds} {name}: {row['mb_per_s']:,.1f} MB/s, CPU ms/MB "
                           f"client {row['client_ms_per_mb']:.2f} broker {row['broker_ms_per_mb']:.2f}")
-    finally:
-        for broker in (old, new):
-            if broker is not None:
-                broker.stop()
-                broker.cleanup()
     if problems:
         print("problems:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
