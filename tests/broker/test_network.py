@@ -299,8 +299,9 @@ def test_only_loopback_peers_are_sent_mapped_ranges():
     from kwire.broker.network import _is_loopback
 
     assert _is_loopback(("127.0.0.1", 5000)) and _is_loopback(("127.8.9.1", 1))
-    assert _is_loopback(("::1", 5000, 0, 0))
+    assert _is_loopback(("::1", 5000, 0, 0)) and _is_loopback(("::ffff:127.0.0.1", 5000, 0, 0))
     assert not _is_loopback(("10.1.2.3", 5000)) and not _is_loopback(("fe80::1", 1, 0, 2))
+    assert not _is_loopback(("::ffff:10.1.2.3", 5000, 0, 0))
     assert not _is_loopback("/tmp/socket") and not _is_loopback(("not-an-address", 1))
 
 

@@ -142,12 +142,16 @@ class _Unsent:
 
 
 def _is_loopback(peer) -> bool:
+    """Whether ``peer`` (a transport's peername) is this machine over loopback."""
     if not isinstance(peer, tuple):
         return False
     try:
-        return ipaddress.ip_address(peer[0]).is_loopback
+        address = ipaddress.ip_address(peer[0])
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # 127.0.0.1 on a dual-stack listener
+    return address.is_loopback
 
 
 def _sendfile_now(transport, piece, done: int) -> int:
