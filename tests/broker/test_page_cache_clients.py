@@ -27,7 +27,10 @@ def test_librdkafka_writes_and_reads_back_far_more_than_the_limit(tmp_path):
         # Beyond the queue, each partition may hold its open run (up to a 1 MiB chunk) and the
         # folio (up to 2 MiB) straddling the end of the last range dropped.
         bound = LIMIT + PARTITIONS * ((3 << 20) + 2 * PAGE)
-        resident = lambda: sum(total_resident(d) for d in dirs)  # noqa: E731
+
+        def resident() -> int:
+            return sum(total_resident(d) for d in dirs)
+
         wait_until_at_most(resident, bound, "the written log in the page cache")
         consumer = confluent_consumer(broker.bootstrap, "g", ["big"], **{"fetch.max.bytes": 1 << 20})
         try:
