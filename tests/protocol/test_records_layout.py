@@ -91,3 +91,45 @@ def test_gather_refuses_spans_outside_the_buffer_or_an_output_of_another_size(la
         layout.gather(data, np.array([0, 1], dtype=np.int64), np.array([3], dtype=np.int64), np.empty(3, np.uint8))
     with pytest.raises(ValueError, match="int64"):
         layout.gather(data, np.array([0], dtype=np.int32), np.array([3], dtype=np.int32), np.empty(3, np.uint8))
+
+
+def test_pack_moves_the_spans_down_inside_the_buffer(layout) -> None:
+    data = bytearray(b"xxAAyBBBzzCw")
+    at = np.array([2, 5, 8, 10], dtype=np.int64)
+    length = np.array([2, 3, -1, 1], dtype=np.int64)  # -1: a null, moves nothing
+    assert layout.pack(data, at, length, 1) == 7
+    assert data[1:7] == b"AABBBC"
+    assert data[:1] == b"x" and data[7:] == b"BzzCw"  # outside the packed part: as it was
+
+
+def test_pack_of_spans_already_in_place_or_empty(layout) -> None:
+    data = bytearray(b"abcdef")
+    assert layout.pack(data, np.array([0, 3], dtype=np.int64), np.array([3, 3], dtype=np.int64), 0) == 6
+    assert data == b"abcdef"
+    assert layout.pack(data, np.array([], dtype=np.int64), np.array([], dtype=np.int64), 4) == 4
+    assert data == b"abcdef"
+
+
+@pytest.mark.parametrize(("at", "length", "into", "match"), [
+    ([4, 2], [1, 1], 0, "before the end"),   # out of order: the second would be overwritten first
+    ([2, 3], [3, 1], 0, "before the end"),   # overlapping
+    ([2], [1], 3, "before the end"),         # `into` after the first span
+    ([5], [2], 0, "outside a buffer"),
+    ([-1], [1], 0, "outside a buffer"),
+    ([0], [1], 7, "outside a buffer"),
+])
+def test_pack_refuses_spans_it_could_not_move_safely_and_leaves_the_buffer_alone(layout, at, length, into,
+                                                                                match) -> None:
+    data = bytearray(b"abcdef")
+    with pytest.raises(ValueError, match=match):
+        layout.pack(data, np.array(at, dtype=np.int64), np.array(length, dtype=np.int64), into)
+    assert data == b"abcdef"
+
+
+def test_pack_needs_a_writable_buffer_and_int64_arrays_of_one_size(layout) -> None:
+    with pytest.raises(TypeError):
+        layout.pack(b"abcdef", np.array([1], dtype=np.int64), np.array([1], dtype=np.int64), 0)
+    with pytest.raises(ValueError, match="same size"):
+        layout.pack(bytearray(6), np.array([1, 2], dtype=np.int64), np.array([1], dtype=np.int64), 0)
+    with pytest.raises(ValueError, match="int64"):
+        layout.pack(bytearray(6), np.array([1], dtype=np.int32), np.array([1], dtype=np.int32), 0)

@@ -141,6 +141,46 @@ def test_batches_from_two_buffers_are_joined() -> None:
     assert got.equals(_reference(first + second, True))
 
 
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_values_laid_out_in_the_answers_buffer_give_the_same_rows(seed: int, include_headers: bool) -> None:
+    """``in_place``: the values column is made inside a writable buffer (a fetch answer's); the
+    rows are the same, and the batches of that buffer not handed over are left intact."""
+    rng = random.Random(100 + seed)
+    data = bytearray(_chain(rng, 6, lambda base: _build(rng, base_offset=base, count=rng.randint(1, 40))))
+    before = bytes(data)
+    batches = list(iter_batches(memoryview(data)))
+    given, rest = batches[:4], batches[4:]
+    rest_at = sum(b.size_in_bytes for b in given)  # the batches lie one after the other from 0
+    start = given[0].base_offset + rng.randint(0, 2)  # a seek into the first batch
+    want = _reference(given, include_headers, start)
+    got = batches_to_arrow(given, TOPIC, PARTITION, include_headers, start=start, in_place=True)
+    assert got.num_rows == want.num_rows > 0
+    assert got.equals(want)
+    assert data[rest_at:] == before[rest_at:]  # the answer's other batches: untouched
+    for batch in rest:
+        batch.validate()
+    if columns._layout is None:
+        assert data == before  # the Python stand-in copies
+
+
+def test_in_place_values_of_a_read_only_buffer_are_copied() -> None:
+    rng = random.Random(5)
+    data = _chain(rng, 3, lambda base: _build(rng, base_offset=base, count=20))
+    batches = list(iter_batches(memoryview(data)))
+    got = batches_to_arrow(batches, TOPIC, PARTITION, True, in_place=True)
+    assert got.equals(_reference(batches, True))  # bytes cannot be written: nothing was
+
+
+def test_in_place_values_keep_nulls_and_empty_values() -> None:
+    data = _single([None, b"", b"abc", None, b"de", b""])
+    batches = list(iter_batches(memoryview(data)))
+    got = batches_to_arrow(batches, TOPIC, PARTITION, False, in_place=True)
+    assert got.column("value").to_pylist() == [None, b"", b"abc", None, b"de", b""]
+    all_null = list(iter_batches(memoryview(_single([None, None]))))
+    assert batches_to_arrow(all_null, TOPIC, PARTITION, False, in_place=True).column("value").to_pylist() == [None] * 2
+
+
 def _single(values: list[bytes | None]) -> bytearray:
     builder = RecordBatchBuilder()
     for value in values:

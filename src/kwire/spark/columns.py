@@ -8,7 +8,10 @@ with one compiled pass and a handful of numpy and Arrow calls:
 1. The compiled helper ``kwire.protocol.records._layout`` (setup.py; about 20 ns a record) walks
    the records of each batch and reads every record's fields on the way: where the key, value
    and headers lie, their lengths, the timestamp and offset deltas, where the record ends.  It
-   then copies the keys (values) of the rows one after the other into the column's data buffer.
+   then copies the keys of the rows one after the other into the column's data buffer, and the
+   values too; or, when the caller gives up the fetch answer the batches lie in (``in_place``),
+   moves the values down inside it so that they follow each other, and the values column is
+   that part of the answer's buffer: no copy into new memory.
 2. Where the helper is not built (no C compiler at install, kwire shipped to Spark executors as
    a zip), the same in Python and numpy: one Python pass over the record length prefixes (the
    only field that says where the next record starts; about 90 ns a record), every other field
@@ -60,9 +63,15 @@ def has_compiled_reader() -> bool:
 
 
 def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int, include_headers: bool,
-                     start: int = 0, end: int | None = None) -> pa.RecordBatch:
+                     start: int = 0, end: int | None = None, *, in_place: bool = False) -> pa.RecordBatch:
     """One Arrow batch of Spark's Kafka schema holding the records of ``batches`` (v2 data
-    batches of one partition, in offset order) whose offsets are in ``[start, end)``."""
+    batches of one partition, in offset order) whose offsets are in ``[start, end)``.
+
+    ``in_place``: the caller gives up the records' bytes, and with the compiled helper the
+    values column is laid out inside the batches' buffer when it is writable (a fetch answer
+    received into a buffer of its own) instead of copied into a new one.  The batches must not
+    be read again; the bytes of the buffer outside their records (other batches of the same
+    answer) are left as they were.  The column then keeps that buffer alive."""
     buf, sections = _sections(batches)
     counts = [batch.record_count for batch, _, _, _ in sections]
     for (batch, first, stop, _), count in zip(sections, counts, strict=True):
@@ -90,18 +99,32 @@ def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int,
     hi = n if end is None or not n or offsets[-1] < end else int(np.searchsorted(offsets, end, side="left"))
     schema = arrow_schema(include_headers)
     rows = hi - lo
+    # Keys and headers are read before the values: laying the values out in place writes over
+    # the bytes of the records before each value.
+    keys = _gather(buf, key_at, key_len, lo, hi)
+    headers = _headers(buf, header_count[lo:hi], header_at[lo:hi], ends_a[lo:hi], schema.field("headers").type) \
+        if include_headers else None
     arrays = [
-        _gather(buf, key_at, key_len, lo, hi),
-        _gather(buf, value_at, value_len, lo, hi),
+        keys,
+        _gather(buf, value_at, value_len, lo, hi, in_place=in_place and _writable(buf)),
         pa.repeat(pa.scalar(topic, pa.string()), rows),
         pa.repeat(pa.scalar(partition, pa.int32()), rows),
         pa.array(offsets[lo:hi]),
         pa.array(millis[lo:hi] * 1000, schema.field("timestamp").type),
         pa.array(ts_type[lo:hi]),
     ]
-    if include_headers:
-        arrays.append(_headers(buf, header_count[lo:hi], header_at[lo:hi], ends_a[lo:hi], schema.field("headers").type))
+    if headers is not None:
+        arrays.append(headers)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _writable(buf) -> bool:
+    """Whether ``buf`` may be written through (a bytearray or a writable view of one; not the
+    bytes of joined sections or of a decompressed batch)."""
+    try:
+        return not memoryview(buf).readonly
+    except TypeError:
+        return False
 
 
 def _sections(batches: Sequence[RecordBatch]) -> tuple:
@@ -267,9 +290,9 @@ def _consistent(fields: tuple, ends: np.ndarray) -> bool:
     return bool((header_at[~no_headers] <= ends[~no_headers]).all())
 
 
-def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int) -> pa.Array:
+def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int, *, in_place: bool = False) -> pa.Array:
     """Binary column of the byte strings ``buf[at:at + length]`` of records ``lo..hi-1`` (null for
-    a negative length)."""
+    a negative length); ``in_place`` (compiled helper only): laid out inside ``buf``."""
     rows = hi - lo
     if rows <= 0:
         return pa.array([], pa.binary())
@@ -277,7 +300,7 @@ def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int) -> pa.Arr
     valid = length >= 0
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     if _layout is not None:
-        return _gather_native(buf, at, length, valid, validity)
+        return _gather_native(buf, at, length, valid, validity, in_place)
     stop = at + np.where(valid, length, 0)
     # Every second element of an array laid over ``buf`` itself, which alternates each string
     # with the bytes between it and the next.
@@ -299,9 +322,12 @@ def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int) -> pa.Arr
     return taken.cast(pa.binary()) if wide else taken
 
 
-def _gather_native(buf, at: np.ndarray, length: np.ndarray, valid: np.ndarray, validity) -> pa.Array:
-    """``_gather`` by the compiled helper: offsets from a cumulative sum, then one copy of each
-    string into the column's data buffer."""
+def _gather_native(buf, at: np.ndarray, length: np.ndarray, valid: np.ndarray, validity, in_place: bool) -> pa.Array:
+    """``_gather`` by the compiled helper: offsets from a cumulative sum, then each string moved
+    into place.  Copied into a new data buffer; or, ``in_place``, moved down inside ``buf`` so
+    that they follow each other from where the first one lies (``_layout.pack``), and the column's
+    data is that part of ``buf``: no new memory to fault in, and the moves stay within cache
+    lines just read (1 KiB values: 45 against 85 ns a value on this VM, warm)."""
     rows = len(at)
     ends = np.cumsum(np.where(valid, length, 0))
     total = int(ends[-1])
@@ -309,10 +335,19 @@ def _gather_native(buf, at: np.ndarray, length: np.ndarray, valid: np.ndarray, v
     offsets = np.empty(rows + 1, dtype=np.int64 if wide else np.int32)
     offsets[0] = 0
     offsets[1:] = ends
-    data = np.empty(total, dtype=np.uint8)
-    _layout.gather(buf, np.ascontiguousarray(at), np.ascontiguousarray(length), data)
+    at, length = np.ascontiguousarray(at), np.ascontiguousarray(length)
+    if in_place:
+        first = np.flatnonzero(valid)
+        into = int(at[first[0]]) if len(first) else 0
+        view = memoryview(buf)
+        _layout.pack(view, at, length, into)
+        data = pa.py_buffer(view[into:into + total])
+    else:
+        out = np.empty(total, dtype=np.uint8)
+        _layout.gather(buf, at, length, out)
+        data = pa.py_buffer(out)
     kind = pa.large_binary() if wide else pa.binary()
-    column = pa.Array.from_buffers(kind, rows, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    column = pa.Array.from_buffers(kind, rows, [validity, pa.py_buffer(offsets), data])
     return column.cast(pa.binary()) if wide else column
 
 

@@ -155,8 +155,10 @@ class _RowBuilder:
         if not self.batches:
             return None
         task = self.task
+        # The batches came from this reader's consumer and are not read again: their values may
+        # be laid out in the fetch answer's own buffer.
         out = batches_to_arrow(self.batches, task.topic, task.partition, self.include_headers,
-                               start=self.start, end=task.end)
+                               start=self.start, end=task.end, in_place=True)
         self.batches = []
         self.count = 0
         return out

@@ -4,7 +4,9 @@
  * the records of a batch is a sequential walk: about 90 ns a record in CPython, and the one
  * step of reading records column-wise (kwire.spark.columns) that numpy cannot do.  This module
  * does the walk and reads every record's fields on the way, in one pass (about 20 ns a 100 B
- * record, call included); the caller builds columns from what it writes.  kwire works without it: columns.py
+ * record, call included); the caller builds columns from what it writes.  It also lays the
+ * values of records out one after the other where they lie (`pack`), for a values column that
+ * needs no buffer of its own.  kwire works without it: columns.py
  * falls back to a Python walk and numpy, with the same results (the tests compare the two).
  *
  * Layout of a record (Kafka's v2 message format): length varint, attributes int8, timestamp
@@ -79,6 +81,14 @@ static Py_ssize_t scan_records(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t st
         const uint8_t *end = p + length;
         if (p >= end)
             return i;
+        /* The walk waits on memory at every record (where the next one starts is known only
+         * here), and records that just came off the network are rarely in this core's cache.
+         * Records of one batch are usually of about one size: ask for the start of the record
+         * eight ahead now.  Halves the walk's time over 1 KiB records (a prefetch never
+         * faults, so a wrong guess costs nothing but the request). */
+        Py_ssize_t ahead = (end - buf) + 8 * (end - (p - used));
+        if (ahead < stop)
+            __builtin_prefetch(buf + ahead, 0, 3);
         p += 1;  /* attributes: unused since Kafka 0.11 */
         if (!(used = read_varint(p, end, 10, &ts_delta)))
             return i;
@@ -199,9 +209,70 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(pack_doc,
+"pack(buf, at, length, into) -> int\n\n"
+"Move the byte strings buf[at[i]:at[i] + length[i]] so that they lie one after the other from\n"
+"buf[into], in order, inside `buf` itself (writable); return where the last one ends.  The spans\n"
+"must come in increasing order without overlapping, and `into` must not be after the first:\n"
+"then no string is written over one not yet moved.  A negative length (a null) moves nothing.\n"
+"The bytes between `into` and the last span's end that are not the packed strings are left\n"
+"overwritten or stale: the buffer's earlier contents there are given up.");
+
+static PyObject *pack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer data, at, length;
+    Py_ssize_t into;
+    if (!PyArg_ParseTuple(args, "w*y*y*n", &data, &at, &length, &into))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = at.len / (Py_ssize_t)sizeof(int64_t);
+    if (at.itemsize != sizeof(int64_t) || length.itemsize != sizeof(int64_t) || at.len != length.len) {
+        PyErr_SetString(PyExc_ValueError, "at and length must be int64 arrays of the same size");
+        goto done;
+    }
+    const int64_t *starts = (const int64_t *)at.buf, *sizes = (const int64_t *)length.buf;
+    /* Every check before the first byte moves: a refused call leaves the buffer as it was. */
+    Py_ssize_t read_from = into;  /* no span may start before the bytes already claimed */
+    if (into < 0 || into > data.len) {
+        PyErr_Format(PyExc_ValueError, "into=%zd is outside a buffer of %zd bytes", into, data.len);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (sizes[i] < 0)
+            continue;
+        if (starts[i] < read_from || starts[i] > data.len || sizes[i] > data.len - starts[i]) {
+            PyErr_Format(PyExc_ValueError,
+                         "span %zd (%lld bytes at %lld) is outside a buffer of %zd bytes, or before the end "
+                         "of the span before it or `into` (%zd)",
+                         i, (long long)sizes[i], (long long)starts[i], data.len, read_from);
+            goto done;
+        }
+        read_from = (Py_ssize_t)(starts[i] + sizes[i]);
+    }
+    Py_ssize_t to = into;
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t *buf = (uint8_t *)data.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (sizes[i] > 0) {
+            if (to != starts[i])
+                memmove(buf + to, buf + starts[i], (size_t)sizes[i]);
+            to += (Py_ssize_t)sizes[i];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(to);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&at);
+    PyBuffer_Release(&length);
+    return result;
+}
+
 static PyMethodDef layout_methods[] = {
     {"scan_v2", scan_v2, METH_VARARGS, scan_v2_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
+    {"pack", pack, METH_VARARGS, pack_doc},
     {NULL, NULL, 0, NULL},
 };
 
