@@ -156,6 +156,17 @@ static PyObject *scan_v2(PyObject *self, PyObject *args)
     return result;
 }
 
+/* The number of spans `at` and `length` describe (one int64 each), or -1 with ValueError set
+ * if they are not int64 arrays of the same size. */
+static Py_ssize_t span_count(const Py_buffer *at, const Py_buffer *length)
+{
+    if (at->itemsize != sizeof(int64_t) || length->itemsize != sizeof(int64_t) || at->len != length->len) {
+        PyErr_SetString(PyExc_ValueError, "at and length must be int64 arrays of the same size");
+        return -1;
+    }
+    return at->len / (Py_ssize_t)sizeof(int64_t);
+}
+
 PyDoc_STRVAR(gather_doc,
 "gather(buf, at, length, out) -> None\n\n"
 "Copy the byte strings buf[at[i]:at[i] + length[i]] one after the other into `out`, whose size\n"
@@ -169,11 +180,9 @@ static PyObject *gather(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*y*w*", &data, &at, &length, &out))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = at.len / (Py_ssize_t)sizeof(int64_t);
-    if (at.itemsize != sizeof(int64_t) || length.itemsize != sizeof(int64_t) || at.len != length.len) {
-        PyErr_SetString(PyExc_ValueError, "at and length must be int64 arrays of the same size");
+    Py_ssize_t n = span_count(&at, &length);
+    if (n < 0)
         goto done;
-    }
     const int64_t *starts = (const int64_t *)at.buf, *sizes = (const int64_t *)length.buf;
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -226,11 +235,9 @@ static PyObject *pack(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "w*y*y*n", &data, &at, &length, &into))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = at.len / (Py_ssize_t)sizeof(int64_t);
-    if (at.itemsize != sizeof(int64_t) || length.itemsize != sizeof(int64_t) || at.len != length.len) {
-        PyErr_SetString(PyExc_ValueError, "at and length must be int64 arrays of the same size");
+    Py_ssize_t n = span_count(&at, &length);
+    if (n < 0)
         goto done;
-    }
     const int64_t *starts = (const int64_t *)at.buf, *sizes = (const int64_t *)length.buf;
     /* Every check before the first byte moves: a refused call leaves the buffer as it was. */
     Py_ssize_t read_from = into;  /* no span may start before the bytes already claimed */
