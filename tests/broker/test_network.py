@@ -15,6 +15,7 @@ import pytest
 from kwire.broker import EmbeddedBroker
 from kwire.protocol import encode_request, messages
 from kwire.protocol.frames import decode_response
+from tests.waiting import wait_for
 
 
 def _connect(port: int) -> socket.socket:
@@ -216,16 +217,6 @@ def _memory(broker):
     return broker.call(lambda: (registry.memory.used, len(registry.memory.waiting)))
 
 
-def _wait_for(check, what: str, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_announced_large_requests_cannot_take_more_than_the_budget(small_budget_broker):
     broker = small_budget_broker
     # 40 connections each announce a 900 KB request and send 10 bytes of it: without a budget
@@ -234,7 +225,7 @@ def test_announced_large_requests_cannot_take_more_than_the_budget(small_budget_
     try:
         for s in flood:
             s.sendall(struct.pack(">i", 900_000) + b"\0" * 10)
-        used, waiting = _wait_for(lambda: (lambda m: m if m[0] + m[1] and m[1] >= 38 else None)(_memory(broker)),
+        used, waiting = wait_for(lambda: (lambda m: m if m[0] + m[1] and m[1] >= 38 else None)(_memory(broker)),
                                   "the flooding connections to wait for memory")
         assert used <= 2 * 900_000  # two frames fit the 2 MiB budget; the other 38 wait unallocated
         assert waiting == 38
@@ -243,7 +234,7 @@ def test_announced_large_requests_cannot_take_more_than_the_budget(small_budget_
         for s in flood:
             s.close()
     # Closing them gives everything back.
-    assert _wait_for(lambda: _memory(broker) == (0, 0), "memory to be released")
+    assert wait_for(lambda: _memory(broker) == (0, 0), "memory to be released", timeout=20)
 
 
 def test_large_requests_over_the_budget_wait_their_turn_and_are_all_answered(small_budget_broker):
@@ -269,7 +260,7 @@ def test_large_requests_over_the_budget_wait_their_turn_and_are_all_answered(sma
         for s in conns:
             s.close()
     assert sorted(offsets) == list(range(0, 80, 10))
-    assert _wait_for(lambda: _memory(broker) == (0, 0), "memory to be released")
+    assert wait_for(lambda: _memory(broker) == (0, 0), "memory to be released", timeout=20)
 
 
 # -- Fetch answers: file ranges with sendfile, at once or as the socket makes room ----------------

@@ -17,6 +17,7 @@ import pytest
 
 from kwire.broker.storage import LogConfig, LogManager, PartitionLog
 from kwire.broker.storage.page_cache import PageCacheLimit, page_cache_control_available
+from tests.waiting import wait_for
 
 from .helpers import log_files, make_batch, read_all, stored_form
 
@@ -60,14 +61,6 @@ def resident(path: Path, start: int = 0, end: int | None = None) -> int:
 
 def total_resident(directory: Path) -> int:
     return sum(resident(p) for p in log_files(directory))
-
-
-def wait_for(condition, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def wait_until_at_most(measure, bound: int, what: str, timeout: float = 10.0) -> None:
