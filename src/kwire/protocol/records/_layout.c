@@ -6,8 +6,8 @@
  * does the walk and reads every record's fields on the way, in one pass (about 20 ns a 100 B
  * record, call included); the caller builds columns from what it writes.  It also lays the
  * values of records out one after the other where they lie (`pack`), for a values column that
- * needs no buffer of its own.  kwire works without it: columns.py
- * falls back to a Python walk and numpy, with the same results (the tests compare the two).
+ * needs no buffer of its own.  kwire works without it: columns.py falls back to a Python walk
+ * and numpy, with the same results (the tests compare the two).
  *
  * Layout of a record (Kafka's v2 message format): length varint, attributes int8, timestamp
  * delta varlong, offset delta varint, key length varint, key, value length varint, value,
@@ -224,8 +224,8 @@ PyDoc_STRVAR(pack_doc,
 "buf[into], in order, inside `buf` itself (writable); return where the last one ends.  The spans\n"
 "must come in increasing order without overlapping, and `into` must not be after the first:\n"
 "then no string is written over one not yet moved.  A negative length (a null) moves nothing.\n"
-"The bytes between `into` and the last span's end that are not the packed strings are left\n"
-"overwritten or stale: the buffer's earlier contents there are given up.");
+"What lay between `into` and the last span's end is given up: apart from the packed strings,\n"
+"those bytes are left as whatever the moves made of them.");
 
 static PyObject *pack(PyObject *self, PyObject *args)
 {
