@@ -64,7 +64,7 @@ __all__ = [
     "TsharkPartition",
     "TsharkPdu",
     "capture",
-    "established_client_ports",
+    "established_connections",
     "run_scenario",
     "tshark_fields",
     "tshark_pdus",
@@ -143,12 +143,12 @@ class _Marker:
         self.tx.close()
 
 
-def _port_filter(ports: Iterable[int], exclude_client_ports: Iterable[int]) -> str:
+def _port_filter(ports: Iterable[int], exclude_connections: Iterable[tuple[int, int]]) -> str:
     tcp = " or ".join(f"tcp port {p}" for p in ports)
     expr = f"({tcp})"
-    excluded = sorted(set(exclude_client_ports))
+    excluded = sorted(set(exclude_connections))
     if excluded:
-        expr += " and not (" + " or ".join(f"tcp port {p}" for p in excluded) + ")"
+        expr += " and not (" + " or ".join(f"(tcp port {c} and tcp port {s})" for c, s in excluded) + ")"
     return expr
 
 
@@ -172,16 +172,16 @@ def _command(tool: str, path: Path, bpf: str) -> list[str]:
 
 @contextmanager
 def capture(ports: Iterable[int], path: str | os.PathLike, tool: str = "tcpdump", *,
-            exclude_client_ports: Iterable[int] = (), start_timeout: float = 15.0,
+            exclude_connections: Iterable[tuple[int, int]] = (), start_timeout: float = 15.0,
             stop_timeout: float = 15.0) -> Iterator[CaptureResult]:
     """Capture the loopback traffic of TCP ``ports`` into ``path`` while the block runs.
 
-    ``exclude_client_ports`` leaves out connections that already existed (a capture must not
-    start in the middle of a conversation the test did not plan for)."""
+    ``exclude_connections`` ((client port, server port) pairs) leaves out connections that already
+    existed (a capture must not start in the middle of a conversation the test did not plan for)."""
     ports = sorted(set(ports))
     path = Path(path)
     marker = _Marker()
-    bpf = f"{_port_filter(ports, exclude_client_ports)} or (udp port {marker.port})"
+    bpf = f"{_port_filter(ports, exclude_connections)} or (udp port {marker.port})"
     result = CaptureResult(path, tool, ports)
     errors = tempfile.TemporaryFile()  # not a pipe: nobody reads it while the tool runs, and a full pipe would block it
     proc = subprocess.Popen(_command(tool, path, bpf), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -244,11 +244,13 @@ def _wait_for_marker(marker: _Marker, path: Path, proc, timeout: float, what: st
         raise TimeoutError(f"{what} within {timeout}s: {tool_output()!r}")
 
 
-def established_client_ports(server_ports: Iterable[int]) -> set[int]:
-    """Local ports of the TCP connections open now to ``server_ports`` on this machine (from
-    /proc/net/tcp and tcp6): the client sides to leave out of a capture started afterwards."""
+def established_connections(server_ports: Iterable[int]) -> set[tuple[int, int]]:
+    """(client port, server port) of the TCP connections open now to ``server_ports`` on this
+    machine (from /proc/net/tcp and tcp6): the conversations to leave out of a capture started
+    afterwards.  Pairs, not client ports alone: the kernel gives a client port in use towards one
+    server to a new connection towards another, and that one must be captured."""
     wanted = set(server_ports)
-    found: set[int] = set()
+    found: set[tuple[int, int]] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -258,9 +260,9 @@ def established_client_ports(server_ports: Iterable[int]) -> set[int]:
             parts = line.split()
             local, remote = int(parts[1].rsplit(":", 1)[1], 16), int(parts[2].rsplit(":", 1)[1], 16)
             if remote in wanted:
-                found.add(local)
+                found.add((local, remote))
             elif local in wanted and remote:
-                found.add(remote)
+                found.add((remote, local))
     return found
 
 
@@ -696,7 +698,7 @@ def _scenario_kcat(workdir: Path, tool: str) -> ScenarioRun:
         owner.list_topics(topic, timeout=10)  # auto-creates it (the mock gives it 4 partitions)
         # The owner's own connections are open already: keep them out of the capture.
         with capture(ports, workdir / f"kcat.{_ext(tool)}", tool,
-                     exclude_client_ports=established_client_ports(ports)) as cap:
+                     exclude_connections=established_connections(ports)) as cap:
             lines = b"".join(b"key-%d\tvalue-%d %s\n" % (i, i, b"x" * (i % 40)) for i in range(n))
             out = _kcat("-b", bootstrap, "-P", "-t", topic, "-K", "\t", "-H", "origin=kcat", "-z", "lz4",
                         "-X", "acks=all", "-X", f"client.id={producer_facts.client_id}", "-D", "\n", input=lines)
@@ -742,7 +744,7 @@ def _scenario_legacy_refused(workdir: Path, tool: str) -> ScenarioRun:
     try:
         owner.list_topics(topic, timeout=10)
         with capture(ports, workdir / f"legacy.{_ext(tool)}", tool,
-                     exclude_client_ports=established_client_ports(ports)) as cap:
+                     exclude_connections=established_connections(ports)) as cap:
             def delivered(err, msg):
                 if err is None:
                     producer_facts.produced[(msg.topic(), msg.partition())] += 1
