@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kwire.protocol.errors import ProtocolError, UnknownServerError, UnsupportedVersionError
 from kwire.protocol.frames import decode_request_header, encode_response_parts
-from kwire.protocol.messages import request_class, response_class
+from kwire.protocol.messages import Message, request_class, response_class
 from kwire.protocol.schema import REQUEST_NAMES
 
 from .auth.sasl import PRE_AUTH_APIS, SaslStateError
@@ -144,7 +144,7 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
     except Exception:
         logger.exception("%s v%d handler failed", cls.SPEC.name, version)
         return _refuse(header, UnknownServerError.code, f"{cls.SPEC.name} handler failed")
-    if inspect.isawaitable(result):
+    if result is not None and not isinstance(result, Message) and inspect.isawaitable(result):
         return PendingReply(header, cls.SPEC.name, result)
     return _finish(header, result)
 

@@ -484,7 +484,9 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         tls = self.listener is not None and self.listener.tls
         for i, part in enumerate(parts):
-            if isinstance(part, FileRecords):
+            if part.__class__ is bytes:  # the usual part, before the (abstract class) checks below
+                transport.write(part)
+            elif isinstance(part, FileRecords):
                 if tls:
                     return _Unsent(parts[i:])
                 send_now = _send_mapped_now if self.send_mapped else _sendfile_now

@@ -12,6 +12,7 @@ the encoders return complete frames including it.
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 from .errors import DecodeError, ProtocolError, UnknownApiVersionError
 from .messages import Request, Response, message_class, request_class, response_class
@@ -57,6 +58,21 @@ def encode_request(request: Request, version: int, correlation_id: int, client_i
     return bytes(out)
 
 
+# Every request a broker serves asks for these two; bounded, since the key and version come
+# from the peer (or from a capture) and may be anything.
+@lru_cache(maxsize=4096)
+def _request_header_codec(api_key: int, api_version: int):
+    """The header codec for requests of this api key and version (header v1 for those kwire
+    does not know)."""
+    known = api_key in REQUEST_NAMES and request_class(api_key).SPEC.has_version(api_version)
+    return RequestHeader.codec(request_header_version(api_key, api_version) if known else 1)
+
+
+@lru_cache(maxsize=4096)
+def _response_header_codec(api_key: int, api_version: int):
+    return ResponseHeader.codec(response_header_version(api_key, api_version))
+
+
 def decode_request_header(frame) -> tuple[RequestHeader, int]:  # type: ignore[valid-type]
     """The header of a request frame body and the offset where the request body starts.
 
@@ -67,10 +83,7 @@ def decode_request_header(frame) -> tuple[RequestHeader, int]:  # type: ignore[v
     if len(frame) < 8:
         raise DecodeError(f"a request needs at least 8 bytes of header, got {len(frame)}", what="RequestHeader")
     api_key, api_version, _ = _HEADER_V1_FIXED.unpack_from(frame, 0)
-    known = api_key in REQUEST_NAMES and request_class(api_key).SPEC.has_version(api_version)
-    hv = request_header_version(api_key, api_version) if known else 1
-    header, offset = RequestHeader.codec(hv).decode(frame, 0, strict=False)
-    return header, offset
+    return _request_header_codec(api_key, api_version).decode(frame, 0, strict=False)
 
 
 def decode_request(frame, *, strict: bool = True) -> tuple[RequestHeader, Request]:  # type: ignore[valid-type]
@@ -109,8 +122,7 @@ def encode_response_parts(response: Response, version: int, correlation_id: int)
     """
     out = SpliceBuffer()
     out += b"\0\0\0\0"
-    hv = response_header_version(response.API_KEY, version)
-    ResponseHeader.codec(hv).encode(ResponseHeader(correlation_id=correlation_id), out)
+    _response_header_codec(response.API_KEY, version).encode(ResponseHeader(correlation_id=correlation_id), out)
     type(response).codec(version).encode(response, out)
     _SIZE.pack_into(out, 0, out.total_size - 4)
     return out.parts() if out.splices else [bytes(out)]

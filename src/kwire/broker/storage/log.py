@@ -189,7 +189,7 @@ class PartitionLog:
             prepared = prepare_append(batch_bytes, next_offset=self.log_end_offset, config=self.config,
                                       leader_epoch=leader_epoch, now_ms=now, allow_control=allow_control,
                                       reuse_buffer=reuse_buffer)
-            check = self.producer_state.check_append(prepared.data, now, first_offset=prepared.base_offset)
+            check = self.producer_state.check_append(prepared.data, now, headers=prepared.headers)
             if check.duplicate is not None:
                 return check.duplicate
             prepared.stamp()  # every check passed: only now is a byte of the batches written
@@ -197,7 +197,8 @@ class PartitionLog:
                 self.roll(now_ms=now)
             active = self._segments[-1]
             position = active.size
-            active.append(prepared.data, prepared.base_offset, prepared.last_offset, prepared.max_timestamp)
+            active.append(prepared.data, prepared.base_offset, prepared.last_offset, prepared.max_timestamp,
+                          prepared.headers)
             if self._page_cache is not None:
                 self._page_cache.appended(self, active, position, active.size)
             # Only now: a failed write must not leave sequences the log doesn't hold.

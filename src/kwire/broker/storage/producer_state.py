@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -57,6 +57,7 @@ from kwire.protocol.errors import (
 from kwire.protocol.records import ControlRecordType, RecordBatch
 
 from ._files import atomic_write, fsync_dir
+from .batch_header import BatchHeader, iter_headers, read_header
 from .txn_index import AbortedTxn
 
 if TYPE_CHECKING:
@@ -75,13 +76,6 @@ PRODUCER_ID_EXPIRATION_MS = 24 * 60 * 60 * 1000  # Kafka's producer.id.expiratio
 SNAPSHOT_SUFFIX = ".snapshot"
 INT32_MAX = 0x7FFFFFFF
 
-# The v2 batch header (see kwire.protocol.records.batch): base offset, length, leader epoch,
-# magic, crc, attributes, last offset delta, base/max timestamp, producer id/epoch, base
-# sequence, record count.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
-
 _MAGIC = b"KWPS"
 _VERSION = 2
 _FILE_HEAD = struct.Struct(">4sBI")
@@ -89,51 +83,6 @@ _STATE_HEAD = struct.Struct(">qi")
 _PRODUCER = struct.Struct(">qhqqB")
 _PRODUCER_V1 = struct.Struct(">qhqB")
 _BATCH = struct.Struct(">iiqq")
-
-
-class BatchHeader(NamedTuple):
-    """What producer state needs from one batch header."""
-
-    base_offset: int
-    last_offset: int
-    size: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    last_sequence: int
-    is_transactional: bool
-    is_control: bool
-
-
-def read_header(buf: bytes | bytearray | memoryview, pos: int = 0, *, base_offset: int | None = None) -> BatchHeader:
-    """Parse the v2 header at ``pos`` (the caller has validated the batch).  ``base_offset``
-    replaces the one in the header (a batch whose offsets are decided but not yet written)."""
-    (base, length, _epoch, _magic, _crc, attributes, delta, _base_ts, _max_ts,
-     producer_id, producer_epoch, base_seq, _count) = _HEADER.unpack_from(buf, pos)
-    if base_offset is not None:
-        base = base_offset
-    # Sequences wrap at int32 max like Kafka's (a batch may run from near max through 0).
-    last_seq = -1 if base_seq < 0 else (base_seq + delta) if base_seq <= INT32_MAX - delta \
-        else delta - (INT32_MAX - base_seq) - 1
-    return BatchHeader(base, base + delta, length + 12, producer_id, producer_epoch, base_seq, last_seq,
-                       bool(attributes & _TRANSACTIONAL_BIT), bool(attributes & _CONTROL_BIT))
-
-
-def iter_headers(data: bytes | bytearray | memoryview, *, first_offset: int | None = None) -> Iterator[BatchHeader]:
-    """Headers of consecutive, already validated batches.  With ``first_offset``, the batches
-    are taken to hold consecutive offsets from it, whatever their headers say."""
-    for _, header in _positioned_headers(data, first_offset):
-        yield header
-
-
-def _positioned_headers(data, first_offset: int | None) -> Iterator[tuple[int, BatchHeader]]:
-    pos, end = 0, len(data)
-    while pos < end:
-        header = read_header(data, pos, base_offset=first_offset)
-        yield pos, header
-        pos += header.size
-        if first_offset is not None:
-            first_offset = header.last_offset + 1
 
 
 def marker_type(data: bytes | bytearray | memoryview, pos: int = 0) -> ControlRecordType | None:
@@ -296,9 +245,11 @@ class ProducerStateManager:
 
     # -- appends ----------------------------------------------------------------------------
     def check_append(self, data: bytes | bytearray | memoryview, now_ms: int, *,
-                     first_offset: int | None = None) -> AppendCheck:
+                     first_offset: int | None = None, headers: Sequence[BatchHeader] | None = None) -> AppendCheck:
         """Check the batches of one append against the state: their offsets are those in
         ``data``, or, with ``first_offset``, consecutive from it (offsets decided, not yet written).
+        ``headers``: the batches' headers as the caller already read them (with the decided
+        offsets), instead of reading them again from ``data``.
 
         Batch by batch, each seeing the ones before it, so several batches of one producer in a
         request must follow each other.  Raises (nothing changed):
@@ -314,11 +265,13 @@ class ProducerStateManager:
         completed: list[CompletedTxn] = []
         duplicates: list[BatchMetadata] = []
         new_batches = 0
-        for pos, header in _positioned_headers(data, first_offset):
+        if headers is None:
+            headers = iter_headers(data, first_offset=first_offset)
+        for header in headers:
             pid = header.producer_id
             if header.is_control:
                 new_batches += 1
-                marker = marker_type(data, pos) if pid >= 0 else None
+                marker = marker_type(data, header.position) if pid >= 0 else None
                 if marker is not None:
                     entry = updates.get(pid) or self._producers.get(pid)
                     txn, updates[pid] = self._end_txn(entry, header, marker, now_ms)

@@ -13,14 +13,15 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from kwire.protocol.errors import CorruptRecordError, KafkaStorageError
-from kwire.protocol.records import HEADER_SIZE, RecordBatch, iter_batches
+from kwire.protocol.records import HEADER_SIZE, RecordBatch
 
 from ._files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, segment_path
+from .batch_header import BatchHeader, iter_headers
 from .index import INT32_MAX, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
 
@@ -335,11 +336,13 @@ class LogSegment:
         self._next_offset = last + 1
 
     def append(self, batch_bytes: bytes | bytearray | memoryview, base_offset: int, last_offset: int,
-               max_timestamp: int) -> None:
+               max_timestamp: int, headers: Sequence[BatchHeader] | None = None) -> None:
         """Write already-validated batches whose offsets run ``base_offset..last_offset``.
 
-        Indexes are updated per batch in the blob.  On an I/O error the file is cut back to its
-        previous size so nothing half-written stays behind the next append.
+        Indexes are updated per batch in the blob, from ``headers`` when the caller has read
+        them (``validation.prepare_append`` does), else from the stored bytes.  On an I/O error
+        the file is cut back to its previous size so nothing half-written stays behind the next
+        append.
         """
         if base_offset < self._next_offset:
             raise ValueError(f"offset {base_offset} is below the segment's next offset {self._next_offset}")
@@ -359,11 +362,9 @@ class LogSegment:
                 pass
             raise KafkaStorageError(f"{self.log_path}: append failed: {exc}") from exc
         self._size = start + written
-        rel = 0
-        for batch in iter_batches(batch_bytes):
-            self._index_batch(start + rel, batch.base_offset, batch.base_offset + batch.last_offset_delta,
-                              batch.max_timestamp, batch.size_in_bytes)
-            rel += batch.size_in_bytes
+        for header in iter_headers(batch_bytes) if headers is None else headers:
+            self._index_batch(start + header.position, header.base_offset, header.last_offset,
+                              header.max_timestamp, header.size)
         if self._next_offset != last_offset + 1:
             raise KafkaStorageError(f"{self.log_path}: batches end at {self._next_offset - 1}, "
                                     f"the caller said {last_offset}")

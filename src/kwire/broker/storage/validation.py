@@ -24,6 +24,7 @@ from kwire.protocol.errors import (
 )
 from kwire.protocol.records import RecordBatch, rewrite_base_offset, set_log_append_time
 
+from .batch_header import BatchHeader, header_from_fields
 from .config import LogConfig
 
 __all__ = ["PreparedAppend", "prepare_append"]
@@ -32,7 +33,7 @@ __all__ = ["PreparedAppend", "prepare_append"]
 _MAGIC_AT = 16
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PreparedAppend:
     """Validated batches with their offsets decided, ready for ``stamp()`` and then
     ``LogSegment.append(data, ...)``."""
@@ -41,19 +42,19 @@ class PreparedAppend:
     base_offset: int
     last_offset: int
     max_timestamp: int
-    batch_count: int
     leader_epoch: int
     log_append_time_ms: int | None  # set: LogAppendTime, stamped into every batch
-    batches: tuple[tuple[int, int], ...]  # (position, last offset delta) of each batch
+    # Each batch's header with its decided offsets (and, with LogAppendTime, that max timestamp):
+    # the producer state and the segment take them from here instead of reading the batches again.
+    headers: tuple[BatchHeader, ...]
 
     def stamp(self) -> None:
         """Write the offsets (and LogAppendTime) into ``data``.  Call once, after every check."""
-        buf, offset, epoch, append_time = self.data, self.base_offset, self.leader_epoch, self.log_append_time_ms
-        for pos, delta in self.batches:
-            rewrite_base_offset(buf, offset, partition_leader_epoch=epoch, pos=pos)
+        buf, epoch, append_time = self.data, self.leader_epoch, self.log_append_time_ms
+        for header in self.headers:
+            rewrite_base_offset(buf, header.base_offset, partition_leader_epoch=epoch, pos=header.position)
             if append_time is not None:
-                set_log_append_time(buf, append_time, pos=pos)
-            offset += delta + 1
+                set_log_append_time(buf, append_time, pos=header.position)
 
 
 def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, config: LogConfig,
@@ -75,8 +76,11 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
     n = len(data)
     if n == 0:
         raise CorruptMessageError("the produce request holds no record batch")
-    batches: list[tuple[int, int]] = []  # (position, last offset delta)
+    append_time = now_ms if config.log_append_time else None
+    max_message_bytes = config.max_message_bytes
+    headers: list[BatchHeader] = []
     max_timestamp = -1
+    offset = next_offset
     pos = 0
     while pos < n:
         left = n - pos
@@ -92,19 +96,24 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
             batch.validate()
         except CorruptRecordError as exc:
             raise CorruptMessageError(f"batch at position {pos}: {exc}") from None
-        size = batch.size_in_bytes
-        if size > config.max_message_bytes:
+        header = header_from_fields(batch.header_fields, pos, offset)
+        size, count = header.size, batch.record_count
+        if size > max_message_bytes:
             raise MessageTooLargeError(f"batch at position {pos} is {size} bytes, over max.message.bytes "
-                                       f"{config.max_message_bytes}")
-        if batch.record_count < 1:
+                                       f"{max_message_bytes}")
+        if count < 1:
             raise InvalidRecordError(f"batch at position {pos} has no records")
-        if batch.last_offset_delta != batch.record_count - 1:
-            raise InvalidRecordError(f"batch at position {pos}: last offset delta {batch.last_offset_delta} "
-                                     f"does not match {batch.record_count} records")
-        if batch.is_control and not allow_control:
+        if header.last_offset - offset != count - 1:
+            raise InvalidRecordError(f"batch at position {pos}: last offset delta {header.last_offset - offset} "
+                                     f"does not match {count} records")
+        if header.is_control and not allow_control:
             raise InvalidRecordError(f"batch at position {pos} is a control batch; clients may not write those")
-        batches.append((pos, batch.last_offset_delta))
-        max_timestamp = max(max_timestamp, batch.max_timestamp)
+        if append_time is not None:
+            header = header._replace(max_timestamp=append_time)
+        headers.append(header)
+        if header.max_timestamp > max_timestamp:
+            max_timestamp = header.max_timestamp
+        offset = header.last_offset + 1
         pos += size
     if n > config.segment_bytes:
         raise RecordListTooLargeError(f"{n} bytes of batches exceed segment.bytes {config.segment_bytes}")
@@ -113,9 +122,4 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
         buf: bytearray | memoryview = data
     else:
         buf = bytearray(data)  # bytes are immutable, and a caller's buffer stays as it was
-    last_offset = next_offset + len(batches) - 1 + sum(delta for _, delta in batches)
-    append_time = now_ms if config.log_append_time else None
-    if append_time is not None:
-        max_timestamp = now_ms
-    return PreparedAppend(buf, next_offset, last_offset, max_timestamp, len(batches), leader_epoch, append_time,
-                          tuple(batches))
+    return PreparedAppend(buf, next_offset, offset - 1, max_timestamp, leader_epoch, append_time, tuple(headers))

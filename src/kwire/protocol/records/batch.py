@@ -246,6 +246,13 @@ class RecordBatch:
     def record_count(self) -> int:
         return self._header[12]
 
+    @property
+    def header_fields(self) -> tuple:
+        """The header's fields as read, in layout order (base offset, batch length, leader epoch,
+        magic, crc, attributes, last offset delta, base/max timestamp, producer id/epoch, base
+        sequence, record count): all of them at the cost of one attribute."""
+        return self._header
+
     def header(self) -> dict[str, int]:
         """All header fields by name (handy for logging and analysis)."""
         return dict(zip(_FIELDS, self._header, strict=True))
