@@ -348,6 +348,7 @@ class LatencyProducer:
         self.topic, self.interval = topic, 1 / rate
         self.value = os.urandom(size)
         self.lat: list[float] = []
+        self.slice_p50_ms: list[float] = []  # of each measured run(): where the runs disagree
         self.errors: list[str] = []
         self.measuring = False
         self.outstanding = 0
@@ -366,6 +367,7 @@ class LatencyProducer:
 
     def run(self, seconds: float, measure: bool = True) -> None:
         self.measuring = measure
+        first = len(self.lat)
         p, topic, value = self.p, self.topic, self.value
         nxt = time.perf_counter()
         stop = nxt + seconds
@@ -380,6 +382,8 @@ class LatencyProducer:
             else:
                 time.sleep(nxt - now)
         p.flush(10)
+        if measure and len(self.lat) > first:
+            self.slice_p50_ms.append(latency_summary(self.lat[first:])["p50_ms"])
 
 
 def latency_summary(lat: list[float]) -> dict:
@@ -445,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("kwire", "mock") if i % 2 == 0 else ("mock", "kwire"):
                     senders[name].run(args.latency_seconds / slices)
             lat = {name: s.lat for name, s in senders.items()}
+            slice_p50 = {name: s.slice_p50_ms for name, s in senders.items()}
             for name, sender in senders.items():
                 if sender.errors:
                     problems.append(f"latency acks={acks} {name}: {len(sender.errors)} delivery errors, "
@@ -452,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             del senders
             for name in ("kwire", "mock"):
                 row[name] = latency_summary(lat[name])
+                row[name]["slice_p50_ms"] = slice_p50[name]
                 log(f"latency acks={acks} {name}: p50 {row[name]['p50_ms']:.3f} ms p99 {row[name]['p99_ms']:.3f} ms "
                     f"({row[name]['messages']:,} messages)")
             row["ratio_p50"] = row["mock"]["p50_ms"] / row["kwire"]["p50_ms"]
@@ -603,6 +609,12 @@ def print_tables(meta: dict, results: dict) -> None:
         print(f"{r['case']:<36} {k['p50_ms']:>10.3f} {m['p50_ms']:>9.3f} {k['p99_ms']:>10.3f} {m['p99_ms']:>9.3f} "
               f"{r['ratio_p50']:>14.2f}x {r['ratio_p99']:>14.2f}x")
     print("  (latency ratios are mock/kwire: above 1 means kwire answers faster)")
+    for r in results["latency"]:
+        # Where the scheduler puts the broker and the client's threads changes the p50 from one slice
+        # to the next on a small machine (see RESULTS.md): the slices show whether it did.
+        each = "; ".join(f"{name} " + " ".join(f"{v:.3f}" for v in r[name].get("slice_p50_ms", []))
+                         for name in ("kwire", "mock"))
+        print(f"  p50 of each alternated slice, acks={r['acks']}: {each}")
     print()
     mem = results["memory"]
     if mem.get("runs"):
