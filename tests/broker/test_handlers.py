@@ -143,6 +143,26 @@ def test_metadata_by_topic_id(state):
     assert resp.topics[1].error_code == 100  # UNKNOWN_TOPIC_ID
 
 
+@pytest.mark.parametrize("v", [10, 11])
+def test_metadata_v10_v11_refuse_topic_ids_as_kafka(state, v):
+    # Both versions carry ids in the request, but their answer cannot leave a topic's name out:
+    # Kafka rejects ids (or a missing name) before v12; a name alone is served as usual.
+    from kwire.broker.dispatch import CloseConnection, dispatch
+    from kwire.protocol import encode_request
+
+    create(state, "t", 2)
+    R = messages.MetadataRequest
+    tid = state.topics.get("t").topic_id
+    for topic, why in [(R.MetadataRequestTopic(name=None, topic_id=tid), "without a name"),
+                       (R.MetadataRequestTopic(name=None, topic_id=uuid.uuid4()), "without a name"),
+                       (R.MetadataRequestTopic(name="t", topic_id=tid), "topic ids in requests need v12")]:
+        frame = encode_request(R(topics=[topic]), v, 3)[4:]
+        with pytest.raises(CloseConnection, match=f"Metadata v{v}: .*{why}"):
+            dispatch(state, frame, client_host="x", connection_id=1)
+    resp = serve(state, R(topics=[R.MetadataRequestTopic(name="t")]), v)
+    assert resp.topics[0].name == "t" and resp.topics[0].topic_id == tid and len(resp.topics[0].partitions) == 2
+
+
 @pytest.mark.parametrize("v", versions(19))
 def test_create_topics_every_version(state, v):
     ok = create(state, f"topic-{v}", 4, v, **{"retention.ms": "60000"})

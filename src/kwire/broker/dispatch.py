@@ -30,16 +30,13 @@ from .auth.sasl import PRE_AUTH_APIS, SaslStateError
 from .context import RequestContext
 from .handlers import HANDLERS
 from .handlers.api_versions import API_VERSIONS, unsupported_version_response
+from .handlers.registry import CloseConnection
 
 logger = logging.getLogger("kwire.broker.requests")
 
 _KEY_VERSION = struct.Struct(">hh")
 
 __all__ = ["CloseConnection", "Reply", "dispatch"]
-
-
-class CloseConnection(Exception):
-    """The request cannot be answered: close the connection (the reason is the message)."""
 
 
 @dataclass(slots=True)

@@ -21,12 +21,24 @@ from kwire.protocol.errors import (
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import validate_topic_name
 from .common import NO_AUTHORIZED_OPERATIONS
-from .registry import handler
+from .registry import CloseConnection, handler
 from .topic_admin import create_topic
 
 METADATA = 3
 Response = messages.MetadataResponse
 _ZERO_UUID = uuid.UUID(int=0)
+
+
+def _check_no_topic_ids(request, version: int) -> None:
+    """Versions 10 and 11 carry topic ids in the request but cannot answer by id (the answer's
+    name is not nullable before v12): as Kafka, such a request is invalid, and with no error
+    code at the request's level, the connection closes."""
+    for wanted in request.topics:
+        if wanted.name is None:
+            raise CloseConnection(f"Metadata v{version}: a topic without a name (by id) needs v12 or later")
+        if wanted.topic_id.int:
+            raise CloseConnection(f"Metadata v{version}: topic ids in requests need v12 or later "
+                                  f"(topic {wanted.name!r} came with one)")
 
 
 def _topic(ctx, name: str, topic_id: uuid.UUID | None = None, error: int = 0) -> Response.MetadataResponseTopic:
@@ -58,9 +70,11 @@ def handle_metadata(ctx, request) -> Response:
                   if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)]
     else:
         allow_create = request.allow_auto_topic_creation if v >= 4 else True
+        if 10 <= v < 12:
+            _check_no_topic_ids(request, v)
         for wanted in request.topics:
             name = wanted.name
-            if v >= 10 and (name is None or (not name and wanted.topic_id.int)):  # v10+: by topic id
+            if v >= 12 and (name is None or (not name and wanted.topic_id.int)):  # v12+: by topic id
                 info = broker.topics.by_id(wanted.topic_id)
                 if info is None:
                     topics.append(_topic(ctx, None, wanted.topic_id, UnknownTopicIdError.code))

@@ -17,7 +17,12 @@ from typing import Any
 
 from kwire.protocol.messages import request_class
 
-__all__ = ["HandlerEntry", "HANDLERS", "handler", "supported_versions"]
+__all__ = ["CloseConnection", "HandlerEntry", "HANDLERS", "handler", "supported_versions"]
+
+class CloseConnection(Exception):
+    """The request cannot be answered: close the connection (the reason is the message).  A
+    handler raises it for a request that is invalid as a whole and has no error code to say so."""
+
 
 HandlerFn = Callable[[Any, Any], Any | Awaitable[Any]]
 
