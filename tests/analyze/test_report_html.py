@@ -142,3 +142,15 @@ def test_report_of_the_deepflow_captures(tmp_path):
     commit_charts = len({(r["group"], r["topic"]) for r in analysis.commits if r["ts_ns"] and r["topic"]})
     assert latency_charts > 0 and commit_charts > 0
     assert doc.count("svg") == latency_charts + commit_charts
+
+
+def test_a_chart_of_one_huge_value_draws_it_inside_the_frame():
+    # A capture's committed offset can be any int64: near 2**63 a margin of 1 is lost in the
+    # float, and the axis had no height (found by mutating the DeepFlow captures).
+    from kwire.analyze.report_html import HEIGHT, TOP, Chart, Line
+
+    for value in (2**63 - 1, -(2**63), 0, 5):
+        svg = Chart("offset", lines=[Line("g t-0", "#000", [(TS0, float(value))], step=True)], zero_based=False).svg()
+        (points,) = [t[1]["points"] for t in Document(svg).tags if t[0] == "polyline"]
+        y = float(points.split(",")[1])
+        assert TOP < y < HEIGHT, (value, points)

@@ -147,7 +147,10 @@ class Chart:
                 pad = (hi - lo) * 0.05
                 lo, hi = lo - pad, hi + pad
             if hi == lo:
-                lo, hi = lo - 1, hi + 1
+                # One value: a margin around it, relative so that it shows at any size (a
+                # committed offset near 2**63 minus 1 is the same float).
+                margin = max(1.0, abs(lo) * 0.05)
+                lo, hi = lo - margin, hi + margin
         plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
         def x(t: int) -> float:
