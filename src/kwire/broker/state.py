@@ -11,6 +11,8 @@ import asyncio
 import logging
 from pathlib import Path
 
+from kwire.protocol.errors import KafkaStorageError
+
 from .auth.security import BrokerSecurity
 from .config import BrokerConfig, new_cluster_id
 from .durability import GroupCommit
@@ -96,15 +98,33 @@ class BrokerState:
     def _load_cluster_id(self) -> str:
         path = self.data_dir / META_DIR / "cluster.id"
         try:
-            return path.read_text("ascii").strip()
+            data = path.read_bytes()
         except FileNotFoundError:
             cid = new_cluster_id()
             atomic_write(path, cid.encode() + b"\n")
             return cid
+        cid = data.strip()
+        # Clients see the id in Metadata and DescribeCluster (a nullable string there): any
+        # printable ASCII word will do, but nothing else is taken as one.
+        if not cid or len(cid) > 255 or not all(0x21 <= b <= 0x7E for b in cid):
+            raise KafkaStorageError(
+                f"{path}: not a cluster id ({data[:40]!r}); restore the file, or delete it to give this "
+                "data directory a new id (clients that saw the old one may then refuse this broker)")
+        return cid.decode("ascii")
 
     def _reconcile_partitions(self) -> None:
-        """Make the logs match the registry after a crash between the two (create or delete)."""
+        """Make the logs match the registry after a crash between the two (create or delete).
+
+        With no topic list on disk at all, directories of partitions are not leftovers of a
+        deletion (that leaves the list without the topic) but what a lost list described: the
+        topics are rebuilt from them instead of removed."""
         have = set(self.logs.partitions())
+        if not self.topics.stored:
+            for name in sorted({t for t, _ in have}):
+                count = 1 + max(p for t, p in have if t == name)
+                logger.warning("%s is missing: topic %s rebuilt from its partitions' directories (%d partitions, "
+                               "a new topic id, no config overrides)", self.topics.path, name, count)
+                self.topics.add(name, count)
         for name in self.topics.names():
             info = self.topics.get(name)
             for p in range(info.partitions):

@@ -21,6 +21,10 @@ logger = logging.getLogger("kwire.broker.topics")
 
 META_DIR = "__kwire"
 _FILE = "topics.json"
+# The topic list is rebuilt from the partitions' directories when the file is missing (see
+# BrokerState): a way out for a file that is damaged, at the price of its ids and overrides.
+_WHAT_TO_DO = ("; restore the file, or move it away to rebuild the topic list from the partitions' "
+               "directories (the topics get new ids and lose their config overrides)")
 _VERSION = 1
 
 
@@ -46,18 +50,34 @@ class TopicRegistry:
         self._load()
 
     def _load(self) -> None:
+        self.stored = False  # whether the topic list was on disk (False: a new data dir, or it was lost)
         try:
             doc = json.loads(self._path.read_text("utf-8"))
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:
-            raise ValueError(f"{self._path}: unreadable topic metadata: {exc}") from None
-        if doc.get("version") != _VERSION:
-            raise ValueError(f"{self._path}: unknown version {doc.get('version')!r}")
-        for t in doc["topics"]:
-            info = TopicInfo(t["name"], uuid.UUID(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
-            self._topics[info.name] = info
-            self._by_id[info.topic_id] = info
+            raise ValueError(f"{self._path}: unreadable topic metadata: {exc}{_WHAT_TO_DO}") from None
+        if not isinstance(doc, dict) or doc.get("version") != _VERSION:
+            found = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
+            raise ValueError(f"{self._path}: unknown version {found!r}")
+        where = "the topic list"
+        try:
+            for i, t in enumerate(doc["topics"]):
+                where = f"topic entry {i}"
+                info = TopicInfo(str(t["name"]), uuid.UUID(t["id"]), int(t["partitions"]),
+                                 {str(k): str(v) for k, v in t.get("configs", {}).items()})
+                if not info.name or info.partitions < 1:
+                    raise ValueError(f"name {info.name!r}, {info.partitions} partitions")
+                self._topics[info.name] = info
+                self._by_id[info.topic_id] = info
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{self._path}: unreadable topic metadata: {where}: "
+                             f"{type(exc).__name__} {exc}{_WHAT_TO_DO}") from None
+        self.stored = True
+
+    @property
+    def path(self) -> Path:
+        return self._path
 
     def _save(self) -> None:
         doc = {"version": _VERSION, "topics": [
