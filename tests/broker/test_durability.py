@@ -81,3 +81,41 @@ def test_fsync_never_does_not_flush(tmp_path):
         assert state.durability.flushes == 0 and state.logs.get("lazy", 0).recovery_point == 0
     finally:
         state.close()
+
+
+def test_a_topic_deleted_while_its_records_wait_for_the_disk(tmp_path):
+    # DeleteTopics closes the partition's log while an acks=all produce waits for its group
+    # commit: that produce is answered UNKNOWN_TOPIC_OR_PARTITION, and a produce to another
+    # topic in the same round is flushed and acknowledged as usual (it used to fail both, and
+    # close both connections, on the deleted log's "closed" error).
+    from kwire.protocol.errors import UnknownTopicOrPartitionError
+    from kwire.protocol.frames import decode_response
+
+    from .conftest import serve
+
+    state = BrokerState(load_config(None, data_dir=tmp_path / "d", fsync="always"))
+    try:
+        create(state, "doomed", 1)
+        create(state, "kept", 1)
+        kept = state.logs.get("kept", 0)
+
+        async def scenario():
+            pending = [dispatch(state, _produce_frame(t, 0, -1, i), client_host="x", connection_id=i)
+                       for i, t in enumerate(["doomed", "kept"])]
+            assert all(isinstance(p, PendingReply) for p in pending)
+            R = messages.DeleteTopicsRequest
+            assert serve(state, R(topic_names=["doomed"], timeout_ms=1000), 5).responses[0].error_code == 0
+            return [await p for p in pending]
+
+        answers = []
+        for reply in asyncio.run(scenario()):
+            assert isinstance(reply, Reply)
+            _, response = decode_response(b"".join(reply.parts)[4:], reply.api_key, reply.api_version)
+            answers.append(response.responses[0].partition_responses[0])
+        doomed, ok = answers
+        assert (doomed.error_code, doomed.base_offset) == (UnknownTopicOrPartitionError.code, -1)
+        assert "deleted before its records were on disk" in doomed.error_message
+        assert (ok.error_code, ok.base_offset) == (0, 0)
+        assert kept.recovery_point == kept.log_end_offset == 3
+    finally:
+        state.close()

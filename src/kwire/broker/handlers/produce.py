@@ -36,6 +36,7 @@ from kwire.protocol.errors import (
 )
 
 from ..auth.acls import AclOperation, ResourceType
+from ..storage.log import parse_partition_dir
 from .common import error_of
 from .registry import handler
 
@@ -125,7 +126,8 @@ def handle_produce(ctx, request):
     broker = ctx.broker
     acks = request.acks
     topics = []
-    written = []
+    written = []  # the logs appended to, and their partitions' answers
+    answers = []
     # Authorization (with an authorizer): WRITE on each topic; a transactional producer also needs
     # WRITE on its transactional id. Nothing of a refused topic is stored.
     txn_denied = request.transactional_id is not None and not ctx.allowed(
@@ -164,6 +166,7 @@ def handle_produce(ctx, request):
                     presp, log = _append(broker, name, pd.index, pd.records, ctx.api_version)
                     if log is not None:
                         written.append(log)
+                        answers.append(presp)
             tresp.partition_responses.append(presp)
         topics.append(tresp)
     always = written and broker.config.fsync == "always"
@@ -175,7 +178,7 @@ def handle_produce(ctx, request):
     response = R(responses=topics, throttle_time_ms=0)
     if always and acks == -1:
         # Asked now, at append time, so requests arriving together share one fsync round.
-        return _after_fsync(broker.durability.request(written), response)
+        return _after_fsync(broker, broker.durability.request(written), response, written, answers)
     return response
 
 
@@ -184,7 +187,7 @@ def _ignore_result(fut) -> None:
         fut.exception()  # a failed fsync was logged by the group commit; nobody waits for this one
 
 
-async def _after_fsync(durable, response):
+async def _after_fsync(broker, durable, response, logs, answers):
     try:
         await asyncio.wrap_future(durable) if isinstance(durable, concurrent.futures.Future) else await durable
     except OSError as exc:  # the data may not be on disk: say so instead of acknowledging it
@@ -192,4 +195,15 @@ async def _after_fsync(durable, response):
             for p in t.partition_responses:
                 if p.error_code == 0:
                     p.error_code, p.error_message = KafkaStorageError.code, f"fsync failed: {exc}"
+    for log, answer in zip(logs, answers, strict=True):
+        if log.dropped and answer.error_code == 0:
+            # Closed unflushed while the records waited for the disk: the topic was deleted
+            # (they are gone with it; Kafka answers so when a partition goes away in purgatory).
+            answer.base_offset = -1
+            if broker.topics.partition_exists(*parse_partition_dir(log.name)):
+                answer.error_code = KafkaStorageError.code
+                answer.error_message = f"{log.name} was closed before its records were on disk"
+            else:
+                answer.error_code = UnknownTopicOrPartitionError.code
+                answer.error_message = f"{log.name} was deleted before its records were on disk"
     return response

@@ -96,6 +96,7 @@ class PartitionLog:
             raise
         self._page_cache = page_cache
         self._closed = False
+        self._dropped = False
 
     def _load_producer_state(self) -> None:
         # Only snapshots at or below the recovery point: the batches they count were fsynced
@@ -156,6 +157,16 @@ class PartitionLog:
     @property
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def dropped(self) -> bool:
+        """Closed without a flush (its partition deleted): what was appended since the last
+        flush may never have reached the disk."""
+        return self._dropped
 
     def _check_open(self) -> None:
         if self._closed:
@@ -468,7 +479,8 @@ class PartitionLog:
         not be covered and waits for the next flush.
         """
         with self._lock:
-            self._check_open()
+            if self._closed:
+                return  # close() flushed it, or it was deleted (a group commit may still hold it)
             end = self.log_end_offset
             if end <= self._recovery_point:
                 return
@@ -531,7 +543,7 @@ class PartitionLog:
         with self._lock:
             for segment in self._segments:
                 segment.close()
-            self._closed = True
+            self._closed = self._dropped = True
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.name!r}, start={self._log_start_offset}, end={self.log_end_offset}, "
