@@ -97,8 +97,9 @@ def test_a_topic_deleted_from_the_list_before_a_crash_loses_its_directories(tmp_
     (lambda text: text.replace('"partitions"', '"partitionz"'), "topic entry 0: KeyError 'partitions'"),
     (lambda text: json.dumps({"version": 1, "topics": 5}), "the topic list: TypeError"),
     (lambda text: text.replace('"id": "', '"id": "zz', 1), "topic entry 0: ValueError"),
-    (lambda text: json.dumps([1, 2]), "unknown version 'list'"),
-], ids=["cut in half", "a key renamed", "topics not a list", "a bad topic id", "not an object"])
+    (lambda text: json.dumps([1, 2]), "a JSON list, not an object"),
+    (lambda text: text.replace('"version": 1', '"version": 7'), "unknown version 7"),
+], ids=["cut in half", "a key renamed", "topics not a list", "a bad topic id", "not an object", "a newer version"])
 def test_a_damaged_topic_list_stops_the_start_naming_the_file_and_the_way_out(tmp_path, damage, says):
     data = tmp_path / "data"
     stored = filled(data)

@@ -57,9 +57,11 @@ class TopicRegistry:
             return
         except (OSError, ValueError) as exc:
             raise ValueError(f"{self._path}: unreadable topic metadata: {exc}{_WHAT_TO_DO}") from None
-        if not isinstance(doc, dict) or doc.get("version") != _VERSION:
-            found = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
-            raise ValueError(f"{self._path}: unknown version {found!r}")
+        if not isinstance(doc, dict):
+            raise ValueError(f"{self._path}: unreadable topic metadata: a JSON {type(doc).__name__}, "
+                             f"not an object{_WHAT_TO_DO}")
+        if doc.get("version") != _VERSION:
+            raise ValueError(f"{self._path}: unknown version {doc.get('version')!r}")
         where = "the topic list"
         try:
             for i, t in enumerate(doc["topics"]):

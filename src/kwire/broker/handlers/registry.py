@@ -19,6 +19,7 @@ from kwire.protocol.messages import request_class
 
 __all__ = ["CloseConnection", "HandlerEntry", "HANDLERS", "handler", "supported_versions"]
 
+
 class CloseConnection(Exception):
     """The request cannot be answered: close the connection (the reason is the message).  A
     handler raises it for a request that is invalid as a whole and has no error code to say so."""
