@@ -86,10 +86,17 @@ def read_back(bootstrap: str, topic: str, count: int, timeout: float = 20) -> li
     try:
         md = consumer.list_topics(topic, timeout=10)
         partitions = sorted(md.topics[topic].partitions)
-        in_log = 0
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)
-            in_log += high - low
+        deadline = time.monotonic() + timeout
+        while True:
+            in_log = 0
+            for p in partitions:
+                low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)
+                in_log += high - low
+            # With acks=0 nothing is answered: the producer is done once the requests are on the
+            # socket, and the broker may still be appending the last of them.
+            if in_log >= count or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         assert in_log == count, f"{topic}: the log holds {in_log} records, {count} were produced"
         consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
                          for p in partitions])

@@ -128,7 +128,9 @@ def test_reads_are_left_to_the_kernel(limited):
     old = read_in_fetches(log, 3 * LIMIT)  # from disk, into the page cache, where it stays
     time.sleep(0.2)
     assert cache.dropped_bytes == dropped
-    assert resident(path, 0, 3 * LIMIT) >= 3 * LIMIT - PAGE
+    # Nearly all of it stays cached: the kernel may page a few out on its own (this VM runs a
+    # DAMON "pageout" scheme; 31 of 768 pages went once), where dropping the reads leaves none.
+    assert resident(path, 0, 3 * LIMIT) >= 0.9 * 3 * LIMIT
     assert read_in_fetches(log, 3 * LIMIT) == old
 
 
