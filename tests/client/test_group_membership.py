@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import struct
 import threading
 import time
 
@@ -17,6 +19,8 @@ from kwire.broker import EmbeddedBroker
 from kwire.client.admin import AsyncAdmin
 from kwire.client.consumer import AsyncConsumer, Consumer, RebalanceListener
 from kwire.client.types import TopicPartition
+from kwire.protocol import encode_request, messages
+from kwire.protocol.frames import decode_response
 
 from .test_consumer_records import MOCK_PARTITIONS, QUIET, consume_until, mock_cluster, produce, quick, run
 
@@ -410,3 +414,88 @@ def test_a_member_rides_out_a_broker_restart(tmp_path):
     # Dropped by the restarted coordinator (partitions lost: the default on_partitions_lost is
     # on_partitions_revoked), then assigned again.
     assert calls[:3] == [("assigned", every), ("revoked", every), ("assigned", every)]
+
+
+class RawMember:
+    """A group member that speaks the protocol itself over a blocking socket, so the test says
+    when it joins and when it syncs (it never syncs here)."""
+
+    def __init__(self, address: tuple[str, int]):
+        self.sock = socket.create_connection(address, timeout=30)
+        self.correlation_id = 0
+
+    def call(self, request, version: int):
+        self.correlation_id += 1
+        self.sock.sendall(encode_request(request, version, self.correlation_id, client_id="raw-member"))
+        size = int.from_bytes(self._read(4), "big")
+        _, response = decode_response(self._read(size), type(request).API_KEY, version)
+        return response
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            data += chunk
+        return data
+
+    def join(self, group: str, member_id: str, topic: str):
+        R = messages.JoinGroupRequest
+        subscription = struct.pack(">h", 1) + messages.ConsumerProtocolSubscription(topics=[topic]).encode(1)
+        return self.call(R(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id=member_id,
+                           group_instance_id=None, protocol_type="consumer",
+                           protocols=[R.JoinGroupRequestProtocol(name="range", metadata=subscription)]), 5)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_sync_ended_by_a_rebalance_on_the_mock_rejoins_as_the_same_member(mock_bootstrap, caplog):
+    # librdkafka's mock ends a SyncGroup that a new member's join interrupts with
+    # REBALANCE_IN_PROGRESS and a null assignment, which the protocol does not allow.  kwire's
+    # consumer cannot read that answer; it must join again as the member it was.  As a new
+    # member it left its old id in the group until the session timed out, so the next
+    # generation counted a member that was gone (and under load the churn failed others' commits).
+    topic, group = "sync-abort", "g-sync-abort"
+    fill(mock_bootstrap, topic, 2)
+    host, port = mock_bootstrap.split(",")[0].rsplit(":", 1)
+    finder = RawMember((host, int(port)))
+    coordinator = finder.call(messages.FindCoordinatorRequest(key=group, key_type=0), 2)
+    finder.close()
+    leader, newcomer = (RawMember((coordinator.host, coordinator.port)) for _ in range(2))
+    answers: dict = {}
+
+    def join(name: str, member: RawMember, member_id: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.__setitem__(name, member.join(group, member_id, topic)))
+        thread.start()
+        return thread
+
+    async def main():
+        first_join = join("first", leader, "raw-leader")  # first in: the mock makes it the leader
+        await asyncio.sleep(0.3)
+        settings = group_settings(mock_bootstrap, group, session_timeout_ms=6000)
+        async with AsyncConsumer(settings, topics=[topic]) as kwire:
+            polling = asyncio.ensure_future(kwire.getmany(timeout_ms=30000))
+            await asyncio.to_thread(first_join.join, 20)
+            first = answers["first"]
+            assert first.error_code == 0 and first.leader == "raw-leader"
+            (ours,) = {m.member_id for m in first.members} - {"raw-leader"}
+            await asyncio.sleep(0.5)  # kwire waits in SyncGroup for the leader, who does not sync
+            join("newcomer", newcomer, "raw-newcomer")  # ends that sync with REBALANCE_IN_PROGRESS
+            await asyncio.sleep(0.5)
+            rejoin = join("again", leader, "raw-leader")
+            await asyncio.to_thread(rejoin.join, 30)
+            polling.cancel()
+            return ours, answers["again"]
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="kwire.client.consumer"):
+            ours, again = run(main())
+    finally:
+        leader.close()
+        newcomer.close()
+    assert any("unreadable answer while joining" in r.getMessage() and repr(ours) in r.getMessage()
+               for r in caplog.records)
+    assert again.error_code == 0
+    assert sorted(m.member_id for m in again.members) == sorted(["raw-leader", "raw-newcomer", ours])

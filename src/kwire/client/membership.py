@@ -143,22 +143,35 @@ class GroupMembership:
         self.state = JOINING
         self.rejoin_reason = None
         attempt = 0
+        unreadable = 0  # answers in a row that broke the protocol
         while True:
             if self._closed:
                 raise IllegalStateError("the consumer is closed")
             try:
                 result = await self._join_round(topics, owned)
+                unreadable = 0
             except (ClientError, KafkaError) as exc:
+                unreadable = 0
                 if not is_retriable(exc):
                     raise
                 logger.info("group %r: join attempt failed: %s", self.group_id, exc)
                 result = None
             except DecodeError as exc:
-                # An answer that breaks the protocol (librdkafka's mock writes null names into
-                # error answers): its error code is unknown, so start over as a new member.
-                logger.warning("group %r: unreadable answer while joining (%s); joining again as a new member",
-                               self.group_id, exc)
-                self.member_id, self.generation_id = "", -1
+                # An answer that breaks the protocol: librdkafka's mock writes nulls into error
+                # answers (a SyncGroup ended by a rebalance has a null assignment).  Its error
+                # code is unknown.  Most likely the group is rebalancing: join again as the same
+                # member, as for REBALANCE_IN_PROGRESS; a new member id would leave the old one
+                # in the group until its session timed out, and every rebalance until then
+                # would wait for it.  Twice in a row: start over as a new member.
+                unreadable += 1
+                self.generation_id = -1
+                if unreadable >= 2 or not self.member_id:
+                    logger.warning("group %r: unreadable answer while joining (%s); joining again as a new member",
+                                   self.group_id, exc)
+                    self.member_id, unreadable = "", 0
+                else:
+                    logger.warning("group %r: unreadable answer while joining (%s); joining again as %r",
+                                   self.group_id, exc, self.member_id)
                 result = None
             if result is _AGAIN_NOW and attempt < 3:
                 attempt += 1
