@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import struct
 import threading
 import time
@@ -19,8 +18,8 @@ from kwire.broker import EmbeddedBroker
 from kwire.client.admin import AsyncAdmin
 from kwire.client.consumer import AsyncConsumer, Consumer, RebalanceListener
 from kwire.client.types import TopicPartition
-from kwire.protocol import encode_request, messages
-from kwire.protocol.frames import decode_response
+from kwire.protocol import messages
+from tests.security.helpers import RawConnection
 
 from .test_consumer_records import MOCK_PARTITIONS, QUIET, consume_until, mock_cluster, produce, quick, run
 
@@ -416,39 +415,13 @@ def test_a_member_rides_out_a_broker_restart(tmp_path):
     assert calls[:3] == [("assigned", every), ("revoked", every), ("assigned", every)]
 
 
-class RawMember:
-    """A group member that speaks the protocol itself over a blocking socket, so the test says
-    when it joins and when it syncs (it never syncs here)."""
-
-    def __init__(self, address: tuple[str, int]):
-        self.sock = socket.create_connection(address, timeout=30)
-        self.correlation_id = 0
-
-    def call(self, request, version: int):
-        self.correlation_id += 1
-        self.sock.sendall(encode_request(request, version, self.correlation_id, client_id="raw-member"))
-        size = int.from_bytes(self._read(4), "big")
-        _, response = decode_response(self._read(size), type(request).API_KEY, version)
-        return response
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            data += chunk
-        return data
-
-    def join(self, group: str, member_id: str, topic: str):
-        R = messages.JoinGroupRequest
-        subscription = struct.pack(">h", 1) + messages.ConsumerProtocolSubscription(topics=[topic]).encode(1)
-        return self.call(R(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id=member_id,
-                           group_instance_id=None, protocol_type="consumer",
-                           protocols=[R.JoinGroupRequestProtocol(name="range", metadata=subscription)]), 5)
-
-    def close(self) -> None:
-        self.sock.close()
+def join_raw(connection: RawConnection, group: str, member_id: str, topic: str):
+    """One JoinGroup of a member the test drives by hand (it decides when, or whether, to sync)."""
+    R = messages.JoinGroupRequest
+    subscription = struct.pack(">h", 1) + messages.ConsumerProtocolSubscription(topics=[topic]).encode(1)
+    return connection.call(R(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000, member_id=member_id,
+                             group_instance_id=None, protocol_type="consumer",
+                             protocols=[R.JoinGroupRequestProtocol(name="range", metadata=subscription)]), 5)
 
 
 def test_a_sync_ended_by_a_rebalance_on_the_mock_rejoins_as_the_same_member(mock_bootstrap, caplog):
@@ -459,15 +432,13 @@ def test_a_sync_ended_by_a_rebalance_on_the_mock_rejoins_as_the_same_member(mock
     # generation counted a member that was gone (and under load the churn failed others' commits).
     topic, group = "sync-abort", "g-sync-abort"
     fill(mock_bootstrap, topic, 2)
-    host, port = mock_bootstrap.split(",")[0].rsplit(":", 1)
-    finder = RawMember((host, int(port)))
-    coordinator = finder.call(messages.FindCoordinatorRequest(key=group, key_type=0), 2)
-    finder.close()
-    leader, newcomer = (RawMember((coordinator.host, coordinator.port)) for _ in range(2))
+    with RawConnection(mock_bootstrap.split(",")[0]) as finder:
+        coordinator = finder.call(messages.FindCoordinatorRequest(key=group, key_type=0), 2)
+    leader, newcomer = (RawConnection(f"{coordinator.host}:{coordinator.port}", timeout=30) for _ in range(2))
     answers: dict = {}
 
-    def join(name: str, member: RawMember, member_id: str) -> threading.Thread:
-        thread = threading.Thread(target=lambda: answers.__setitem__(name, member.join(group, member_id, topic)))
+    def join(name: str, member: RawConnection, member_id: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.__setitem__(name, join_raw(member, group, member_id, topic)))
         thread.start()
         return thread
 
