@@ -8,19 +8,17 @@ headers the same way (``read_header``).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["BatchHeader", "HEADER", "header_from_fields", "iter_headers", "read_header"]
+from kwire.protocol.records import HEADER_STRUCT
 
-# The v2 batch header (see kwire.protocol.records.batch): base offset, length, leader epoch,
-# magic, crc, attributes, last offset delta, base/max timestamp, producer id/epoch, base
-# sequence, record count.
-HEADER = struct.Struct(">qiibIhiqqqhii")
+from .index import INT32_MAX
+
+__all__ = ["BatchHeader", "header_from_fields", "iter_headers", "read_header"]
+
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
-INT32_MAX = 0x7FFFFFFF
 
 
 class BatchHeader(NamedTuple):
@@ -40,7 +38,9 @@ class BatchHeader(NamedTuple):
 
 
 def header_from_fields(fields: tuple, position: int, base_offset: int | None = None) -> BatchHeader:
-    """A ``BatchHeader`` from the unpacked ``HEADER`` fields of the batch at ``position``.
+    """A ``BatchHeader`` from the unpacked v2 header fields (``HEADER_STRUCT``, in layout order:
+    base offset, length, leader epoch, magic, crc, attributes, last offset delta, base/max
+    timestamp, producer id/epoch, base sequence, record count) of the batch at ``position``.
     ``base_offset`` replaces the one in the header (offsets decided but not yet written)."""
     (base, length, _epoch, _magic, _crc, attributes, delta, _base_ts, max_ts,
      producer_id, producer_epoch, base_seq, _count) = fields
@@ -55,7 +55,7 @@ def header_from_fields(fields: tuple, position: int, base_offset: int | None = N
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0, *, base_offset: int | None = None) -> BatchHeader:
     """Parse the v2 header at ``pos`` (the caller has validated the batch)."""
-    return header_from_fields(HEADER.unpack_from(buf, pos), pos, base_offset)
+    return header_from_fields(HEADER_STRUCT.unpack_from(buf, pos), pos, base_offset)
 
 
 def iter_headers(data: bytes | bytearray | memoryview, *, first_offset: int | None = None) -> Iterator[BatchHeader]:

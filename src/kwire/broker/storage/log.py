@@ -159,10 +159,6 @@ class PartitionLog:
         return sum(s.size for s in self._segments)
 
     @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
     def dropped(self) -> bool:
         """Closed without a flush (its partition deleted): what was appended since the last
         flush may never have reached the disk."""

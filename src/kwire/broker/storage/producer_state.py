@@ -58,6 +58,7 @@ from kwire.protocol.records import ControlRecordType, RecordBatch
 
 from ._files import atomic_write, fsync_dir
 from .batch_header import BatchHeader, iter_headers, read_header
+from .index import INT32_MAX
 from .txn_index import AbortedTxn
 
 if TYPE_CHECKING:
@@ -74,7 +75,6 @@ logger = logging.getLogger("kwire.broker.storage")
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN (max.in.flight <= 5)
 PRODUCER_ID_EXPIRATION_MS = 24 * 60 * 60 * 1000  # Kafka's producer.id.expiration.ms default
 SNAPSHOT_SUFFIX = ".snapshot"
-INT32_MAX = 0x7FFFFFFF
 
 _MAGIC = b"KWPS"
 _VERSION = 2

@@ -27,6 +27,7 @@ from ..errors import CorruptRecordError
 from ..primitives import INT32
 from .batch import (
     HEADER_SIZE,
+    HEADER_STRUCT,
     RecordBatch,
     RecordBatchBuilder,
     build_control_batch,
@@ -43,6 +44,7 @@ __all__ = [
     "ControlRecordType",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
     "HEADER_SIZE",
+    "HEADER_STRUCT",
     "LegacyMessageSetBuilder",
     "LegacyRecordBatch",
     "NO_TIMESTAMP",

@@ -51,12 +51,14 @@ __all__ = [
     "rewrite_base_offset",
     "build_control_batch",
     "HEADER_SIZE",
+    "HEADER_STRUCT",
 ]
 
 _WHAT = "record batch v2"
 
 # One struct for the whole fixed header: a single unpack/pack instead of thirteen.
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_STRUCT = _HEADER  # for readers of stored headers (the broker's log) that need no RecordBatch
 HEADER_SIZE = _HEADER.size  # 61
 # Bytes after batchLength that the header takes: the smallest valid batchLength.
 _MIN_BATCH_LENGTH = HEADER_SIZE - 12
