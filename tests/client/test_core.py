@@ -61,8 +61,11 @@ class FakeBroker:
     def __init__(self, behaviour: str):
         self.behaviour = behaviour
         self.server: asyncio.AbstractServer | None = None
+        self.requests: list[int] = []  # api keys of the requests read, in order
+        self.ended: asyncio.Future | None = None  # how the client's side ended: "eof" or an error
 
     async def __aenter__(self) -> str:
+        self.ended = asyncio.get_running_loop().create_future()
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
@@ -72,13 +75,18 @@ class FakeBroker:
     async def _serve(self, reader, writer) -> None:
         try:
             while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                head = await reader.read(4)
+                if not head:
+                    self.ended.set_result("eof")
+                    return
+                size = struct.unpack(">i", head + await reader.readexactly(4 - len(head)))[0]
                 frame = await reader.readexactly(size)
                 api_key, _, correlation_id = struct.unpack_from(">hhi", frame)
+                self.requests.append(api_key)
                 if api_key == 18:
                     body = messages.ApiVersionsResponse(api_keys=[
                         messages.ApiVersionsResponse.ApiVersion(api_key=k, min_version=0, max_version=v)
-                        for k, v in ((3, 1), (18, 0))])
+                        for k, v in ((0, 3), (3, 1), (18, 0))])
                     out = bytearray(struct.pack(">i", correlation_id))
                     messages.ApiVersionsResponse.codec(0).encode(body, out)
                     writer.write(struct.pack(">i", len(out)) + bytes(out))
@@ -86,10 +94,16 @@ class FakeBroker:
                     writer.write(struct.pack(">ii", 4, correlation_id + 1000))
                 elif self.behaviour == "huge-frame":
                     writer.write(struct.pack(">i", 0x7FFFFFF0))
+                elif self.behaviour == "answers-acks-0-slowly":
+                    # As librdkafka's mock: every Produce answered, acks=0 too (an empty v3 answer),
+                    # and slow to read, so that the client's requests wait in its socket.
+                    writer.write(struct.pack(">iii", 12, correlation_id, 0) + struct.pack(">i", 0))
+                    await asyncio.sleep(0.05)
                 # "silent": read and never answer
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            if not self.ended.done():
+                self.ended.set_result(repr(exc))
         finally:
             writer.close()
 
@@ -178,6 +192,35 @@ def test_out_of_step_responses_drop_the_connection(behaviour, message):
             with pytest.raises(BrokerConnectionError, match=message):
                 await conn.send(messages.MetadataRequest(topics=[]))
             assert conn.closed
+    run(go())
+
+
+def test_acks_0_requests_reach_a_broker_that_answers_them_before_the_close():
+    """Kafka never answers Produce with acks=0; librdkafka's mock does.  Those answers are read
+    and dropped (the connection stays up), and closing with requests still in the socket ends
+    with a half-close that lets them all through: a plain close with an answer unread would reset
+    the connection and lose them."""
+    async def go():
+        fake = FakeBroker("answers-acks-0-slowly")
+        async with fake as address:
+            host, port = parse_host_port(address)
+            conn = await BrokerConnection.open(host, port)
+            data = messages.ProduceRequest.TopicProduceData
+            request = messages.ProduceRequest(acks=0, timeout_ms=1000, topic_data=[data(
+                name="t", partition_data=[data.PartitionProduceData(index=0, records=b"x" * 65536)])])
+            assert await conn.send(request, version=3, expect_response=False) is None
+            for _ in range(100):  # the answer is on its way once the request is read
+                if len(fake.requests) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            assert not conn.closed, conn.close_reason
+            for _ in range(39):  # 2.6 MB in all: more than the two sockets' buffers hold
+                assert await conn.send(request, version=3, expect_response=False) is None
+            conn.close()
+            await asyncio.wait_for(conn.wait_closed(), 10)
+            assert await asyncio.wait_for(fake.ended, 10) == "eof"
+            assert fake.requests == [18] + [0] * 40
     run(go())
 
 

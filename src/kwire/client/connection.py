@@ -62,6 +62,12 @@ VersionRange = tuple[int, int]
 # response starts with a size, which would then be over 350 MB.
 _TLS_RECORD_TYPES = (0x15, 0x16)
 _HANDSHAKE_APIS = (API_VERSIONS, 17, 36)  # ApiVersions, SaslHandshake, SaslAuthenticate
+# How many unanswered acks=0 correlation ids a connection remembers.  A broker that does answer
+# them answers in order, long before a thousand more are sent; Kafka, which never answers, leaves
+# the oldest to be forgotten.
+_UNAWAITED_KEPT = 1024
+# How long a closing connection with acks=0 requests behind it waits for the broker to close its side.
+_LINGER_SECONDS = 5.0
 
 
 class SilentCloseError(BrokerConnectionError):
@@ -112,6 +118,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._splitter = FrameSplitter(max_frame_size, reuse_frames=4)
         self._first_read: memoryview | None = None
         self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
+        # Correlation ids of requests sent without waiting for an answer (Produce with acks=0).
+        # Kafka never answers them; librdkafka's mock cluster does.  Such an answer is read and
+        # dropped, as librdkafka does, instead of being taken for a broken stream: closing the
+        # connection then would lose the acks=0 requests still in its write buffer.
+        self._unawaited: dict[int, None] = {}
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._next_correlation = 0
         self._transport: asyncio.Transport | None = None
@@ -119,6 +130,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._closed_event = asyncio.Event()
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
+        self._linger: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node {self.node_id} {self.host}:{self.port}{' closed' if self.closed else ''}>"
@@ -298,6 +310,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 wait = self.request_timeout if timeout is None else timeout
                 timer = self._loop.call_later(wait, self._time_out, correlation_id, wait)
                 self._pending[correlation_id] = _Pending(correlation_id, request.API_KEY, version, frame_future, timer)
+            else:
+                self._unawaited[correlation_id] = None
+                if len(self._unawaited) > _UNAWAITED_KEPT:
+                    del self._unawaited[next(iter(self._unawaited))]
             self._transport.write(frame)
             if self._write_paused:
                 await self._drain()
@@ -369,6 +385,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
         except DecodeError as exc:
             self.close(BrokerConnectionError(f"bad response from {self.host}:{self.port}: {exc}"))
             return False
+        if correlation_id in self._unawaited:
+            del self._unawaited[correlation_id]
+            logger.debug("%s:%d answered request %d, sent without waiting for an answer; dropped",
+                         self.host, self.port, correlation_id)
+            return True
         if not self._pending or next(iter(self._pending)) != correlation_id:
             self.close(BrokerConnectionError(
                 f"{self.host}:{self.port} answered correlation id {correlation_id}, "
@@ -413,6 +434,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         return response
 
     def connection_lost(self, exc) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
         where = f"{self.host}:{self.port}"
         if isinstance(exc, ssl.SSLError):
             # An alert after the handshake: under TLS 1.3 the broker checks our certificate only then.
@@ -466,10 +489,19 @@ class BrokerConnection(asyncio.BufferedProtocol):
         for waiter in self._drain_waiters:
             if not waiter.done():
                 waiter.set_result(None)
-        if self._transport is not None:
-            self._transport.abort() if reason is not None else self._transport.close()
-        else:
+        if self._transport is None:
             self._closed_event.set()
+        elif reason is not None:
+            self._transport.abort()
+        elif self._unawaited and self._transport.can_write_eof():
+            # acks=0 requests may still be on their way.  A close with an answer unread (librdkafka's
+            # mock answers them) makes the kernel reset the connection and drop what it has not sent
+            # yet, so half-close: the broker reads to our end, closes its side, and we read its
+            # answers until then.  A broker that never closes is cut off after a while.
+            self._transport.write_eof()
+            self._linger = self._loop.call_later(_LINGER_SECONDS, self._transport.abort)
+        else:
+            self._transport.close()
 
     async def wait_closed(self) -> None:
         await self._closed_event.wait()
