@@ -380,3 +380,36 @@ def test_a_client_leaving_in_the_middle_of_a_fetch_answer_hurts_no_one(broker, h
         s.sendall(encode_request(fetch, 12, 7))
         _, resp = decode_response(_read_frame(s), 1, 12)
     assert bytes(resp.responses[0].partitions[0].records) == _stored(broker, topic, 0, 8 << 20)
+
+
+def test_a_half_closed_connection_still_has_its_requests_served_and_answered(broker):
+    """A client may end its side once its requests are written (``nc -N``; kwire's producer after
+    acks=0 requests).  As Kafka, every request before that end is served, and answered on the
+    side still open, even while an earlier one waits: here a long-polling Fetch."""
+    topic = "half-closed"
+    C = messages.CreateTopicsRequest
+    with _connect(broker.port) as s:
+        created = _call(s, C(timeout_ms=5000, topics=[C.CreatableTopic(
+            name=topic, num_partitions=1, replication_factor=1)]), 5)
+        assert created.topics[0].error_code == 0
+    R = messages.FetchRequest
+    fetch = R(replica_id=-1, max_wait_ms=300, min_bytes=1, max_bytes=1 << 20, session_epoch=-1,
+              topics=[R.FetchTopic(topic=topic, partitions=[R.FetchTopic.FetchPartition(
+                  partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    produce = _produce_request(topic, _batches(1, 100))
+    produce.acks = 0
+    s = _connect(broker.port)
+    try:
+        s.sendall(encode_request(fetch, 11, 1)
+                  + b"".join(encode_request(produce, 9, 2 + i) for i in range(5))
+                  + encode_request(messages.ApiVersionsRequest(), 3, 7))
+        s.shutdown(socket.SHUT_WR)
+        header, answer = decode_response(_read_frame(s), fetch.API_KEY, 11)
+        assert header.correlation_id == 1 and answer.responses[0].partitions[0].error_code == 0
+        header, answer = decode_response(_read_frame(s), 18, 3)
+        assert header.correlation_id == 7 and answer.error_code == 0
+        assert _closed_by_peer(s)
+    finally:
+        s.close()
+    log = broker.call(broker.state.logs.get, topic, 0)
+    assert broker.call(lambda: log.log_end_offset) == 50  # 5 batches of 10 records

@@ -247,6 +247,7 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.closed = False
         self.paused = False
+        self.peer_ended = False  # the client closed its side; we answer what it sent, then close
         self.task: asyncio.Task | None = None
         self._linger: asyncio.TimerHandle | None = None  # closing after a failed login
         self.send_mapped = False  # file ranges from a map instead of sendfile (loopback peers)
@@ -303,6 +304,15 @@ class Connection(asyncio.BufferedProtocol):
         self._release_all()
         logger.debug("connection %d from %s closed%s", self.id, self.peer, f": {exc}" if exc else "")
 
+    def eof_received(self) -> bool:
+        """The client ended its side (``nc -N``; a producer closing after acks=0 requests).  As Kafka,
+        serve the requests that came before the end and answer them on the side still open, then
+        close.  TLS has no half-close in asyncio: such a connection closes at once."""
+        if self.listener is not None and self.listener.tls:
+            return False
+        self.peer_ended = True
+        return self.busy or bool(self.queue)  # False: nothing left, asyncio closes (flushing what is written)
+
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.closed:  # asyncio stops reading a closed transport; never hand a broken splitter out
             return memoryview(bytearray(1))
@@ -336,6 +346,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _update_reading(self) -> None:
         """Read while the request queue is short and the splitter is not waiting for memory."""
+        if self.peer_ended:  # nothing more to read: asyncio stopped reading at the end
+            return
         stop = self.splitter.blocked or len(self.queue) > MAX_QUEUED_REQUESTS
         if stop and not self.paused:
             self.paused = True
@@ -416,7 +428,11 @@ class Connection(asyncio.BufferedProtocol):
                 # awaits the handler: close it so it is not reported as never awaited.
                 self.task.add_done_callback(lambda _task, pending=result: pending.close())
             return
-        if not self.closed:
+        if self.closed:
+            return
+        if self.peer_ended:
+            self.transport.close()  # every request answered: close once the answers are out
+        else:
             self._update_reading()
 
     async def _serve_async(self, result) -> None:
