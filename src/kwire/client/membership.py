@@ -157,12 +157,10 @@ class GroupMembership:
                 logger.info("group %r: join attempt failed: %s", self.group_id, exc)
                 result = None
             except DecodeError as exc:
-                # An answer that breaks the protocol: librdkafka's mock writes nulls into error
-                # answers (a SyncGroup ended by a rebalance has a null assignment).  Its error
-                # code is unknown.  Most likely the group is rebalancing: join again as the same
-                # member, as for REBALANCE_IN_PROGRESS; a new member id would leave the old one
-                # in the group until its session timed out, and every rebalance until then
-                # would wait for it.  Twice in a row: start over as a new member.
+                # A JoinGroup answer that breaks the protocol (an unreadable SyncGroup answer is
+                # taken for REBALANCE_IN_PROGRESS in _join_round).  Its error code is unknown: join
+                # again as the same member first, since a new member id would leave the old one in
+                # the group until its session timed out; twice in a row, start over as a new member.
                 unreadable += 1
                 self.generation_id = -1
                 if unreadable >= 2 or not self.member_id:
@@ -229,7 +227,17 @@ class GroupMembership:
             assignments=[messages.SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
                          for m, a in assignments.items()])
         self.member_id = member_id
-        sync_response = await conn.send(sync, version=sync_version, timeout=timeout)
+        try:
+            sync_response = await conn.send(sync, version=sync_version, timeout=timeout)
+        except DecodeError as exc:
+            # librdkafka's mock ends a SyncGroup that a rebalance interrupts with
+            # REBALANCE_IN_PROGRESS and a null assignment, which no version allows.  Join again as
+            # this member, as for that error, however often it happens (cooperative rebalances
+            # come in pairs): a new member id would not make the answer readable, and the old one
+            # would stay in the group until its session timed out, every rebalance waiting for it.
+            logger.warning("group %r: unreadable SyncGroup answer (%s); taking it for REBALANCE_IN_PROGRESS and "
+                           "joining again as %r", self.group_id, exc, member_id)
+            return None
         if sync_response.error_code:
             self._join_error(sync_response.error_code, "SyncGroup")
             return None
