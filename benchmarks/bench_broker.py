@@ -62,11 +62,12 @@ def log(msg: str) -> None:
 class KwireBroker:
     """``kwire broker`` in a subprocess with a temp data dir; stop() sends SIGTERM."""
 
-    def __init__(self, fsync: str, start_timeout: float = 60):
+    def __init__(self, fsync: str, start_timeout: float = 60, entry: list[str] | None = None):
+        """``entry``: what runs the command line instead of ``-m kwire.cli.main`` (a script)."""
         self.dir = Path(tempfile.mkdtemp(prefix="kwire-bench-"))
         self.data_dir = self.dir / "data"
         self.stderr = open(self.dir / "broker.stderr", "wb")  # noqa: SIM115 - closed in stop()
-        cmd = [sys.executable, "-m", "kwire.cli.main", "broker", "--host", "127.0.0.1", "--port", "0",
+        cmd = [sys.executable, *(entry or ["-m", "kwire.cli.main"]), "broker", "--host", "127.0.0.1", "--port", "0",
                "--data-dir", str(self.data_dir), "--fsync", fsync, "--default-partitions", str(PARTITIONS),
                "--log-level", "warning", "--json"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.stderr)

@@ -21,6 +21,12 @@ Read cases, each run against both sources, alternated, after one untimed warm-up
   checkpoint (one micro-batch: no maxOffsetsPerTrigger).  The clock covers the whole action
   (``save()``, or ``start()`` to the end of ``awaitTermination()``), planning included.
 
+With ``--floor``, batch reads also run a third source, the floor: kwire's consumer receives each
+partition's records from the broker (the reader's own consumer settings, CRC checks off) and the
+ceiling's batches are yielded as the records arrive, so the rows cost nothing to build.  It is
+what a Python source reading Kafka over TCP pays at least; kwire/floor is what building the rows
+costs on top, and floor/ceiling what receiving them costs.
+
 Write case: the same DataFrame (``spark.range`` with 8 partitions: 12-byte key, value of the
 size, both binary) written by ``df.write.format("kwire")`` and by ``df.foreachPartition`` with a
 kafka-python ``KafkaProducer`` per task, each into a fresh 8-partition topic; both with acks=1,
@@ -42,7 +48,7 @@ run adds N records to its topic.  A run that fails (a check, or Spark) is report
 of the figures, and the benchmark exits with status 1.
 
     python benchmarks/bench_spark.py [--records 1000000] [--value-size 100,1024] [--repeat 3]
-                                     [--master local[2]] [--cases ...] [--timeout 600] [--json]
+                                     [--master local[2]] [--cases ...] [--timeout 600] [--floor] [--json]
 
 Ratios: kwire/ceiling (goal >= 0.70) and kwire/kafka-python (>1: kwire faster); best of
 ``--repeat`` runs each, the range of all runs beside it.  Progress goes to stderr.  Figures and
@@ -197,6 +203,69 @@ class MemorySource(DataSource):
 
     def streamReader(self, schema):  # noqa: N802
         return MemoryStreamReader(_MemoryLayout(self.options))
+
+
+# -- the floor: kwire's receiving, without its rows (--floor) ------------------------------------------
+@dataclass(frozen=True)
+class FloorPartition(InputPartition):
+    path: str        # the ceiling's Arrow IPC file of the partition, yielded as the rows
+    rows: int
+    bootstrap: str
+    topic: str
+    partition: int
+
+
+def _received_batches(part: FloorPartition):
+    """The ceiling's batches of a partition, each yielded once the partition's records up to its
+    last row have been received from the broker through kwire's consumer, as the kwire reader
+    receives them (its consumer settings, CRC checks off) and then dropped: the cost of getting
+    the records to the worker, with building the rows free."""
+    from kwire.client import TopicPartition
+    from kwire.spark import worker_clients
+    from kwire.spark.options import parse_source_options
+
+    options = parse_source_options({"kafka.bootstrap.servers": part.bootstrap, "subscribe": part.topic,
+                                    "kafka.check.crcs": "false"})
+    consumer = worker_clients.consumer(options.consumer_settings())
+    tp = TopicPartition(part.topic, part.partition)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    position = 0
+    deadline = time.monotonic() + 120
+    for batch in _memory_batches(MemoryPartition(part.path, 0, part.rows)):
+        want = min(position + batch.num_rows, part.rows)
+        while consumer.position(tp) < want:
+            consumer.poll_batches(timeout=1.0, max_records=BATCH_ROWS)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"floor: {tp} stuck at offset {consumer.position(tp)}")
+        position = want
+        yield batch
+    consumer.assign([])
+
+
+class FloorBatchReader(DataSourceReader):
+    def __init__(self, options):
+        self.layout = _MemoryLayout(options)
+        self.bootstrap, self.topic = options["bootstrap"], options["topic"]
+
+    def partitions(self):
+        return [FloorPartition(self.layout.path(p), n, self.bootstrap, self.topic, p)
+                for p, n in enumerate(self.layout.rows)]
+
+    def read(self, partition):
+        return _received_batches(partition)
+
+
+class FloorSource(DataSource):
+    @classmethod
+    def name(cls):
+        return "kwire_bench_floor"
+
+    def schema(self):
+        return SCHEMA
+
+    def reader(self, schema):
+        return FloorBatchReader(self.options)
 
 
 # -- the data set ----------------------------------------------------------------------------------
@@ -394,6 +463,9 @@ class Bench:
                 r = r.option("startingOffsets", "earliest")
             return r.load()
         layout = self.layouts[topic]
+        if source == "floor":
+            r = spark.read.format(FloorSource.name()).option("bootstrap", self.bootstrap).option("topic", topic)
+            return r.option("dir", layout["dir"]).option("rows", json.dumps(layout["rows"])).load()
         r = (spark.readStream if streaming else spark.read).format(MemorySource.name())
         return r.option("dir", layout["dir"]).option("rows", json.dumps(layout["rows"])).load()
 
@@ -516,6 +588,7 @@ def start_spark(master: str):
     spark.sparkContext.setLogLevel("ERROR")
     kwire.spark.register(spark)
     spark.dataSource.register(MemorySource)
+    spark.dataSource.register(FloorSource)
     return spark
 
 
@@ -561,6 +634,8 @@ def run(args) -> dict:
             topic = f"bench-{size}"
             for case in cases:
                 pair = ("kwire", "kafka-python") if case == "write" else ("kwire", "ceiling")
+                if args.floor and case.startswith("batch"):
+                    pair += ("floor",)
 
                 def one(name: str, warm_up: bool, case=case, size=size, topic=topic) -> dict | None:
                     label = f"{case} {name} {size_name(size)}{' (warm-up)' if warm_up else ''}"
@@ -593,7 +668,7 @@ def run(args) -> dict:
                     one(name, warm_up=True)
                 runs: dict[str, list[dict]] = {name: [] for name in pair}
                 for rep in range(args.repeat):
-                    for name in pair if rep % 2 == 0 else pair[::-1]:
+                    for name in pair[rep % len(pair):] + pair[:rep % len(pair)]:
                         result = one(name, warm_up=False)
                         if result is not None:
                             runs[name].append(result)
@@ -602,6 +677,9 @@ def run(args) -> dict:
                 row["ratio"] = row["kwire"]["best"] / row["peer"]["best"]
                 k_cpu, p_cpu = row["kwire"]["cpu_us_per_row"], row["peer"]["cpu_us_per_row"]
                 row["cpu_ratio"] = p_cpu["total"] / k_cpu["total"] if k_cpu and p_cpu else float("nan")
+                if "floor" in runs:
+                    row["floor"] = summarize(runs["floor"], args.records)
+                    row["floor_ratio"] = row["floor"]["best"] / row["peer"]["best"]
                 results["rows"].append(row)
     finally:
         if spark is not None:
@@ -649,6 +727,17 @@ def print_table(results: dict) -> None:
         else:
             print(f"ratio kwire sink/kafka-python foreachPartition, {size_name(r['size'])}: {r['ratio']:.2f}x; "
                   f"CPU per row kafka-python/kwire {r['cpu_ratio']:.2f}x")
+    floors = [r for r in results["rows"] if "floor" in r]
+    if floors:
+        print()
+        print("the floor: the ceiling's rows, each batch yielded once kwire's consumer has received its records "
+              "from the broker (CRC checks off); rows/s, best (range), and CPU per row of its most frugal run")
+        for r in floors:
+            f, c = r["floor"], r["floor"]["cpu_us_per_row"]
+            cpu = f"{c['total']:.2f} ({c['broker']:.2f}/{c['jvm']:.2f}/{c['python']:.2f})" if c else "-"
+            print(f"{CASE_NAMES[r['case']]:<32} {size_name(r['size']):>6} floor {f['best']:>12,.0f} "
+                  f"({f['worst']:,.0f}-{f['best']:,.0f})  floor/ceiling {r['floor_ratio']:.2f}x  "
+                  f"kwire/floor {r['kwire']['best'] / f['best']:.2f}x  CPU us/row {cpu}")
     for problem in results["problems"]:
         print(f"FAILED CHECK: {problem}")
 
@@ -663,6 +752,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds any one Spark action (or the data set's produce) may take (default 600)")
+    parser.add_argument("--floor", action="store_true",
+                        help="batch reads also run a third source: kwire's consumer receives the records and the "
+                             "ceiling's rows are yielded (the cost of receiving, with the rows free)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     args = parser.parse_args(argv)
     unknown = set(args.cases.split(",")) - set(CASES)
