@@ -66,6 +66,16 @@ class BrokerConfig:
     # Transaction coordinator (Kafka's names: transaction.max.timeout.ms, transactional.id.expiration.ms).
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    # Internal topics (Kafka's offsets.topic.num.partitions, transaction.state.log.num.partitions).
+    offsets_topic_num_partitions: int = 50
+    transaction_state_log_num_partitions: int = 50
+    # The log cleaner (Kafka's log.cleaner.*): compacts topics whose cleanup.policy holds "compact".
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Double.MAX_VALUE: unthrottled
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    log_cleaner_io_buffer_size: int = 512 * 1024
+    log_cleaner_backoff_ms: int = 15_000
     # -- security ----------------------------------------------------------------------------------
     # listeners: "NAME://host:port" (Kafka's listeners); empty: one PLAINTEXT listener on host:port.
     # A NAME that is not a protocol needs an entry "NAME:PROTOCOL" in listener_security_protocol_map.
@@ -106,6 +116,15 @@ class BrokerConfig:
         if self.queued_max_request_bytes < -1 or self.queued_max_request_bytes == 0:
             raise ConfigError("queued_max_request_bytes must be -1 (no limit) or > 0, "
                               f"got {self.queued_max_request_bytes}")
+        if self.offsets_topic_num_partitions < 1 or self.transaction_state_log_num_partitions < 1:
+            raise ConfigError("offsets_topic_num_partitions and transaction_state_log_num_partitions must be >= 1")
+        if self.log_cleaner_threads < 1 or self.log_cleaner_backoff_ms < 1 or self.log_cleaner_io_buffer_size < 1:
+            raise ConfigError("log_cleaner_threads, log_cleaner_backoff_ms and log_cleaner_io_buffer_size must be >= 1")
+        if self.log_cleaner_io_max_bytes_per_second <= 0:
+            raise ConfigError("log_cleaner_io_max_bytes_per_second must be > 0")
+        # Kafka's floor: the dedupe buffer must hold at least one entry per thread.
+        if self.log_cleaner_dedupe_buffer_size < 1024 * 1024 * self.log_cleaner_threads:
+            raise ConfigError("log_cleaner_dedupe_buffer_size must be at least 1 MiB per cleaner thread")
         if self.page_cache_bytes != -1 and self.page_cache_bytes < MIN_PAGE_CACHE_BYTES:
             raise ConfigError(f"page_cache_bytes must be -1 (no limit) or >= {MIN_PAGE_CACHE_BYTES}, "
                               f"got {self.page_cache_bytes}")
