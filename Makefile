@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kwire-installed
 
-.PHONY: demo demo-broker test lint pytest bench bench-broker generate clean
+.PHONY: demo demo-broker test test-tools lint pytest bench bench-broker generate clean
 
 $(STAMP): pyproject.toml setup.py src/kwire/protocol/records/_layout.c
 	$(PYTHON) -m venv $(VENV)
@@ -21,13 +21,17 @@ demo: $(STAMP)
 demo-broker: $(STAMP)
 	$(PY) tools/demo_broker.py
 
-# Every test, plus the lint and the generated-code drift check.
-test: lint pytest
+# Every test, plus the lint and the generated-code drift check.  The Debian tools the tests drive
+# (kcat, tcpdump, tshark) are installed first when missing.
+test: test-tools lint pytest
+
+test-tools:
+	bash tools/ensure_test_tools.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests tools benchmarks
 
-pytest: $(STAMP)
+pytest: $(STAMP) test-tools
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
