@@ -180,7 +180,7 @@ def test_create_topics_every_version(state, v):
     ({"partitions": 0}, InvalidPartitionsError.code),
     ({"configs": {"retention.ms": "soon"}}, 40),           # INVALID_CONFIG
     ({"configs": {"no.such.config": "1"}}, 40),
-    ({"configs": {"cleanup.policy": "compact"}}, 40),
+    ({"configs": {"cleanup.policy": "compact,bogus"}}, 40),
     ({"name": "a/b"}, InvalidTopicException.code),
     ({"replication": 3}, InvalidReplicationFactorError.code),
 ])
@@ -477,9 +477,9 @@ def test_unserved_api_without_error_field_closes(state):
     from kwire.broker.dispatch import CloseConnection, dispatch
     from kwire.protocol import encode_request
 
-    # (was CreateAcls, served since the broker has ACLs)
-    frame = encode_request(messages.AlterConfigsRequest(resources=[], validate_only=False), 1, 3)[4:]
-    with pytest.raises(CloseConnection, match="AlterConfigs"):
+    # (was CreateAcls, then AlterConfigs, served since the broker has ACLs and dynamic configs)
+    frame = encode_request(messages.AlterReplicaLogDirsRequest(dirs=[]), 1, 3)[4:]
+    with pytest.raises(CloseConnection, match="AlterReplicaLogDirs"):
         dispatch(state, frame, client_host="x", connection_id=1)
 
 

@@ -14,30 +14,17 @@ from pathlib import Path
 from kwire.protocol.errors import KafkaStorageError
 
 from .auth.security import BrokerSecurity
+from .broker_configs import DynamicBrokerConfigs
 from .config import BrokerConfig, new_cluster_id
 from .durability import GroupCommit
 from .storage import LogConfig, LogManager
 from .storage._files import atomic_write
+from .topic_configs import topic_log_config
 from .topics import META_DIR, TopicInfo, TopicRegistry
 
 __all__ = ["BrokerState", "PartitionWaiters"]
 
 logger = logging.getLogger("kwire.broker")
-
-# Topic configs a user may set, by Kafka's name -> (LogConfig field, parser).
-TOPIC_CONFIGS: dict[str, tuple[str, type]] = {
-    "segment.bytes": ("segment_bytes", int),
-    "segment.ms": ("segment_ms", int),
-    "retention.ms": ("retention_ms", int),
-    "retention.bytes": ("retention_bytes", int),
-    "segment.index.bytes": ("", int),  # accepted for compatibility, not used (indexes grow as needed)
-    "index.interval.bytes": ("index_interval_bytes", int),
-    "message.timestamp.type": ("message_timestamp_type", str),
-    "max.message.bytes": ("max_message_bytes", int),
-    "cleanup.policy": ("", str),       # "delete" is what kwire does; "compact" is refused
-    "min.insync.replicas": ("", int),  # one node: any value up to 1 holds
-}
-
 
 class PartitionWaiters:
     """Futures of long-polling fetches, woken when a partition gets new data."""
@@ -69,6 +56,11 @@ class BrokerState:
         self.data_dir = Path(config.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicRegistry(self.data_dir)
+        # Configs set by AlterConfigs on the broker: the cleaner's settings change self.config,
+        # the log.* defaults every topic's LogConfig (log_config_for); static_config stays as started.
+        self.static_config = config
+        self.dynamic_configs = DynamicBrokerConfigs(self.data_dir, config.node_id)
+        self.config = self.dynamic_configs.broker_config(config)
         self.cluster_id = self._load_cluster_id()
         self.logs = LogManager(self.data_dir, config.log,
                                configs={t: self.log_config_for(self.topics.get(t)) for t in self.topics.names()},
@@ -136,16 +128,16 @@ class BrokerState:
             self.logs.delete_topic(name)
 
     def log_config_for(self, info: TopicInfo | None) -> LogConfig:
-        """The broker's log settings with the topic's overrides applied."""
-        base = self.config.log
-        if info is None or not info.configs:
-            return base
-        changes = {}
-        for key, value in info.configs.items():
-            target, parse = TOPIC_CONFIGS.get(key, ("", str))
-            if target:
-                changes[target] = parse(value)
-        return base.with_(**changes) if changes else base
+        """The topic's LogConfig: static log settings <- dynamic broker configs <- topic overrides."""
+        return topic_log_config(self.config.log, self.dynamic_configs.merged(), info.configs if info else {})
+
+    def refresh_log_configs(self, topics: list[str] | None = None) -> None:
+        """Recompute the LogConfig of these topics (default: all) into their open partitions,
+        after a dynamic config change: it applies from the next append or retention pass."""
+        for name in self.topics.names() if topics is None else topics:
+            info = self.topics.get(name)
+            if info is not None:
+                self.logs.set_topic_config(name, self.log_config_for(info))
 
     def close(self, *, clean: bool = True) -> None:
         if self._closed:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
-    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -17,40 +16,12 @@ from kwire.protocol.errors import (
 )
 
 from ..auth.acls import AclOperation, ResourceType
-from ..state import TOPIC_CONFIGS
 from ..storage import validate_topic_name
-from .configs import topic_config_entries
+from .configs import check_topic_configs, topic_config_entries
 from .registry import handler
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 MAX_PARTITIONS = 100_000  # a sanity bound: each partition is a directory with open files
-
-
-def check_topic_configs(broker, configs: dict[str, str | None]) -> dict[str, str]:
-    """Validate topic config overrides by Kafka's names; INVALID_CONFIG naming the bad one."""
-    clean: dict[str, str] = {}
-    for key, value in configs.items():
-        if key not in TOPIC_CONFIGS:
-            raise InvalidConfigError(f"unknown or unsupported topic config {key!r}")
-        if value is None:
-            continue
-        target, parse = TOPIC_CONFIGS[key]
-        if parse is int:
-            try:
-                int(value)
-            except ValueError:
-                raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
-        if key == "cleanup.policy" and value != "delete":
-            raise InvalidConfigError(f"cleanup.policy {value!r} is not supported (kwire deletes by retention)")
-        if key == "min.insync.replicas" and int(value) > 1:
-            raise InvalidConfigError(f"min.insync.replicas {value} is more than this single broker can hold")
-        if target:
-            try:
-                broker.config.log.with_(**{target: parse(value)})
-            except ValueError as exc:
-                raise InvalidConfigError(f"{key}: {exc}") from None
-        clean[key] = value
-    return clean
 
 
 def _check_partitions(broker, name: str, count: int, replication: int, assignments: list[list[int]]) -> None:
@@ -122,7 +93,7 @@ def handle_create_topics(ctx, request):
                 result.topic_id = info.topic_id
             result.configs = [R.CreatableTopicResult.CreatableTopicConfigs(
                 name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                is_sensitive=False) for e in topic_config_entries(broker, info.configs if info else configs)]
+                is_sensitive=e.sensitive) for e in topic_config_entries(broker, info.configs if info else configs)]
         except KafkaError as exc:
             result.error_code, result.error_message = exc.code, str(exc)
         results.append(result)

@@ -81,6 +81,27 @@ class LogManager:
             os.close(self._lock_fd)
             raise
         self._closed = False
+        self.cleaner = None  # a LogCleaner once start_cleaner() ran
+
+    def start_cleaner(self, config=None, *, clock=None):
+        """Start the log cleaner's threads (Kafka starts its LogCleaner with the LogManager) for
+        the compacted partitions; ``config`` a ``CleanerConfig``.  Returns the ``LogCleaner``
+        (stopped by ``close()``).  With ``config.enable`` false nothing runs, but the returned
+        cleaner's ``clean_once`` still works."""
+        from .cleaner import LogCleaner  # cleaner.py imports this module's types
+
+        with self._lock:
+            self._check_open()
+            if self.cleaner is None:
+                self.cleaner = LogCleaner(self, config) if clock is None else LogCleaner(self, config, clock=clock)
+            self.cleaner.start()
+            return self.cleaner
+
+    def stop_cleaner(self) -> None:
+        """Stop the cleaner's threads; a clean under way is aborted, or finishes its swap."""
+        cleaner = self.cleaner
+        if cleaner is not None:
+            cleaner.stop()
 
     def _open(self) -> None:
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
@@ -133,6 +154,16 @@ class LogManager:
             fsync_dir(self.data_dir)
             self._logs[key] = log
             return log
+
+    def set_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Give ``topic``'s open partitions (and those created later) ``config``: a dynamic config
+        change, read from the next append, roll or retention pass on."""
+        with self._lock:
+            self._check_open()
+            self._topic_configs[topic] = config
+            for (name, _), log in self._logs.items():
+                if name == topic:
+                    log.set_config(config)  # under the partition's lock
 
     def get(self, topic: str, partition: int) -> PartitionLog:
         with self._lock:
@@ -202,6 +233,8 @@ class LogManager:
         ``clean=False`` closes the files without flushing or writing the marker (after an I/O
         error, or to simulate a crash): the next open recovers from the recovery points.
         """
+        # First, and without our lock: a cleaner thread takes it to list the partitions.
+        self.stop_cleaner()
         with self._lock:
             if self._closed:
                 return
