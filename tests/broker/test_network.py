@@ -413,3 +413,108 @@ def test_a_half_closed_connection_still_has_its_requests_served_and_answered(bro
         s.close()
     log = broker.call(broker.state.logs.get, topic, 0)
     assert broker.call(lambda: log.log_end_offset) == 50  # 5 batches of 10 records
+
+
+# -- per-connection problems in the log: a flood is summarised ------------------------------------
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _problem_log(caplog, **kw):
+    from kwire.broker.log_limiter import ProblemLog
+
+    caplog.set_level(logging.INFO, logger="test.problems")
+    clock = _Clock()
+    return ProblemLog(logging.getLogger("test.problems"), clock=clock, **kw), clock
+
+
+def _logged(caplog, name: str = "test.problems") -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == name]
+
+
+def test_problem_log_writes_a_few_of_each_kind_in_full_then_a_count(caplog):
+    problems, clock = _problem_log(caplog, burst=3, interval_s=10)
+    for i in range(50):
+        problems.log(logging.WARNING, "bad frame", "frame %d", i)
+        if i % 5 == 0:
+            problems.log(logging.INFO, "left", "left %d", i)
+        clock.now += 0.1  # 50 problems in 5 s: one interval
+    assert _logged(caplog) == ["frame 0", "left 0", "frame 1", "frame 2", "left 5", "left 10"]
+    clock.now += 5
+    problems.flush()
+    assert _logged(caplog)[6:] == ["... and 47 more like it (bad frame) in the last 10 s",
+                                   "... and 7 more like it (left) in the last 10 s"]
+    # The summary takes the level of what it counts.
+    assert [r.levelno for r in caplog.records[6:]] == [logging.WARNING, logging.INFO]
+    # A new interval starts with lines in full again; nothing more to summarise: nothing written.
+    problems.log(logging.WARNING, "bad frame", "frame again")
+    clock.now += 20
+    problems.flush()
+    assert _logged(caplog)[8:] == ["frame again"]
+
+
+def test_problem_log_summarises_an_ended_interval_before_the_next_problem_and_at_close(caplog):
+    problems, clock = _problem_log(caplog, burst=1, interval_s=10)
+    for _ in range(4):
+        problems.log(logging.WARNING, "bad frame", "frame")
+    clock.now += 12
+    problems.log(logging.WARNING, "bad frame", "frame later")  # no flush in between: the count comes first
+    problems.log(logging.WARNING, "bad frame", "frame later")
+    clock.now += 2
+    problems.close()  # at shutdown: what is still counted, over the time it covers
+    assert _logged(caplog) == ["frame", "... and 3 more like it (bad frame) in the last 10 s", "frame later",
+                               "... and 1 more like it (bad frame) in the last 2 s"]
+
+
+def test_problem_log_writes_the_count_from_the_event_loop_when_the_interval_ends(caplog):
+    import asyncio
+
+    from kwire.broker.log_limiter import ProblemLog
+
+    caplog.set_level(logging.INFO, logger="test.problems")
+
+    async def flood() -> None:
+        problems = ProblemLog(logging.getLogger("test.problems"), burst=2, interval_s=0.05)
+        for i in range(10):
+            problems.log(logging.WARNING, "bad frame", "frame %d", i)
+        for _ in range(100):  # bounded: the timer fires after 0.05 s
+            if len(_logged(caplog)) == 3:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(flood())
+    assert _logged(caplog) == ["frame 0", "frame 1", "... and 8 more like it (bad frame) in the last 0.05 s"]
+
+
+def test_a_flood_of_bad_connections_logs_a_bounded_number_of_lines_with_the_counts(tmp_path, caplog):
+    """120 bad connections of two kinds: ten lines of each in full, then one line with the count
+    of the rest of each; and the broker still serves."""
+    from kwire.broker.log_limiter import DEFAULT_BURST
+
+    caplog.set_level(logging.INFO, logger="kwire.broker.network")
+    with EmbeddedBroker(tmp_path / "data", max_request_size=1 << 20) as b:
+        problems = b.broker._connections.problems
+        clock = _Clock()
+        b.call(setattr, problems, "clock", clock)  # the flood in one interval, however slow the machine
+        for i in range(120):
+            with _connect(b.port) as s:
+                # Half send a negative size (a bad frame), half an unknown api key (a refused request).
+                s.sendall(struct.pack(">i", -5) if i % 2 else struct.pack(">ihhi", 8, 999, 0, 1))
+                assert _closed_by_peer(s)
+        wait_for(lambda: b.call(lambda: not b.broker._connections.open), "the bad connections to be closed")
+        assert _healthy(b.port)
+        clock.now += 10
+        b.call(problems.flush)
+        lines = _logged(caplog, "kwire.broker.network")
+    frames = [m for m in lines if "closing connection" in m and "negative frame size" in m]
+    refused = [m for m in lines if "closing connection" in m and "unknown api key 999" in m]
+    assert len(frames) == len(refused) == DEFAULT_BURST
+    summaries = [m for m in lines if m.startswith("... and")]
+    assert sorted(summaries) == [f"... and {60 - DEFAULT_BURST} more like it (bad frame) in the last 10 s",
+                                 f"... and {60 - DEFAULT_BURST} more like it (refused request) in the last 10 s"]
+    assert len([m for m in lines if "closing connection" in m or m.startswith("...")]) == 2 * DEFAULT_BURST + 2

@@ -85,7 +85,8 @@ class Broker:
                 if listener.ssl_context is None:
                     return connection()
                 # The broker runs the handshake, so that a failed one is logged (tls_handshake.py).
-                return TlsHandshake(connection, listener.ssl_context, listener.name)
+                return TlsHandshake(connection, listener.ssl_context, listener.name,
+                                    problems=self._connections.problems)
 
             server = await loop.create_server(accept, spec.host or None, spec.port, reuse_address=True, backlog=1024)
             self._servers.append(server)

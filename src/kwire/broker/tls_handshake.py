@@ -18,6 +18,8 @@ import re
 import ssl
 from collections.abc import Callable
 
+from .log_limiter import ProblemLog
+
 __all__ = ["HANDSHAKE_TIMEOUT_S", "TlsHandshake"]
 
 logger = logging.getLogger("kwire.broker.network")
@@ -29,8 +31,9 @@ class TlsHandshake(asyncio.Protocol):
     """Stands in for the broker's protocol until the TLS handshake is done."""
 
     def __init__(self, make_protocol: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext, listener: str,
-                 timeout: float = HANDSHAKE_TIMEOUT_S):
+                 timeout: float = HANDSHAKE_TIMEOUT_S, problems: ProblemLog | None = None):
         self._make_protocol = make_protocol
+        self._problems = problems if problems is not None else ProblemLog(logger)  # the broker's: a flood of failures is summarised
         self._context = context
         self._listener = listener
         self._timeout = timeout
@@ -58,15 +61,18 @@ class TlsHandshake(asyncio.Protocol):
                 transport, protocol, self._context, server_side=True,  # type: ignore[arg-type]
                 ssl_handshake_timeout=self._timeout)
         except ssl.SSLError as exc:
-            logger.warning("TLS handshake with %s on listener %s failed: %s", where, self._listener, _reason(exc))
+            self._problems.log(logging.WARNING, "failed TLS handshake", "TLS handshake with %s on listener %s failed: %s",
+                               where, self._listener, _reason(exc))
             return
         except (asyncio.TimeoutError, TimeoutError):
-            logger.warning("TLS handshake with %s on listener %s failed: no handshake within %g s", where,
-                           self._listener, self._timeout)
+            self._problems.log(logging.WARNING, "TLS handshake timeout",
+                               "TLS handshake with %s on listener %s failed: no handshake within %g s", where,
+                               self._listener, self._timeout)
             return
         except (OSError, ConnectionError) as exc:
-            logger.info("TLS handshake with %s on listener %s failed: the connection ended (%s)", where,
-                        self._listener, str(exc) or type(exc).__name__)
+            self._problems.log(logging.INFO, "TLS handshake cut short",
+                               "TLS handshake with %s on listener %s failed: the connection ended (%s)", where,
+                               self._listener, str(exc) or type(exc).__name__)
             return
         except asyncio.CancelledError:
             transport.close()
