@@ -4,6 +4,7 @@
 * ``PartitionLog``: append / read (``FileSlice`` ranges for sendfile) / offsets / retention.
 * ``LogSegment``: one ``.log`` file with its ``.index`` and ``.timeindex``.
 * ``load_partition``: startup loading and crash recovery.
+* ``LogCleaner`` / ``Cleaner``: log compaction of partitions with cleanup.policy=compact.
 * ``ProducerStateManager``: producers' sequences and open transactions per partition
   (``PartitionLog.producer_state``); ``TransactionIndex``: a segment's aborted transactions.
 
@@ -11,6 +12,7 @@ Errors are ``kwire.protocol.errors`` Kafka errors (``OffsetOutOfRangeError``,
 ``CorruptMessageError``, ``UnknownTopicOrPartitionError``...), so handlers map them to codes.
 """
 
+from .cleaner import Cleaner, CleanerConfig, CleanResult, LogCleaner
 from .config import CREATE_TIME, LOG_APPEND_TIME, LogConfig
 from .loader import LoadedLog, load_partition
 from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, PartitionLog
@@ -22,6 +24,10 @@ from .txn_index import AbortedTxn, TransactionIndex
 __all__ = [
     "AbortedTxn",
     "CLEAN_SHUTDOWN_FILE",
+    "CleanResult",
+    "Cleaner",
+    "CleanerConfig",
+    "LogCleaner",
     "CREATE_TIME",
     "EARLIEST_TIMESTAMP",
     "FileSlice",

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 __all__ = [
-    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "TXNINDEX_SUFFIX", "DELETED_SUFFIX", "STRAY_SUFFIXES",
+    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "TXNINDEX_SUFFIX", "DELETED_SUFFIX", "CLEANED_SUFFIX",
+    "SWAP_SUFFIX", "STRAY_SUFFIXES",
     "segment_path", "offset_from_name", "fsync_dir", "atomic_write",
 ]
 
@@ -15,9 +16,13 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 TXNINDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
-# Leftovers of interrupted work: our temp files and deletions, and Kafka's cleaner/swap files
-# (we never write those, but a data dir copied from Kafka may hold them).
-STRAY_SUFFIXES = (".tmp", DELETED_SUFFIX, ".cleaned", ".swap")
+# The log cleaner's output, as Kafka names it: written as ``.cleaned``, renamed to ``.swap``
+# once complete, then to the final names after the segments it replaces are deleted.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+# Leftovers of interrupted work: our temp files and deletions, and a clean that never reached
+# its swap.  (``.swap`` files are not strays: the loader completes their swap.)
+STRAY_SUFFIXES = (".tmp", DELETED_SUFFIX, CLEANED_SUFFIX)
 
 
 def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:

@@ -1,7 +1,11 @@
 """Opening a partition directory at startup (Kafka's LogLoader).
 
-* Stray files of interrupted work (``.tmp``, ``.deleted``, ``.cleaned``, ``.swap``) and index
-  files without a ``.log`` are removed.
+* A log cleaner's swap interrupted by a crash is completed (Kafka's LogLoader): a
+  ``<base>.log.swap`` is a cleaned segment whose old segments were being replaced; the old
+  segments it covers (bases in ``[base, its end)``) are deleted and the ``.swap`` files take
+  the final names.  A clean that never reached its ``.log.swap`` left ``.cleaned`` files: removed.
+* Stray files of interrupted work (``.tmp``, ``.deleted``, ``.cleaned``, index ``.swap`` files
+  without their ``.log.swap``) and index files without a ``.log`` are removed.
 * Every segment is opened; a missing or corrupt index (or a torn tail) gets the segment
   recovered, which rebuilds its indexes.
 * Recovery does not cap a batch's size by max.message.bytes (Kafka does): lowering that
@@ -26,10 +30,12 @@ from ._files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     STRAY_SUFFIXES,
+    SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     fsync_dir,
     offset_from_name,
+    segment_path,
 )
 from .checkpoint import CorruptCheckpointError, PartitionCheckpoint, read_checkpoint, write_checkpoint
 from .config import LogConfig
@@ -58,6 +64,7 @@ def load_partition(directory: Path, config: LogConfig, *, clean_shutdown: bool) 
         findings.append(message)
         logger.warning("%s: %s", directory.name, message)
 
+    _complete_swaps(directory, config, report)
     _remove_strays(directory, report)
 
     try:
@@ -138,13 +145,53 @@ def _recover_unflushed(segments: list[LogSegment], first: int, report) -> None:
             return
 
 
+_SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX)
+
+
+def _complete_swaps(directory: Path, config: LogConfig, report) -> None:
+    """Finish the cleaner's swaps a crash interrupted (see ``PartitionLog.replace_segments``).
+
+    The ``.log.swap`` rename is the clean's commit point: its indexes were renamed to ``.swap``
+    before it.  Past it, the old segments may be partly deleted and some ``.swap`` files may
+    already have their final names.  The swap segment is validated and its offset and time
+    indexes rebuilt; it ends where the old segments it replaces ended (the cleaner makes sure),
+    so every ``.log`` whose base is in ``[base, end)`` is an old one."""
+    swaps = sorted(b for p in directory.iterdir()
+                   if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and (b := offset_from_name(p)) is not None)
+    for base in swaps:
+        had_swap = {suffix: segment_path(directory, base, suffix + SWAP_SUFFIX).exists() for suffix in _SEGMENT_SUFFIXES}
+        swap = LogSegment(directory, base, index_interval_bytes=config.index_interval_bytes, file_suffix=SWAP_SUFFIX)
+        try:
+            swap.recover()
+            end = swap.next_offset
+        finally:
+            swap.close()
+        replaced = sorted(b for p in directory.iterdir()
+                          if p.name.endswith(LOG_SUFFIX) and (b := offset_from_name(p)) is not None and base <= b < end)
+        for old in replaced:
+            for suffix in _SEGMENT_SUFFIXES:
+                if old == base and suffix == TXNINDEX_SUFFIX and not had_swap[suffix]:
+                    continue  # already renamed: the final name is the cleaned segment's
+                segment_path(directory, old, suffix).unlink(missing_ok=True)
+        fsync_dir(directory)
+        for suffix in _SEGMENT_SUFFIXES:  # indexes first, the .log last
+            swapped = segment_path(directory, base, suffix + SWAP_SUFFIX)
+            if suffix == TXNINDEX_SUFFIX and not had_swap[suffix]:
+                swapped.unlink()  # made empty by opening the segment; the renamed one is kept
+            else:
+                os.replace(swapped, segment_path(directory, base, suffix))
+        fsync_dir(directory)
+        report(f"completed the log cleaner's swap of segment {base} (offsets {base}-{end - 1}), replacing "
+               f"{len(replaced)} old segment(s)")
+
+
 def _remove_strays(directory: Path, report) -> None:
     removed = False
     logs = {p.name[:-len(LOG_SUFFIX)] for p in directory.iterdir() if p.name.endswith(LOG_SUFFIX)}
     for path in sorted(directory.iterdir()):
         if not path.is_file():
             continue
-        if path.name.endswith(STRAY_SUFFIXES):
+        if path.name.endswith(STRAY_SUFFIXES + (SWAP_SUFFIX,)):  # swaps are complete by now
             report(f"removed leftover file {path.name}")
         elif path.suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX) and offset_from_name(path) is not None \
                 and path.name[:-len(path.suffix)] not in logs:

@@ -27,11 +27,13 @@ import os
 import re
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from kwire.protocol.errors import KafkaStorageError, OffsetOutOfRangeError
 from kwire.protocol.records import ControlRecordType, build_control_batch
 
+from ._files import CLEANED_SUFFIX, SWAP_SUFFIX, fsync_dir
 from .checkpoint import PartitionCheckpoint, write_checkpoint
 from .config import LogConfig
 from .index import INT32_MAX
@@ -42,7 +44,7 @@ from .segment import FileSlice, LogSegment
 from .txn_index import AbortedTxn
 from .validation import prepare_append
 
-__all__ = ["PartitionLog", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP", "parse_partition_dir"]
+__all__ = ["PartitionLog", "CleaningView", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP", "parse_partition_dir"]
 
 # ListOffsets' special timestamps.
 LATEST_TIMESTAMP = -1
@@ -62,6 +64,19 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class CleaningView:
+    """A partition as the log cleaner sees it at one instant (``PartitionLog.cleaning_view``)."""
+
+    config: LogConfig
+    segments: tuple[LogSegment, ...]  # every segment but the active one
+    active_base: int
+    log_start_offset: int
+    last_stable_offset: int
+    # producer id -> last offset of its last data batch: those batches stay, even emptied
+    last_batch_of_producer: dict[int, int]
 
 
 class PartitionLog:
@@ -164,6 +179,16 @@ class PartitionLog:
         flush may never have reached the disk."""
         return self._dropped
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def set_config(self, config: LogConfig) -> None:
+        """A dynamic config change (AlterConfigs): appends, rolls, retention and the cleaner use
+        ``config`` from the next call on."""
+        with self._lock:
+            self.config = config
+
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaStorageError(f"partition log {self.name} is closed")
@@ -195,7 +220,7 @@ class PartitionLog:
             now = _now_ms() if now_ms is None else now_ms
             prepared = prepare_append(batch_bytes, next_offset=self.log_end_offset, config=self.config,
                                       leader_epoch=leader_epoch, now_ms=now, allow_control=allow_control,
-                                      reuse_buffer=reuse_buffer)
+                                      reuse_buffer=reuse_buffer, partition=self.name)
             check = self.producer_state.check_append(prepared.data, now, headers=prepared.headers)
             if check.duplicate is not None:
                 return check.duplicate
@@ -387,14 +412,18 @@ class PartitionLog:
         """Delete the oldest segments that break retention.ms or retention.bytes (Kafka's
         rules: a segment expires when its largest timestamp is older than retention.ms; by
         size, drop oldest segments while the log stays at or above retention.bytes without
-        them).  The active segment can go too: a fresh one is rolled first.  Returns the base
-        offsets deleted."""
+        them), only when cleanup.policy holds "delete".  The active segment can go too: a fresh
+        one is rolled first.  Returns the base offsets deleted."""
         with self._lock:
             self._check_open()
             now = _now_ms() if now_ms is None else now_ms
             # Producer expiry rides on the periodic retention pass (Kafka runs it on a timer).
             self.producer_state.remove_expired(now)
             retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+            if not self.config.delete:
+                # cleanup.policy=compact: no retention by time or size, only the segments below
+                # the log start offset go (Kafka's deleteOldSegments does the same).
+                retention_ms = retention_bytes = -1
             excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else 0
             doomed = 0
             segments = self._segments
@@ -463,6 +492,66 @@ class PartitionLog:
             self._checkpoint()
             # Forget the removed batches' sequences: rebuild from a snapshot and the log.
             self._load_producer_state()
+
+    # -- cleaning (see cleaner.py) -----------------------------------------------------------
+    def cleaning_view(self) -> CleaningView | None:
+        """What the log cleaner needs to pick and clean this log, read at one instant under the
+        lock; None when the log is closed.  The segments listed are immutable (never the
+        active one), so the cleaner reads them without the lock."""
+        with self._lock:
+            if self._closed:
+                return None
+            last_data = {pid: e.last_offset for pid, e in self.producer_state.producers.items() if e.batches}
+            return CleaningView(self.config, tuple(self._segments[:-1]), self._segments[-1].base_offset,
+                                self._log_start_offset, self.last_stable_offset, last_data)
+
+    def duplicate_descriptors(self, segments: list[LogSegment]) -> list[int] | None:
+        """Duplicates of the ``.log`` descriptors of ``segments`` (the caller closes them), or None
+        if the log is closed or one of them is no longer part of it: the cleaner reads through
+        these, so a close or deletion meanwhile can't hand it another file under the same number."""
+        with self._lock:
+            if self._closed or not all(any(s is t for t in self._segments) for s in segments):
+                return None
+            return [os.dup(s.log_fd()) for s in segments]
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment, *, hook=None) -> bool:
+        """Put the cleaned segment ``new`` (files ``*.cleaned``, fsynced, covering exactly the
+        offsets of ``old``) in place of the consecutive segments ``old`` (Kafka's
+        UnifiedLog.replaceSegments).  False, changing nothing, when the log was closed or ``old``
+        is no longer what the log holds (retention, DeleteRecords or a truncation ran meanwhile).
+
+        Crash safety, Kafka's order: the ``.cleaned`` files become ``.swap`` (indexes first, the
+        ``.log`` last: that rename commits the clean), the old segments are deleted, then the
+        ``.swap`` files take the final names.  The loader completes a swap it finds half done.
+        ``hook(step)`` is called after each step (tests stop a process there)."""
+        with self._lock:
+            if self._closed:
+                return False
+            try:
+                i = next(n for n, s in enumerate(self._segments) if s is old[0])
+            except StopIteration:
+                return False
+            if len(self._segments) - 1 < i + len(old) or \
+                    any(a is not b for a, b in zip(self._segments[i:i + len(old)], old, strict=True)):
+                return False
+            new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            fsync_dir(self.dir)
+            if hook:
+                hook("swap")
+            for n, segment in enumerate(old):
+                segment.delete()
+                if hook and n == 0:
+                    hook("delete-first")
+            fsync_dir(self.dir)
+            if hook:
+                hook("deleted")
+            new.change_file_suffixes(SWAP_SUFFIX, "")
+            fsync_dir(self.dir)
+            self._segments[i:i + len(old)] = [new]
+            self._bases[i:i + len(old)] = [new.base_offset]
+            if hook:
+                hook("renamed")
+            return True
 
     # -- durability -------------------------------------------------------------------------
     def flush(self) -> None:

@@ -110,14 +110,17 @@ class LogSegment:
     entry) or ``recover()``-ed (full validation) before use.
     """
 
-    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int = 4096):
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int = 4096,
+                 file_suffix: str = ""):
         self.dir = Path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = segment_path(self.dir, base_offset, LOG_SUFFIX)
-        self.index_path = segment_path(self.dir, base_offset, INDEX_SUFFIX)
-        self.timeindex_path = segment_path(self.dir, base_offset, TIMEINDEX_SUFFIX)
-        self.txnindex_path = segment_path(self.dir, base_offset, TXNINDEX_SUFFIX)
+        # ``file_suffix``: the log cleaner writes its output as ``<base>.log.cleaned`` etc. and
+        # renames it into place (``change_file_suffixes``), as Kafka's cleaner does.
+        self.log_path = segment_path(self.dir, base_offset, LOG_SUFFIX + file_suffix)
+        self.index_path = segment_path(self.dir, base_offset, INDEX_SUFFIX + file_suffix)
+        self.timeindex_path = segment_path(self.dir, base_offset, TIMEINDEX_SUFFIX + file_suffix)
+        self.txnindex_path = segment_path(self.dir, base_offset, TXNINDEX_SUFFIX + file_suffix)
         # Not O_APPEND: appends pwrite at our own size, so a failed write can be cut off again.
         self._file: _SharedFile | None = _SharedFile(os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
         self.offset_index = OffsetIndex(self.index_path, base_offset)
@@ -163,6 +166,12 @@ class LogSegment:
         if self._max_timestamp >= 0:
             return self._max_timestamp
         return os.stat(self.log_path).st_mtime_ns // 1_000_000
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp, -1 if unknown (the cleaner's max.compaction.lag.ms
+        measures a segment's age by it, as Kafka's getFirstBatchTimestamp)."""
+        return -1 if self._rolling_timestamp is None else self._rolling_timestamp
 
     def roll_age_ms(self, now_ms: int, timestamp: int = -1) -> int:
         """How long this segment has been filling, for ``segment_ms``.
@@ -553,6 +562,25 @@ class LogSegment:
         self._bytes_since_index_entry = self._size - self.offset_index.last_position
         self._load_rolling_timestamp()
         return removed
+
+    @property
+    def files(self) -> tuple[Path, Path, Path, Path]:
+        """The segment's four files: the indexes first, the ``.log`` last (the cleaner's swap
+        renames them in this order, so a ``.log.swap`` means its indexes were renamed before it)."""
+        return self.index_path, self.timeindex_path, self.txnindex_path, self.log_path
+
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename the four files from ``<name><old>`` to ``<name><new>`` (Kafka's
+        LogSegment.changeFileSuffixes), in ``files`` order.  Open descriptors stay valid."""
+        renamed = []
+        for path in self.files:
+            if not path.name.endswith(old):
+                raise ValueError(f"{path.name} does not end with {old!r}")
+            target = path.with_name(path.name[:len(path.name) - len(old)] + new)
+            os.replace(path, target)
+            renamed.append(target)
+        self.index_path, self.timeindex_path, self.txnindex_path, self.log_path = renamed
+        self.offset_index.path, self.time_index.path, self.txn_index.path = renamed[:3]
 
     def close(self) -> None:
         if self._file is not None:

@@ -59,7 +59,7 @@ class PreparedAppend:
 
 def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, config: LogConfig,
                    leader_epoch: int, now_ms: int, allow_control: bool = False,
-                   reuse_buffer: bool = False) -> PreparedAppend:
+                   reuse_buffer: bool = False, partition: str = "") -> PreparedAppend:
     """Validate every batch of ``data`` and assign offsets from ``next_offset`` (written by
     ``stamp()``, not here: ``data`` is only read).
 
@@ -71,12 +71,15 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
     ``CorruptMessageError`` (bad CRC/length, truncated, no batch), ``UnsupportedForMessageFormatError``
     (magic 0/1: not accepted yet), ``MessageTooLargeError`` (a batch over max.message.bytes),
     ``RecordListTooLargeError`` (all batches over segment.bytes), ``InvalidRecordError``
-    (empty batch, offset deltas not 0..n-1, control batch from a client).
+    (empty batch, offset deltas not 0..n-1, control batch from a client, a record without a
+    key for a compacted log: ``partition`` names it in the message).
     """
     n = len(data)
     if n == 0:
         raise CorruptMessageError("the produce request holds no record batch")
     append_time = now_ms if config.log_append_time else None
+    # Only a compacted log decodes records (to see their keys); the others read headers only.
+    compacted = config.compact
     max_message_bytes = config.max_message_bytes
     headers: list[BatchHeader] = []
     max_timestamp = -1
@@ -108,6 +111,8 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
                                      f"does not match {count} records")
         if header.is_control and not allow_control:
             raise InvalidRecordError(f"batch at position {pos} is a control batch; clients may not write those")
+        if compacted and not header.is_control:
+            _check_keys(batch, pos, partition)
         if append_time is not None:
             header = header._replace(max_timestamp=append_time)
         headers.append(header)
@@ -123,3 +128,17 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
     else:
         buf = bytearray(data)  # bytes are immutable, and a caller's buffer stays as it was
     return PreparedAppend(buf, next_offset, offset - 1, max_timestamp, leader_epoch, append_time, tuple(headers))
+
+
+def _check_keys(batch: RecordBatch, pos: int, partition: str) -> None:
+    """Kafka's LogValidator: a compacted topic refuses a record without a key (the cleaner
+    could never keep or remove it by key), the whole batch with it."""
+    try:
+        records = batch.records()
+    except CorruptRecordError as exc:
+        raise CorruptMessageError(f"batch at position {pos}: {exc}") from None
+    for record in records:
+        if record.key is None:
+            raise InvalidRecordError(f"Compacted topic cannot accept message without key in topic partition "
+                                     f"{partition} (record at offset delta {record.offset - batch.base_offset} of the "
+                                     f"batch at position {pos})")

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from ..errors import CorruptRecordError
 from ..primitives import INT32
 from .batch import (
+    DELETE_HORIZON_BIT,
     HEADER_SIZE,
     HEADER_STRUCT,
     RecordBatch,
@@ -43,6 +44,7 @@ __all__ = [
     "ControlRecord",
     "ControlRecordType",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "DELETE_HORIZON_BIT",
     "HEADER_SIZE",
     "HEADER_STRUCT",
     "LegacyMessageSetBuilder",

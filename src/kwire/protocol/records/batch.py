@@ -52,6 +52,7 @@ __all__ = [
     "build_control_batch",
     "HEADER_SIZE",
     "HEADER_STRUCT",
+    "DELETE_HORIZON_BIT",
 ]
 
 _WHAT = "record batch v2"
@@ -79,6 +80,9 @@ _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
 _DELETE_HORIZON_BIT = 0x40
+# KIP-534: a log cleaner that keeps tombstones or transaction markers sets this attributes bit
+# and stores the time they may be removed (the delete horizon) as the batch's base timestamp.
+DELETE_HORIZON_BIT = _DELETE_HORIZON_BIT
 
 # The smallest record: 1-byte length and six 1-byte fields (attributes, timestamp delta,
 # offset delta, key length, value length, header count).  Bounds a forged record count.

@@ -1,0 +1,246 @@
+"""What the log cleaner keeps of one stored batch (Kafka's MemoryRecords.filterTo with the
+cleaner's RecordFilter, and CleanedTransactionMetadata for transactions).
+
+For every batch of the segments being cleaned, ``BatchFilter.filter`` returns the bytes to
+write in its place, or None to drop it:
+
+* a data record stays if it is the latest of its key (the dedupe map says so), or lies past
+  what the map covers; a record without a key goes; a tombstone (null value) stays until the
+  batch's delete horizon (KIP-534) has passed, the horizon being set, as in Kafka 3+, the first
+  time a clean keeps the tombstone: ``now + delete.retention.ms`` as the batch's base timestamp
+  with the DELETE_HORIZON attributes bit;
+* records of aborted transactions go (the aborts come from the ``.txnindex``);
+* a commit/abort marker stays while data of its transaction is still in the log; once none is
+  left it gets a delete horizon, and goes once that has passed;
+* the last batch of every producer still known to the producer state stays, emptied if none
+  of its records is kept, so its sequence numbers survive (Kafka's RETAIN_EMPTY);
+* a batch that keeps all its records (and needs no horizon) is copied as it is; otherwise it is
+  rebuilt in its own codec with its base offset, producer id/epoch, base sequence, leader epoch
+  and timestamp type.  Unlike Kafka, a rebuilt batch keeps its last offset delta: the batch still
+  spans its original offsets, so readers move past the removed ones and the producer's last
+  sequence is the one it wrote.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from crc32c import crc32c
+
+from kwire.protocol.primitives import varint, varlong
+from kwire.protocol.records import (
+    DELETE_HORIZON_BIT,
+    HEADER_STRUCT,
+    ControlRecordType,
+    RecordBatch,
+    compress,
+)
+
+from .offset_map import OffsetMap
+from .txn_index import AbortedTxn
+
+__all__ = ["BatchFilter", "TransactionTracker", "FilterStats", "encode_batch", "empty_batch"]
+
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+_COMPRESSION_MASK = 0x07
+
+
+class TransactionTracker:
+    """Which transactions the batches read so far belong to (Kafka's CleanedTransactionMetadata).
+
+    Fed the aborted transactions of the range being read, in order of first offset, it says of
+    each data batch whether it belongs to an aborted transaction, and of each marker whether it
+    can go: an abort marker once the pass saw no data of its transaction, a commit marker once
+    the pass saw no batch of it.
+    """
+
+    def __init__(self, aborted: Sequence[AbortedTxn] = ()):
+        self._pending = deque(sorted(aborted, key=lambda t: t.first_offset))
+        self._aborted: dict[int, bool] = {}  # producer id -> whether data of the abort was seen
+        self._committed: set[int] = set()
+
+    def _consume_up_to(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[0].first_offset <= offset:
+            self._aborted[pending.popleft().producer_id] = False
+
+    def on_batch(self, batch: RecordBatch) -> bool:
+        """Whether the data batch belongs to an aborted transaction (its records go)."""
+        self._consume_up_to(batch.last_offset)
+        if not batch.is_transactional:
+            return False
+        pid = batch.producer_id
+        if pid in self._aborted:
+            self._aborted[pid] = True
+            return True
+        self._committed.add(pid)
+        return False
+
+    def on_marker(self, batch: RecordBatch, kind: int | None) -> bool:
+        """Whether the control batch can go (its transaction has no data left)."""
+        self._consume_up_to(batch.last_offset)
+        pid = batch.producer_id
+        if kind == ControlRecordType.ABORT:
+            return not self._aborted.pop(pid, False)
+        if kind == ControlRecordType.COMMIT:
+            if pid in self._committed:
+                self._committed.discard(pid)
+                return False
+            return True
+        return kind is None  # an empty control batch can go; other control records stay
+
+
+class FilterStats:
+    """What a clean did, for the cleaner's log line."""
+
+    __slots__ = ("records_read", "records_removed", "batches_rewritten", "bytes_read", "bytes_written",
+                 "min_delete_horizon")
+
+    def __init__(self) -> None:
+        self.records_read = self.records_removed = self.batches_rewritten = 0
+        self.bytes_read = self.bytes_written = 0
+        self.min_delete_horizon: int | None = None  # earliest horizon still ahead in what was written
+
+    def horizon(self, ms: int) -> None:
+        if self.min_delete_horizon is None or ms < self.min_delete_horizon:
+            self.min_delete_horizon = ms
+
+
+class BatchFilter:
+    """Filters the batches of one clean, in log order (the transaction tracking relies on it)."""
+
+    def __init__(self, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int,
+                 aborted: Sequence[AbortedTxn], last_batch_of_producer: Mapping[int, int],
+                 stats: FilterStats | None = None):
+        self.map = offset_map
+        self.now_ms = now_ms
+        self.delete_retention_ms = delete_retention_ms
+        self.txns = TransactionTracker(aborted)
+        # producer id -> last offset of its last data batch (Kafka's activeProducers lastDataOffset)
+        self.last_batch_of_producer = last_batch_of_producer
+        self.stats = stats or FilterStats()
+
+    def _keep_record(self, batch: RecordBatch, offset: int, key: bytes | None, value: bytes | None) -> bool:
+        # Kafka's Cleaner.shouldRetainRecord.
+        if offset > self.map.latest_offset:
+            return True  # past what the map covers: not known to be superseded
+        if key is None:
+            return False
+        if offset < self.map.get(key):
+            return False  # a later record of the key exists
+        if value is not None:
+            return True
+        horizon = batch.delete_horizon_ms
+        return horizon is None or self.now_ms < horizon
+
+    def filter(self, raw: bytes | memoryview) -> bytes | memoryview | None:
+        """The bytes to keep in place of the stored batch ``raw`` (``raw`` itself when it is
+        kept whole), or None to drop it."""
+        batch = RecordBatch(raw)
+        stats = self.stats
+        records = batch.records()
+        stats.records_read += len(records)
+        horizon = batch.delete_horizon_ms
+        marker_of_empty_txn = False
+        if batch.is_control:
+            kind = records[0].type if records else None
+            can_discard = self.txns.on_marker(batch, kind)
+            # Kafka: a marker goes only once its delete horizon has passed; until then it gets one.
+            discard = can_discard and horizon is not None and horizon <= self.now_ms
+            marker_of_empty_txn = can_discard and not discard
+        else:
+            discard = self.txns.on_batch(batch)
+        pid = batch.producer_id
+        retain_empty = pid >= 0 and self.last_batch_of_producer.get(pid) == batch.last_offset
+        if discard:
+            kept = []
+        elif batch.is_control:
+            kept = records
+        else:
+            kept = [r for r in records if self._keep_record(batch, r.offset, r.key, r.value)]
+        stats.records_removed += len(records) - len(kept)
+        if not kept:
+            if not retain_empty:
+                return None
+            stats.batches_rewritten += 1
+            return empty_batch(batch)
+        has_tombstones = not batch.is_control and any(r.value is None for r in kept)
+        needs_horizon = (has_tombstones or marker_of_empty_txn) and horizon is None
+        if len(kept) == len(records) and not needs_horizon:
+            if horizon is not None and (has_tombstones or batch.is_control):
+                stats.horizon(horizon)
+            return raw
+        if needs_horizon:
+            horizon = self.now_ms + self.delete_retention_ms
+        if horizon is not None and (has_tombstones or batch.is_control):
+            stats.horizon(horizon)
+        stats.batches_rewritten += 1
+        return encode_batch(batch, [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in kept],
+                            delete_horizon_ms=horizon)
+
+
+def _encode_headers(headers) -> bytes:
+    if not headers:
+        return b"\x00"
+    parts = [varint(len(headers))]
+    for key, value in headers:
+        kb = key.encode("utf-8") if isinstance(key, str) else key
+        parts += (varint(len(kb)), kb)
+        parts += (varint(-1),) if value is None else (varint(len(value)), value)
+    return b"".join(parts)
+
+
+def encode_batch(original: RecordBatch, records: Sequence[tuple], *, delete_horizon_ms: int | None) -> bytes:
+    """``original`` with only ``records`` ((offset, timestamp, key, value, headers), in order),
+    in its own codec.  With a delete horizon the base timestamp is the horizon and the
+    DELETE_HORIZON bit is set (KIP-534); record timestamps are deltas from the base either way."""
+    base_offset = original.base_offset
+    attributes = original.attributes & ~DELETE_HORIZON_BIT
+    base_ts = records[0][1] if delete_horizon_ms is None else delete_horizon_ms
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_BIT
+    body = []
+    max_ts = -1
+    for offset, timestamp, key, value, headers in records:
+        rec = b"".join((b"\x00", varlong(timestamp - base_ts), varint(offset - base_offset),
+                        varint(-1) if key is None else varint(len(key)), key or b"",
+                        varint(-1) if value is None else varint(len(value)), value or b"",
+                        _encode_headers(headers)))
+        body += (varint(len(rec)), rec)
+        max_ts = max(max_ts, timestamp)
+    payload = b"".join(body)
+    codec = original.attributes & _COMPRESSION_MASK
+    if codec:
+        payload = compress(codec, payload)
+    if original.timestamp_type == 1:  # LogAppendTime: every record has the batch's time
+        max_ts = original.max_timestamp
+    return _pack(base_offset, original, attributes, original.last_offset_delta, base_ts, max_ts, len(records),
+                 payload, producer=True)
+
+
+def empty_batch(original: RecordBatch, *, keep_producer: bool = True) -> bytes:
+    """A batch with ``original``'s offsets and no record (Kafka's writeEmptyHeader): what stays of
+    a producer's last batch, or fills the end of a cleaned segment.  ``keep_producer=False``
+    drops the producer fields and the transactional/control bits (a filler owned by nobody)."""
+    attributes = original.attributes & ~(_COMPRESSION_MASK | DELETE_HORIZON_BIT)
+    if not keep_producer:
+        attributes &= ~(_TRANSACTIONAL_BIT | _CONTROL_BIT)
+    ts = original.max_timestamp
+    return _pack(original.base_offset, original, attributes, original.last_offset_delta, ts, ts, 0, b"",
+                 producer=keep_producer)
+
+
+def _pack(base_offset: int, original: RecordBatch, attributes: int, last_offset_delta: int, base_ts: int,
+          max_ts: int, count: int, payload: bytes, *, producer: bool) -> bytes:
+    pid, epoch, seq = (original.producer_id, original.producer_epoch, original.base_sequence) if producer \
+        else (-1, -1, -1)
+    header = bytearray(HEADER_STRUCT.pack(base_offset, HEADER_STRUCT.size - 12 + len(payload),
+                                          original.partition_leader_epoch, 2, 0, attributes, last_offset_delta,
+                                          base_ts, max_ts, pid, epoch, seq, count))
+    crc = crc32c(payload, crc32c(bytes(header[_ATTRIBUTES_AT:])))
+    header[_CRC_AT:_ATTRIBUTES_AT] = crc.to_bytes(4, "big")
+    return bytes(header) + payload

@@ -1,0 +1,363 @@
+"""Log compaction (cleaner.py, batch_filter.py): what a clean keeps, Kafka's rules."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kwire.broker.storage import Cleaner, CleanerConfig, LogCleaner, LogManager, PartitionLog
+from kwire.broker.storage.cleaner_checkpoint import read_cleaner_checkpoint
+from kwire.broker.storage.throttler import Throttler
+from kwire.protocol.errors import InvalidRecordError, OutOfOrderSequenceNumberError
+from kwire.protocol.records import Compression
+
+from .cleaner_helpers import COMPACT, NOW, batches, clean, kv, latest, put, records
+
+
+@pytest.fixture
+def log(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    yield log
+    log.close()
+
+
+def fill_rounds(log: PartitionLog, rounds: int, keys: int = 5, *, ts: int = 1_000, tag: str = "v") -> None:
+    for r in range(rounds):
+        put(log, [(f"k{i}", f"{tag}{r}-{i}") for i in range(keys)], ts=ts + r)
+
+
+def test_latest_record_of_every_key_survives_with_its_offset(log):
+    fill_rounds(log, 20)
+    log.roll()
+    before = records(log)
+    result = clean(log)
+    after = records(log)
+    assert result is not None and result.records_removed == 95
+    # Exactly the last record of each key, at the offset it had: gaps, no renumbering.
+    assert after == sorted((off, key, value) for key, (off, value) in latest(before).items())
+    assert [o for o, _, _ in after] == list(range(95, 100))
+    assert log.log_end_offset == 100
+    assert log.size_in_bytes < result.bytes_before
+    # Reading from an offset that was removed gives the next survivor.
+    assert records(log)[0][0] == 95 and log.read(3, 1 << 20)
+
+
+def test_cleaning_keeps_the_active_segment_and_min_compaction_lag(log):
+    fill_rounds(log, 20)  # rolled several times by size: the last segment is active
+    active = log.segments[-1]
+    active_records = [r for r in records(log) if r[0] >= active.base_offset]
+    clean(log)
+    assert [r for r in records(log) if r[0] >= active.base_offset] == active_records
+    # min.compaction.lag.ms: segments with records younger than the lag are not cleaned.
+    log.set_config(COMPACT.with_(min_compaction_lag_ms=5_000))
+    fill_rounds(log, 20, ts=8_000, tag="w")
+    log.roll()
+    young = records(log)
+    assert clean(log, now_ms=10_000) is None  # 8_000 > 10_000 - 5_000: everything dirty is too young
+    assert records(log) == young
+    result = clean(log, now_ms=13_100)
+    assert result is not None and len(records(log)) == 5
+
+
+def test_tombstones_stay_until_delete_retention_after_their_first_clean(log):
+    put(log, [("a", "1"), ("b", "1"), ("c", "1")])
+    put(log, [("a", None), ("b", "2")])  # a tombstone for a
+    log.roll()
+    clean(log, now_ms=NOW)
+    assert records(log) == [(2, "c", "1"), (3, "a", None), (4, "b", "2")]
+    # The batch keeping it carries the delete horizon (KIP-534): the clean's time + delete.retention.ms.
+    tomb = next(b for b in batches(log) if any(r.value is None for r in b.records()))
+    assert tomb.has_delete_horizon and tomb.delete_horizon_ms == NOW + COMPACT.delete_retention_ms
+    put(log, [("d", "1")])
+    log.roll()
+    clean(log, now_ms=NOW + 999)  # before the horizon: still there
+    assert (3, "a", None) in records(log)
+    put(log, [("e", "1")])
+    log.roll()
+    clean(log, now_ms=NOW + 1_000)  # at the horizon: gone
+    assert [r[1] for r in records(log)] == ["c", "b", "d", "e"]
+
+
+def test_horizon_due_cleans_again_without_dirty_records(tmp_path):
+    with LogManager(tmp_path, COMPACT) as logs:
+        log = logs.create_partition("t", 0)
+        put(log, [("a", "1"), ("a", None)])
+        log.roll()
+        cleaner = LogCleaner(logs, clock=lambda: NOW)
+        assert cleaner.clean_once() is not None
+        assert records(log) == [(1, "a", None)]
+        assert cleaner.clean_once(now_ms=NOW + 10) is None  # nothing dirty, horizon ahead
+        assert cleaner.clean_once(now_ms=NOW + 1_000) is not None
+        assert records(log) == []
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+def test_rewritten_batches_keep_their_codec(log, codec):
+    put(log, [("a", "1"), ("b", "1"), ("c", "1")], compression=codec)
+    put(log, [("a", "2")], compression=codec)
+    log.roll()
+    clean(log)
+    kept = batches(log)
+    assert [b.compression for b in kept] == [codec, codec]
+    assert records(log) == [(1, "b", "1"), (2, "c", "1"), (3, "a", "2")]
+    for b in kept:
+        b.validate()
+
+
+def test_untouched_batches_are_copied_byte_for_byte(log):
+    put(log, [("a", "1"), ("b", "1")])
+    put(log, [("c", "1")])
+    put(log, [("a", "2")])
+    log.roll()
+    before = raw_batches(log)
+    clean(log)
+    after = raw_batches(log)
+    assert after[2] == before[2] and after[3] == before[3]  # kept whole: the same bytes
+    assert after[0] != before[0]  # lost a record: rewritten
+
+
+def raw_batches(log: PartitionLog) -> dict[int, bytes]:
+    data = b"".join(s.read() for s in log.read(log.log_start_offset, 1 << 30))
+    out, pos = {}, 0
+    for batch in batches(log):
+        out[batch.base_offset] = data[pos:pos + batch.size_in_bytes]
+        pos += batch.size_in_bytes
+    return out
+
+
+def test_aborted_records_removed_and_markers_removed_once_their_data_is_gone(log):
+    a, b = 7000, 8000
+    put(log, [("x", "a0"), ("y", "a0")], pid=a, epoch=0, seq=0, transactional=True)
+    put(log, [("x", "b0")], pid=b, epoch=0, seq=0, transactional=True)
+    log.append_marker(a, 0, commit=False, now_ms=1_000)  # abort a's
+    log.append_marker(b, 0, commit=True, now_ms=1_000)   # commit b's
+    put(log, [("z", "plain")])
+    log.roll()
+    assert log.aborted_transactions(0, 10)
+    clean(log, now_ms=NOW)
+    assert records(log) == [(2, "x", "b0"), (5, "z", "plain")]
+    kinds = [(b.base_offset, b.is_control, b.record_count) for b in batches(log)]
+    # a's data batch is a's last batch: kept empty (its sequence survives), so a's abort marker
+    # stays too; b's commit stays while b's record does.
+    assert (3, True, 1) in kinds and (4, True, 1) in kinds
+    # b's record superseded, and b wrote again: the next clean drops b's batch; the one after
+    # finds the commit marker without data and gives it its horizon; once that passed it goes.
+    put(log, [("x", "plain")])
+    put(log, [("q", "b1")], pid=b, epoch=0, seq=1)
+    log.roll()
+    clean(log, now_ms=NOW)
+    assert 2 not in [b.base_offset for b in batches(log)]
+    for n, now in enumerate((NOW, NOW + COMPACT.delete_retention_ms)):
+        put(log, [(f"w{n}", "1")])
+        log.roll()
+        clean(log, now_ms=now)
+        marker = [b for b in batches(log) if b.base_offset == 4]
+        assert (marker == []) == (n == 1)
+        if n == 0:
+            assert marker[0].delete_horizon_ms == NOW + COMPACT.delete_retention_ms
+    assert [r[1] for r in records(log)] == ["z", "x", "q", "w0", "w1"]
+    assert log.last_stable_offset == log.log_end_offset
+
+
+def test_nothing_past_the_last_stable_offset_is_cleaned(log):
+    put(log, [("a", "1")])
+    put(log, [("a", "open")], pid=9, epoch=0, seq=0, transactional=True)  # open transaction
+    put(log, [("a", "2")])
+    log.roll()
+    assert log.last_stable_offset == 1
+    clean(log)
+    assert records(log) == [(0, "a", "1"), (1, "a", "open"), (2, "a", "2")]
+
+
+def test_idempotent_producer_keeps_its_sequence_after_cleaning(log, tmp_path):
+    pid = 4242
+    put(log, [("a", "1"), ("b", "1")], pid=pid, epoch=3, seq=0)
+    put(log, [("a", "2"), ("b", "2")])  # another writer supersedes both records
+    log.roll()
+    clean(log)
+    kept = batches(log)
+    # The producer's last batch stays, emptied, with its id, epoch and sequences.
+    empty = next(b for b in kept if b.producer_id == pid)
+    assert (empty.record_count, empty.producer_epoch, empty.base_sequence, empty.last_offset) == (0, 3, 0, 1)
+    log.close()
+    reopened = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        entry = reopened.producer_state.get(pid)
+        assert (entry.epoch, entry.last_seq, entry.last_offset) == (3, 1, 1)
+        with pytest.raises(OutOfOrderSequenceNumberError):
+            put(reopened, [("c", "x")], pid=pid, epoch=3, seq=5)
+        put(reopened, [("c", "1")], pid=pid, epoch=3, seq=2)
+    finally:
+        reopened.close()
+
+
+def test_max_compaction_lag_forces_a_clean_below_the_ratio(tmp_path):
+    config = COMPACT.with_(min_cleanable_dirty_ratio=1.0)
+    with LogManager(tmp_path, config) as logs:
+        log = logs.create_partition("t", 0)
+        fill_rounds(log, 4)
+        log.roll()
+        cleaner = LogCleaner(logs, clock=lambda: NOW)
+        # A ratio of 1.0 is never reached while anything is clean... first pass: all dirty.
+        assert cleaner.clean_once() is not None
+        fill_rounds(log, 2, ts=5_000, tag="w")
+        log.roll()
+        assert cleaner.clean_once(now_ms=6_000) is None  # ratio below 1.0, no lag set
+        logs.set_topic_config("t", config.with_(max_compaction_lag_ms=1_000))
+        assert cleaner.clean_once(now_ms=5_900) is None  # oldest dirty batch (max timestamp 5_004) too young
+        assert cleaner.clean_once(now_ms=6_100) is not None
+        assert len(records(log)) == 5
+
+
+def test_small_cleaned_segments_are_merged(log):
+    fill_rounds(log, 20)
+    log.roll()
+    clean(log)  # grouped by their size before cleaning: the shrunk segments stay apart
+    many = len(log.segments)
+    put(log, [("k0", "new")])
+    log.roll()
+    clean(log)
+    assert len(log.segments) == 2 < many  # one merged segment + the active one
+    assert len(records(log)) == 5
+
+
+def test_indexes_after_cleaning_match_rebuilt_ones(log, tmp_path):
+    for r in range(40):
+        put(log, [(f"k{r % 7}", f"v{r}" * 3), (f"j{r}", "x")], ts=1_000 + 10 * r)
+    log.roll()
+    clean(log)
+    put(log, [("k0", "z")], ts=2_000)
+    log.roll()
+    clean(log)
+    cleaned = [(s.base_offset, s.offset_index._entries, s.time_index._entries, s.max_timestamp)
+               for s in log.segments]
+    lookups = [log.offset_for_timestamp(t) for t in range(990, 1_420, 7)]
+    reads = [tuple((s.position, s.length) for s in log.read(o, 300)) for o in range(0, log.log_end_offset)]
+    log.close()
+    for p in (tmp_path / "t-0").glob("*index"):
+        if not p.name.endswith(".txnindex"):
+            p.unlink()
+    rebuilt = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        assert [(s.base_offset, s.offset_index._entries, s.time_index._entries, s.max_timestamp)
+                for s in rebuilt.segments] == cleaned
+        assert [rebuilt.offset_for_timestamp(t) for t in range(990, 1_420, 7)] == lookups
+        assert [tuple((s.position, s.length) for s in rebuilt.read(o, 300))
+                for o in range(0, rebuilt.log_end_offset)] == reads
+    finally:
+        rebuilt.close()
+
+
+def test_log_start_offset_is_kept(log):
+    fill_rounds(log, 10)
+    log.roll()
+    log.delete_records(12)
+    start = log.log_start_offset
+    clean(log)
+    assert log.log_start_offset == start == 12
+    assert all(o >= 12 for o, _, _ in records(log))
+
+
+def test_small_dedupe_buffer_converges_over_several_passes(log):
+    keys = 40
+    for r in range(3):
+        for i in range(0, keys, 4):
+            put(log, [(f"k{j}", f"v{r}-{j}") for j in range(i, i + 4)], ts=1_000 + r)
+    log.roll()
+    want = latest(records(log))
+    cleaner = Cleaner(CleanerConfig(dedupe_buffer_size=24 * 12))  # room for ~10 keys
+    passes = 0
+    while passes < 30 and cleaner.clean(log, now_ms=NOW) is not None:
+        passes += 1
+    assert 3 < passes < 30
+    assert latest(records(log)) == want and len(records(log)) == keys
+
+
+def test_checkpoint_keeps_the_clean_dirty_boundary(log, tmp_path):
+    fill_rounds(log, 8)
+    log.roll()
+    result = clean(log)
+    assert read_cleaner_checkpoint(log.dir) == result.end_offset == log.segments[-1].base_offset
+    assert clean(log) is None  # nothing dirty any more
+    log.close()
+    reopened = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        assert clean(reopened) is None
+    finally:
+        reopened.close()
+
+
+def test_keyless_record_refused_on_a_compacted_log(log):
+    put(log, [("a", "1")])
+    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key in topic "
+                                                  "partition t-0"):
+        log.append(kv([("b", "1"), (None, "no key")]), now_ms=1_000)
+    assert records(log) == [(0, "a", "1")]
+    plain = PartitionLog(log.dir.with_name("u-0"), COMPACT.with_(cleanup_policy="delete"))
+    try:
+        plain.append(kv([(None, "no key")]), now_ms=1_000)
+    finally:
+        plain.close()
+
+
+def test_retention_only_with_the_delete_policy(log):
+    fill_rounds(log, 10)
+    log.set_config(COMPACT.with_(retention_ms=1))
+    assert log.apply_retention(now_ms=NOW) == []
+    log.set_config(COMPACT.with_(retention_ms=1, cleanup_policy="compact,delete"))
+    assert log.apply_retention(now_ms=NOW)
+
+
+def test_policy_change_starts_and_stops_cleaning(tmp_path):
+    plain = COMPACT.with_(cleanup_policy="delete")
+    with LogManager(tmp_path, plain) as logs:
+        log = logs.create_partition("t", 0)
+        fill_rounds(log, 6)
+        log.roll()
+        cleaner = LogCleaner(logs, clock=lambda: NOW)
+        assert cleaner.clean_once() is None
+        logs.set_topic_config("t", COMPACT)
+        assert log.config is COMPACT
+        assert cleaner.clean_once() is not None
+        fill_rounds(log, 6, tag="w")
+        log.roll()
+        logs.set_topic_config("t", plain)
+        assert cleaner.clean_once() is None
+
+
+def test_each_clean_is_logged_with_its_sizes(tmp_path, caplog):
+    with LogManager(tmp_path, COMPACT) as logs:
+        log = logs.create_partition("t", 0)
+        fill_rounds(log, 6)
+        log.roll()
+        with caplog.at_level(logging.INFO, logger="kwire.broker.storage.cleaner"):
+            result = LogCleaner(logs).clean_once(now_ms=NOW)
+        line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("cleaned t-0"))
+        assert f"{result.bytes_before} bytes -> {result.bytes_after} bytes" in line
+        assert f"{result.records_removed} of" in line and " s" in line
+
+
+def test_background_threads_clean_and_stop(tmp_path):
+    with LogManager(tmp_path, COMPACT) as logs:
+        log = logs.create_partition("t", 0)
+        fill_rounds(log, 10)
+        log.roll()
+        cleaner = logs.start_cleaner(CleanerConfig(threads=2, backoff_ms=10))
+        for _ in range(500):
+            if read_cleaner_checkpoint(log.dir):
+                break
+            cleaner._stop.wait(0.01)
+        logs.stop_cleaner()
+        assert len(records(log)) == 5
+        assert not any(t.is_alive() for t in cleaner._threads)
+
+
+def test_throttler_sleeps_to_the_limit():
+    t = [0.0]
+    slept = []
+    throttler = Throttler(1_000, check_interval_ms=100, clock=lambda: t[0], sleep=slept.append)
+    throttler.maybe_throttle(500)
+    t[0] = 0.1
+    throttler.maybe_throttle(500)  # 1000 bytes in 0.1 s: 10x the limit
+    assert slept == [pytest.approx(0.9)]
