@@ -20,6 +20,7 @@ from .config import BrokerConfig
 from .listeners import Listener, ListenerSpec, parse_advertised, wildcard_host
 from .network import Connection, ConnectionRegistry
 from .state import BrokerState
+from .storage import CleanerConfig
 from .tls_handshake import TlsHandshake
 
 logger = logging.getLogger("kwire.broker")
@@ -113,6 +114,8 @@ class Broker:
         self.state.config = self.state.config.with_(port=first.port, advertised_host=first.advertised[0],
                                                     advertised_port=first.advertised[1])
         self.state.transactions.start()  # transaction timeouts run on this loop from now on
+        # Compaction of cleanup.policy=compact partitions, on its own threads (Kafka's LogCleaner).
+        self.state.logs.start_cleaner(CleanerConfig.from_broker(self.config))
         self._tasks.append(loop.create_task(self._every(self.config.retention_check_interval_ms, self._retention)))
         if self.config.fsync == "interval":
             self._tasks.append(loop.create_task(self._every(self.config.fsync_interval_ms, self._flush)))
@@ -170,5 +173,7 @@ class Broker:
         self._servers.clear()
         if self.state is not None:
             loop = asyncio.get_running_loop()
+            # A clean under way is aborted (or finishes its swap) before the logs close.
+            await loop.run_in_executor(None, self.state.logs.stop_cleaner)
             await loop.run_in_executor(None, lambda: self.state.close(clean=clean))
             logger.info("kwire broker stopped%s", "" if clean else " (unclean)")
