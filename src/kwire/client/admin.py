@@ -40,10 +40,10 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from kwire.protocol import messages
+from kwire.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource
 from kwire.protocol.errors import DecodeError, KafkaError
 from kwire.protocol.messages import Request, Response
 from kwire.security.acl import AclBinding, AclFilter
@@ -63,7 +63,9 @@ __all__ = [
     "MAX_TIMESTAMP",
     "Admin",
     "AsyncAdmin",
+    "AlterConfigOp",
     "ClusterDescription",
+    "ConfigChange",
     "ConfigEntry",
     "ConfigResource",
     "ConfigSource",
@@ -89,6 +91,8 @@ LIST_OFFSETS, METADATA, OFFSET_FETCH = 2, 3, 9
 DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
 CREATE_TOPICS, DELETE_TOPICS = 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, DELETE_GROUPS, DESCRIBE_CLUSTER = 32, 37, 42, 60
+ALTER_CONFIGS = messages.AlterConfigsRequest.API_KEY
+INCREMENTAL_ALTER_CONFIGS = messages.IncrementalAlterConfigsRequest.API_KEY
 
 # Error codes the admin client treats specially.
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -138,26 +142,8 @@ class ClusterDescription:
     brokers: tuple[BrokerInfo, ...]
 
 
-class ResourceType(IntEnum):
-    """DescribeConfigs resource types (Kafka's numbering)."""
-
-    TOPIC = 2
-    BROKER = 4
-    BROKER_LOGGER = 8
-
-
-class ConfigSource(IntEnum):
-    """Where a config value comes from (DescribeConfigs v1+, Kafka's numbering)."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    DYNAMIC_BROKER_LOGGER_CONFIG = 6
-    CLIENT_METRICS_CONFIG = 7
-    GROUP_CONFIG = 8
+# DescribeConfigs' resource types and value sources, Kafka's numbering (wire constants).
+ResourceType = ConfigResourceType
 
 
 class ConfigResource(NamedTuple):
@@ -200,6 +186,33 @@ class ConfigEntry:
     synonyms: tuple[ConfigSynonym, ...] = ()
     config_type: int = 0
     documentation: str | None = None
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One operation of ``incremental_alter_configs`` (Kafka's AlterConfigOp): SET a value,
+    DELETE an override (back to the default), APPEND to or SUBTRACT from a list config
+    (``cleanup.policy``), comma-separated values for several items."""
+
+    name: str
+    value: str | None = None
+    op: AlterConfigOp = AlterConfigOp.SET
+
+    @classmethod
+    def set(cls, name: str, value: str) -> ConfigChange:
+        return cls(name, value, AlterConfigOp.SET)
+
+    @classmethod
+    def delete(cls, name: str) -> ConfigChange:
+        return cls(name, None, AlterConfigOp.DELETE)
+
+    @classmethod
+    def append(cls, name: str, value: str) -> ConfigChange:
+        return cls(name, value, AlterConfigOp.APPEND)
+
+    @classmethod
+    def subtract(cls, name: str, value: str) -> ConfigChange:
+        return cls(name, value, AlterConfigOp.SUBTRACT)
 
 
 @dataclass(frozen=True)
@@ -661,6 +674,79 @@ class AsyncAdmin:
 
         return await self._run(batch, round_, what="DescribeConfigs", timeout=timeout)
 
+    def _config_node(self, resource: ConfigResource) -> int | None:
+        """Where a config request for ``resource`` goes: a broker's to that broker, the rest
+        (topics, the cluster-wide default "") to any (KRaft brokers forward to the controller)."""
+        return int(resource.name) if resource.type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) \
+            and resource.name else None
+
+    async def _alter_configs(self, resources: list[ConfigResource], build_resources: Callable[[int, list], list],
+                             *, api_key: int, what: str, timeout: float | None) -> None:
+        """Send an alter request per node and raise the first resource's error (the others counted)."""
+        batch: _Batch[ConfigResource, None] = _Batch(resources, lambda r: f"{r.type.name.lower()} {r.name!r}")
+
+        async def send(node: int | None, keys: list[ConfigResource]) -> None:
+            response = await self._send(lambda version: build_resources(version, keys), node, api_key=api_key)
+            for result in response.responses:
+                key = ConfigResource(ResourceType(result.resource_type), result.resource_name)
+                if result.error_code:
+                    # A refused config stays refused; an unknown topic is not waited for either.
+                    batch.fail(key, _broker_error(result.error_code, batch.describe(key), result.error_message),
+                               final=result.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    batch.succeed(key, None)
+
+        async def round_(keys: list[ConfigResource]) -> None:
+            by_node: dict[int | None, list[ConfigResource]] = {}
+            for r in keys:
+                by_node.setdefault(self._config_node(r), []).append(r)
+            if any(n is not None for n in by_node) and not self._cluster.metadata.fetched_at:
+                await self._cluster.refresh_metadata([])
+            await self._per_node(batch, by_node, send)
+
+        await self._run(batch, round_, what=what, timeout=timeout)
+
+    async def alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, str]], *,
+                            validate_only: bool = False, timeout: float | None = None) -> None:
+        """Replace every dynamic config of each resource by the given set (AlterConfigs: a
+        config left out goes back to its default); ``validate_only`` checks only.
+
+        Each resource is changed wholly or not at all; a refused one raises its error
+        (InvalidConfigError for a bad topic config, InvalidRequestError for a broker config
+        that cannot be changed dynamically...) once the others are done.
+        """
+        wanted = {ConfigResource(ResourceType(r.type), str(r.name)): dict(v) for r, v in configs.items()}
+        R = messages.AlterConfigsRequest
+
+        def build(version: int, keys: list[ConfigResource]) -> Request:
+            return R(validate_only=validate_only, resources=[R.AlterConfigsResource(
+                resource_type=int(r.type), resource_name=r.name,
+                configs=[R.AlterConfigsResource.AlterableConfig(name=k, value=v) for k, v in wanted[r].items()])
+                for r in keys])
+
+        await self._alter_configs(list(wanted), build, api_key=ALTER_CONFIGS, what="AlterConfigs", timeout=timeout)
+
+    async def incremental_alter_configs(self, changes: Mapping[ConfigResource, Iterable[ConfigChange]], *,
+                                        validate_only: bool = False, timeout: float | None = None) -> None:
+        """Apply ``ConfigChange`` operations to each resource's configs (IncrementalAlterConfigs:
+        configs not named keep their values); ``validate_only`` checks only.
+
+        Errors as for ``alter_configs``; APPEND or SUBTRACT on a config that is not a list is
+        InvalidConfigError.
+        """
+        wanted = {ConfigResource(ResourceType(r.type), str(r.name)): list(v) for r, v in changes.items()}
+        R = messages.IncrementalAlterConfigsRequest
+
+        def build(version: int, keys: list[ConfigResource]) -> Request:
+            return R(validate_only=validate_only, resources=[R.AlterConfigsResource(
+                resource_type=int(r.type), resource_name=r.name,
+                configs=[R.AlterConfigsResource.AlterableConfig(name=c.name, config_operation=int(c.op), value=c.value)
+                         for c in wanted[r]])
+                for r in keys])
+
+        await self._alter_configs(list(wanted), build, api_key=INCREMENTAL_ALTER_CONFIGS,
+                                  what="IncrementalAlterConfigs", timeout=timeout)
+
     # -- ACLs -------------------------------------------------------------------------------------
     # Any broker answers them (Kafka's own admin client sends them to the least loaded node).
     async def create_acls(self, bindings: Iterable[AclBinding], *, timeout: float | None = None) -> None:
@@ -1084,6 +1170,8 @@ class Admin:
     describe_topics = _sync("describe_topics")
     describe_cluster = _sync("describe_cluster")
     describe_configs = _sync("describe_configs")
+    alter_configs = _sync("alter_configs")
+    incremental_alter_configs = _sync("incremental_alter_configs")
     list_groups = _sync("list_groups")
     describe_groups = _sync("describe_groups")
     delete_groups = _sync("delete_groups")
