@@ -719,7 +719,7 @@ def print_tables(meta: dict, results: dict) -> None:
     peers = " and ".join(
         [f"librdkafka {meta['librdkafka']} mock cluster"] * ("mock" in names)
         + [f"Tansu ({meta['tansu']}, memory:// storage)"] * ("tansu" in names))
-    print(f"kwire broker vs {peers}; client confluent-kafka {meta['confluent_kafka']}; Python {meta['python']}, "
+    print(f"kwire broker {'vs ' + peers if peers else 'alone'}; client confluent-kafka {meta['confluent_kafka']}; Python {meta['python']}, "
           f"{meta['cpus']} CPUs; kwire --fsync {meta['fsync']}; MB = 10^6 bytes of values; best of {meta['repeat']}")
     for name, why in meta["unavailable"].items():
         print(f"  ({name} not in this run: {why})")
