@@ -123,7 +123,8 @@ def test_metadata_every_version(state, v):
         assert by_name["known"].topic_id == state.topics.get("known").topic_id
     # All topics: null (v1+) or empty (v0).
     everything = serve(state, R(topics=None if v >= 1 else []), v)
-    assert sorted(t.name for t in everything.topics) == ["auto-made", "known"]
+    assert sorted(t.name for t in everything.topics) == ["__consumer_offsets", "__transaction_state", "auto-made",
+                                                         "known"]
 
 
 def test_metadata_without_auto_create(state):

@@ -17,6 +17,7 @@ from .auth.security import BrokerSecurity
 from .broker_configs import DynamicBrokerConfigs
 from .config import BrokerConfig, new_cluster_id
 from .durability import GroupCommit
+from .internal_topics import InternalTopics
 from .storage import LogConfig, LogManager
 from .storage._files import atomic_write
 from .topic_configs import topic_log_config
@@ -56,6 +57,8 @@ class BrokerState:
         self.data_dir = Path(config.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicRegistry(self.data_dir)
+        # Registered before the logs open, so their partitions get the internal topics' configs.
+        self.internal_topics = InternalTopics(self.topics, config)
         # Configs set by AlterConfigs on the broker: the cleaner's settings change self.config,
         # the log.* defaults every topic's LogConfig (log_config_for); static_config stays as started.
         self.static_config = config
@@ -63,9 +66,11 @@ class BrokerState:
         self.config = self.dynamic_configs.broker_config(config)
         self.cluster_id = self._load_cluster_id()
         self.logs = LogManager(self.data_dir, config.log,
-                               configs={t: self.log_config_for(self.topics.get(t)) for t in self.topics.names()},
+                               configs={t: self.log_config_for(self.topics.get(t))
+                                        for t in self.topics.names(internal=True)},
                                page_cache_bytes=config.page_cache_bytes)
         self.clean_shutdown = self.logs.clean_shutdown
+        self.internal_topics.attach(self.logs, self.log_config_for)
         for key, findings in self.logs.load_findings.items():
             for line in findings:
                 logger.warning("recovered %s-%d: %s", key[0], key[1], line)
@@ -112,18 +117,18 @@ class BrokerState:
         topics are rebuilt from them instead of removed."""
         have = set(self.logs.partitions())
         if not self.topics.stored:
-            for name in sorted({t for t, _ in have}):
+            for name in sorted({t for t, _ in have} - set(self.topics.names(internal=True))):
                 count = 1 + max(p for t, p in have if t == name)
                 logger.warning("%s is missing: topic %s rebuilt from its partitions' directories (%d partitions, "
                                "a new topic id, no config overrides)", self.topics.path, name, count)
                 self.topics.add(name, count)
         for name in self.topics.names():
-            info = self.topics.get(name)
+            info = self.topics.get(name)  # (internal topics' logs are created on first use)
             for p in range(info.partitions):
                 if (name, p) not in have:
                     logger.warning("partition %s-%d was missing its log; created it empty", name, p)
                     self.logs.create_partition(name, p, self.log_config_for(info), exist_ok=True)
-        for name in {t for t, _ in have} - set(self.topics.names()):
+        for name in {t for t, _ in have} - set(self.topics.names(internal=True)):
             logger.warning("log directories of %s have no topic metadata; removing them", name)
             self.logs.delete_topic(name)
 
@@ -134,7 +139,7 @@ class BrokerState:
     def refresh_log_configs(self, topics: list[str] | None = None) -> None:
         """Recompute the LogConfig of these topics (default: all) into their open partitions,
         after a dynamic config change: it applies from the next append or retention pass."""
-        for name in self.topics.names() if topics is None else topics:
+        for name in self.topics.names(internal=True) if topics is None else topics:
             info = self.topics.get(name)
             if info is not None:
                 self.logs.set_topic_config(name, self.log_config_for(info))

@@ -2,6 +2,9 @@
 
 Persisted as one JSON document (``<data dir>/__kwire/topics.json``) replaced atomically on every
 change, so topic ids stay stable across restarts (clients cache them since KIP-516).
+
+Internal topics (Kafka's ``Topic.INTERNAL_TOPICS``) are topics of the registry like any other,
+recognised by name: only the broker writes them, and no client may create or delete them.
 """
 
 from __future__ import annotations
@@ -13,9 +16,20 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kwire.protocol.coordinator_records import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
+
 from .storage._files import atomic_write
 
-__all__ = ["TopicInfo", "TopicRegistry", "META_DIR"]
+__all__ = ["TopicInfo", "TopicRegistry", "META_DIR", "INTERNAL_TOPICS", "is_internal"]
+
+# Kafka's Topic.INTERNAL_TOPICS: names reserved for the coordinators' topics (4.x adds the share
+# coordinator's), never plain topics.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC})
+
+
+def is_internal(name: str | None) -> bool:
+    """Kafka's Topic.isInternal."""
+    return name in INTERNAL_TOPICS
 
 logger = logging.getLogger("kwire.broker.topics")
 
@@ -36,6 +50,10 @@ class TopicInfo:
     # Topic-level config overrides by Kafka's names ("retention.ms": "1000"), as strings.
     configs: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
 
 class TopicRegistry:
     """Topic name -> ``TopicInfo``, with a reverse index by topic id."""
@@ -47,6 +65,7 @@ class TopicRegistry:
         self._lock = threading.RLock()
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._pending = False  # changes not written yet (see ensure)
         self._load()
 
     def _load(self) -> None:
@@ -82,6 +101,7 @@ class TopicRegistry:
         return self._path
 
     def _save(self) -> None:
+        self._pending = False
         doc = {"version": _VERSION, "topics": [
             {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
             for t in sorted(self._topics.values(), key=lambda t: t.name)]}
@@ -93,14 +113,16 @@ class TopicRegistry:
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self._by_id.get(topic_id)
 
-    def names(self) -> list[str]:
-        return sorted(self._topics)
+    def names(self, *, internal: bool = False) -> list[str]:
+        """The plain topics' names, sorted; with ``internal`` the internal topics' too."""
+        return sorted(n for n in self._topics if internal or n not in INTERNAL_TOPICS)
 
     def __contains__(self, name: str) -> bool:
         return name in self._topics
 
     def __len__(self) -> int:
-        return len(self._topics)
+        """How many plain topics there are."""
+        return len(self.names())
 
     def partition_exists(self, name: str, partition: int) -> bool:
         info = self._topics.get(name)
@@ -115,6 +137,39 @@ class TopicRegistry:
             self._by_id[info.topic_id] = info
             self._save()
             return info
+
+    def ensure(self, wanted: dict[str, tuple[int, dict[str, str]]], *, save: bool = True) -> list[str]:
+        """Topics the broker itself keeps (name -> (partitions, configs)): add those missing and
+        give existing ones these configs, in one save.  An existing topic keeps its partition
+        count (as Kafka's: the setting only counts when the topic is created).  Returns the
+        names added.  ``save=False``: only in memory until ``save_pending()`` (or any other
+        change) writes the list."""
+        with self._lock:
+            added = []
+            changed = False
+            for name, (partitions, configs) in wanted.items():
+                info = self._topics.get(name)
+                if info is None:
+                    info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+                    self._topics[name] = info
+                    self._by_id[info.topic_id] = info
+                    added.append(name)
+                    changed = True
+                elif any(info.configs.get(k) != v for k, v in configs.items()):
+                    info.configs = {**info.configs, **configs}
+                    changed = True
+            if changed:
+                if save:
+                    self._save()
+                else:
+                    self._pending = True
+            return added
+
+    def save_pending(self) -> None:
+        """Write changes ``ensure(..., save=False)`` left in memory only."""
+        with self._lock:
+            if self._pending:
+                self._save()
 
     def set_partitions(self, name: str, partitions: int) -> None:
         with self._lock:

@@ -59,7 +59,7 @@ def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: in
                 raise UnknownLeaderEpochError(f"leader epoch {p.current_leader_epoch} is newer than {LEADER_EPOCH}")
             if p.current_leader_epoch < LEADER_EPOCH:  # pragma: no cover - epoch is 0, the smallest
                 raise FencedLeaderEpochError(f"leader epoch {p.current_leader_epoch} is fenced")
-        log = broker.logs.get(name, p.partition)
+        log = broker.internal_topics.partition_log(name, p.partition)  # an internal one opens on first read
         out.high_watermark = log.high_watermark
         out.last_stable_offset = lso = log.last_stable_offset
         out.log_start_offset = log.log_start_offset

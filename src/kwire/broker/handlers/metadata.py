@@ -1,5 +1,8 @@
 """Metadata: this broker, the cluster id and the topics (auto-creating requested ones).
 
+Internal topics (``__consumer_offsets``, ``__transaction_state``) are listed with is_internal;
+a name Kafka reserves for one is never auto-created as a plain topic.
+
 With an authorizer, topics the principal may not DESCRIBE are left out of "all topics" answers and
 get TOPIC_AUTHORIZATION_FAILED when named; auto-creation needs CREATE on the cluster or the topic
 (without it a missing topic is UNKNOWN_TOPIC_OR_PARTITION, as in Kafka).
@@ -20,6 +23,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import validate_topic_name
+from ..topics import is_internal
 from .common import NO_AUTHORIZED_OPERATIONS
 from .registry import CloseConnection, handler
 from .topic_admin import create_topic
@@ -54,7 +58,7 @@ def _topic(ctx, name: str, topic_id: uuid.UUID | None = None, error: int = 0) ->
     tid = info.topic_id if info is not None else (topic_id or _ZERO_UUID)
     return Response.MetadataResponseTopic(
         error_code=error, name=name, topic_id=tid if v >= 10 else _ZERO_UUID,
-        is_internal=False, partitions=partitions, topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+        is_internal=info is not None and info.internal, partitions=partitions, topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
 
 
 @handler(METADATA, 0)
@@ -66,7 +70,7 @@ def handle_metadata(ctx, request) -> Response:
     topics = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if request.topics is None or (v == 0 and not request.topics):
-        topics = [_topic(ctx, name) for name in broker.topics.names()
+        topics = [_topic(ctx, name) for name in broker.topics.names(internal=True)
                   if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)]
     else:
         allow_create = request.allow_auto_topic_creation if v >= 4 else True
@@ -93,6 +97,11 @@ def handle_metadata(ctx, request) -> Response:
                 topics.append(_topic(ctx, name, error=TopicAuthorizationFailedError.code))
                 continue
             if name not in broker.topics:
+                if is_internal(name):
+                    # A reserved name is never auto-created as a plain topic (kwire has no share
+                    # coordinator to create __share_group_state for).
+                    topics.append(_topic(ctx, name, error=UnknownTopicOrPartitionError.code))
+                    continue
                 may_create = (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER)
                               or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name))
                 if not (allow_create and broker.config.auto_create_topics and may_create):

@@ -33,7 +33,7 @@ def _authorize(ctx, operation: AclOperation, topic: str) -> None:
 def _log(broker, topic: str, partition: int):
     if not broker.topics.partition_exists(topic, partition):
         raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
-    return broker.logs.get(topic, partition)
+    return broker.internal_topics.partition_log(topic, partition)  # an internal one opens on first use
 
 
 def _check_epoch(current: int) -> None:

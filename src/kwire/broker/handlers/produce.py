@@ -27,6 +27,7 @@ from kwire.protocol.errors import (
     ConcurrentTransactionsError,
     InvalidRecordError,
     InvalidRequiredAcksError,
+    InvalidTopicException,
     KafkaStorageError,
     NotEnoughReplicasError,
     TopicAuthorizationFailedError,
@@ -37,6 +38,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..storage.log import parse_partition_dir
+from ..topics import is_internal
 from .common import error_of
 from .registry import handler
 
@@ -102,6 +104,9 @@ def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionRe
     try:
         if not broker.topics.partition_exists(name, index):
             raise UnknownTopicOrPartitionError(f"{name}-{index} does not exist")
+        if is_internal(name):
+            # Kafka's ReplicaManager.appendToLocalLog: only the coordinators write internal topics.
+            raise InvalidTopicException(f"Cannot append to internal topic {name}")
         log = broker.logs.get(name, index)
         if records is None:
             raise InvalidRecordError("the partition's records are null")

@@ -8,6 +8,7 @@ from kwire.protocol.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    InvalidTopicException,
     KafkaError,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
@@ -17,6 +18,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import validate_topic_name
+from ..topics import is_internal
 from .configs import check_topic_configs, topic_config_entries
 from .registry import handler
 
@@ -42,6 +44,9 @@ def create_topic(broker, name: str, partitions: int, configs: dict[str, str], *,
     validate_topic_name(name)
     if name in broker.topics:
         raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+    if is_internal(name):
+        # As Kafka refuses __cluster_metadata: a reserved name is never a plain topic.
+        raise InvalidRequestError(f"Creation of internal topic {name} is prohibited.")
     _check_partitions(broker, name, partitions, -1, [])
     clean = check_topic_configs(broker, configs)
     if validate_only:
@@ -122,6 +127,9 @@ def handle_delete_topics(ctx, request):
             if info is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             result.topic_id = info.topic_id
+            if info.internal:
+                raise InvalidTopicException(f"topic {name!r} is internal: the broker's coordinators keep their "
+                                            "state in it, so it cannot be deleted")
             # Registry first: a crash between the two leaves orphan logs, which startup removes.
             broker.topics.remove(name)
             broker.logs.delete_topic(name)
@@ -144,6 +152,10 @@ def handle_create_partitions(ctx, request):
             info = broker.topics.get(t.name)
             if info is None:
                 raise UnknownTopicOrPartitionError(f"topic {t.name!r} does not exist")
+            if info.internal:
+                # Its keys are placed by hash modulo the partition count: more partitions would
+                # lose the coordinators' state.
+                raise InvalidTopicException(f"topic {t.name!r} is internal: its partition count cannot change")
             if t.count <= info.partitions:
                 raise InvalidPartitionsError(f"topic {t.name!r} has {info.partitions} partitions; "
                                              f"the new count {t.count} must be larger")
