@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from kwire.broker.storage import Cleaner, CleanerConfig, LogCleaner, LogManager, PartitionLog
+from kwire.broker.storage.cleaner import CleanAborted
 from kwire.broker.storage.cleaner_checkpoint import read_cleaner_checkpoint
 from kwire.broker.storage.throttler import Throttler
 from kwire.protocol.errors import InvalidRecordError, OutOfOrderSequenceNumberError
@@ -361,3 +362,45 @@ def test_throttler_sleeps_to_the_limit():
     t[0] = 0.1
     throttler.maybe_throttle(500)  # 1000 bytes in 0.1 s: 10x the limit
     assert slept == [pytest.approx(0.9)]
+
+
+def test_closing_the_log_during_a_clean_aborts_it(log, tmp_path):
+    fill_rounds(log, 10)
+    log.roll()
+    before = records(log)
+    cleaner = Cleaner(CleanerConfig(), hook=lambda step: log.close() if step == "cleaned" else None)
+    with pytest.raises(CleanAborted):
+        cleaner.clean(log, now_ms=NOW)
+    assert not [p for p in log.dir.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    reopened = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        assert records(reopened) == before and not reopened.load_findings
+    finally:
+        reopened.close()
+
+
+def test_segments_changed_during_a_clean_refuse_the_swap(log):
+    fill_rounds(log, 10)
+    log.roll()
+    cleaner = Cleaner(CleanerConfig(), hook=lambda step: log.delete_records(40) if step == "cleaned" else None)
+    with pytest.raises(CleanAborted, match="segments changed"):
+        cleaner.clean(log, now_ms=NOW)
+    assert [o for o, _, _ in records(log)] == list(range(40, 50))
+    assert clean(log) is not None and len(records(log)) == 5
+
+
+def test_a_log_whose_clean_fails_is_left_alone(tmp_path, caplog):
+    with LogManager(tmp_path, COMPACT) as logs:
+        log = logs.create_partition("t", 0)
+        fill_rounds(log, 6)
+        log.roll()
+
+        def fail(step):
+            if step == "cleaned":
+                raise OSError("disk on fire")
+
+        cleaner = LogCleaner(logs, clock=lambda: NOW, hook=fail)
+        with caplog.at_level(logging.ERROR, logger="kwire.broker.storage.cleaner"):
+            assert cleaner.clean_once() is None
+        assert "cleaning t-0 failed" in caplog.text
+        assert cleaner.grab_filthiest(NOW) is None

@@ -393,6 +393,7 @@ class LogCleaner:
         self._throttler = Throttler(self.config.io_max_bytes_per_second)
         self._lock = threading.Lock()
         self._in_progress: set[int] = set()  # id() of logs being cleaned
+        self._uncleanable: dict[int, PartitionLog] = {}  # logs whose clean failed (Kafka's uncleanable partitions)
         # id(log) -> (log, earliest delete horizon of what its last clean kept)
         self._horizons: dict[int, tuple[PartitionLog, int]] = {}
         self._threads: list[threading.Thread] = []
@@ -410,7 +411,7 @@ class LogCleaner:
                     log = self.logs.get(*key)
                 except Exception:  # noqa: BLE001 - deleted meanwhile, or the manager closed
                     continue
-                if id(log) in self._in_progress or not log.config.compact:
+                if id(log) in self._in_progress or not log.config.compact or self._uncleanable.get(id(log)) is log:
                     continue
                 target = log_to_clean(log, now_ms)
                 if target is None:
@@ -441,6 +442,13 @@ class LogCleaner:
             result = self._cleaner().clean(log, now_ms=now, horizon_due=horizon_only or self._due(log, now))
         except CleanAborted as exc:
             logger.info("%s", exc)
+            return None
+        except Exception:
+            # Kafka marks such a partition uncleanable and goes on with the others: retrying it
+            # every backoff would only log the same failure again.
+            logger.exception("cleaning %s failed; it will not be cleaned again until the broker restarts", log.name)
+            with self._lock:
+                self._uncleanable[id(log)] = log
             return None
         finally:
             with self._lock:
