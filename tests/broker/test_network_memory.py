@@ -97,6 +97,36 @@ def test_connections_that_left_while_waiting_for_memory_are_given_nothing(broker
     assert peak - base < 8 * MiB + MiB, (peak - base) / MiB
 
 
+def test_a_connection_that_leaves_during_a_serve_lets_go_of_its_frame_buffer_at_once(broker, no_cyclic_gc):
+    """A long-polling Fetch is being served while the next request, a large one, is half received
+    into its own buffer; the client resets.  The budget and the buffer are given back at once."""
+    from kwire.protocol import encode_request, messages
+
+    R = messages.FetchRequest
+    C = messages.CreateTopicsRequest
+    with _connect(broker.port) as s:
+        s.sendall(encode_request(C(timeout_ms=5000, topics=[C.CreatableTopic(
+            name="parked", num_partitions=1, replication_factor=1)]), 5, 1))
+        s.recv(1 << 16)
+    fetch = R(replica_id=-1, max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20, session_epoch=-1,
+              topics=[R.FetchTopic(topic="parked", partitions=[R.FetchTopic.FetchPartition(
+                  partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        s = _connect(broker.port)
+        s.sendall(encode_request(fetch, 11, 1) + struct.pack(">i", 3 * MiB) + bytes(MiB))
+        wait_for(lambda: _memory(broker) == (3 * MiB, 0), "the large request to get its buffer")
+        assert broker.call(lambda: [c.busy for c in broker.broker._connections.open]) == [True]  # the Fetch waits
+        _reset(s)
+        wait_for(lambda: _memory(broker) == (0, 0) and not broker.call(lambda: broker.broker._connections.open),
+                 "the connection to be gone")
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert current - base < MiB, (current - base) / MiB
+
+
 def test_a_connection_that_leaves_while_waiting_is_taken_off_the_queue(broker):
     """Without any memory being released: the waiting queue notices on its own."""
     granted = _announce(broker.port, 3 * MiB + MiB // 2, 2)
