@@ -26,6 +26,7 @@ from kwire.protocol.records import RecordBatch, rewrite_base_offset, set_log_app
 
 from .batch_header import BatchHeader, header_from_fields
 from .config import LogConfig
+from .recompression import recompress, target_codec
 
 __all__ = ["PreparedAppend", "prepare_append"]
 
@@ -123,6 +124,11 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
     if n > config.segment_bytes:
         raise RecordListTooLargeError(f"{n} bytes of batches exceed segment.bytes {config.segment_bytes}")
 
+    codec = target_codec(config.compression_type)
+    if codec is not None:  # compression.type names a codec: batches in another one are rebuilt in it
+        rebuilt = recompress(data, headers, codec, max_message_bytes=max_message_bytes)
+        if rebuilt is not None:
+            (data, headers), reuse_buffer = rebuilt, True
     if reuse_buffer and isinstance(data, (bytearray, memoryview)) and not memoryview(data).readonly:
         buf: bytearray | memoryview = data
     else:
