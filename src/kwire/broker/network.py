@@ -470,6 +470,8 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or sock is None or not self.splitter.blocked:
             return self.closed
         # The frame's size prefix and head are in the staging buffer (``buffered``); the rest is to come.
+        # (On TLS the socket holds encrypted bytes, and the TLS layer may hold some already: but a
+        # TLS connection closes at its client's end anyway, see eof_received.)
         still_needed = self.waiting_for + 4 - self.splitter.buffered
         try:
             gone = sock.fileno() < 0 or _peer_cannot_send(sock.fileno(), still_needed)
