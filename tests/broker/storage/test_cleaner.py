@@ -194,17 +194,16 @@ def test_idempotent_producer_keeps_its_sequence_after_cleaning(log, tmp_path):
 
 
 def test_max_compaction_lag_forces_a_clean_below_the_ratio(tmp_path):
-    config = COMPACT.with_(min_cleanable_dirty_ratio=1.0)
+    config = COMPACT.with_(min_cleanable_dirty_ratio=0.99)
     with LogManager(tmp_path, config) as logs:
         log = logs.create_partition("t", 0)
         fill_rounds(log, 4)
         log.roll()
         cleaner = LogCleaner(logs, clock=lambda: NOW)
-        # A ratio of 1.0 is never reached while anything is clean... first pass: all dirty.
-        assert cleaner.clean_once() is not None
+        assert cleaner.clean_once() is not None  # all dirty: a ratio of 1.0
         fill_rounds(log, 2, ts=5_000, tag="w")
         log.roll()
-        assert cleaner.clean_once(now_ms=6_000) is None  # ratio below 1.0, no lag set
+        assert cleaner.clean_once(now_ms=6_000) is None  # ratio below 0.99, no lag set
         logs.set_topic_config("t", config.with_(max_compaction_lag_ms=1_000))
         assert cleaner.clean_once(now_ms=5_900) is None  # oldest dirty batch (max timestamp 5_004) too young
         assert cleaner.clean_once(now_ms=6_100) is not None
@@ -404,3 +403,17 @@ def test_a_log_whose_clean_fails_is_left_alone(tmp_path, caplog):
             assert cleaner.clean_once() is None
         assert "cleaning t-0 failed" in caplog.text
         assert cleaner.grab_filthiest(NOW) is None
+
+
+def test_the_marker_that_fenced_a_producer_stays(log):
+    # The coordinator ended producer 5's transaction with a new epoch (a fencing abort): the
+    # producer's last entry is that marker, which the cleaner keeps (emptied once its horizon
+    # passed) so the new epoch survives, as Kafka's isBatchLastRecordOfProducer.
+    put(log, [("a", "txn")], pid=5, epoch=0, seq=0, transactional=True)
+    log.append_marker(5, 1, commit=False, now_ms=1_000)
+    for n, now in enumerate((NOW, NOW, NOW + COMPACT.delete_retention_ms, NOW + 2 * COMPACT.delete_retention_ms)):
+        put(log, [(f"x{n}", "1")])
+        log.roll()
+        clean(log, now_ms=now)
+    kept = {b.base_offset: b for b in batches(log)}
+    assert 0 not in kept and kept[1].is_control and kept[1].producer_id == 5 and kept[1].producer_epoch == 1

@@ -13,7 +13,8 @@ write in its place, or None to drop it:
 * a commit/abort marker stays while data of its transaction is still in the log; once none is
   left it gets a delete horizon, and goes once that has passed;
 * the last batch of every producer still known to the producer state stays, emptied if none
-  of its records is kept, so its sequence numbers survive (Kafka's RETAIN_EMPTY);
+  of its records is kept, so its sequence numbers survive (Kafka's RETAIN_EMPTY); for a producer
+  whose last entry is a marker of a new epoch, its markers of that epoch (they fence);
 * a batch that keeps all its records (and needs no horizon) is copied as it is; otherwise it is
   rebuilt in its own codec with its base offset, producer id/epoch, base sequence, leader epoch
   and timestamp type.  Unlike Kafka, a rebuilt batch keeps its last offset delta: the batch still
@@ -115,13 +116,15 @@ class BatchFilter:
 
     def __init__(self, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int,
                  aborted: Sequence[AbortedTxn], last_batch_of_producer: Mapping[int, int],
-                 stats: FilterStats | None = None):
+                 marker_epoch_of_producer: Mapping[int, int] | None = None, stats: FilterStats | None = None):
         self.map = offset_map
         self.now_ms = now_ms
         self.delete_retention_ms = delete_retention_ms
         self.txns = TransactionTracker(aborted)
         # producer id -> last offset of its last data batch (Kafka's activeProducers lastDataOffset)
         self.last_batch_of_producer = last_batch_of_producer
+        # producer id -> epoch of producers whose last entry is a marker (no data batch since)
+        self.marker_epoch_of_producer = marker_epoch_of_producer or {}
         self.stats = stats or FilterStats()
 
     def _keep_record(self, batch: RecordBatch, offset: int, key: bytes | None, value: bytes | None) -> bool:
@@ -154,8 +157,15 @@ class BatchFilter:
             marker_of_empty_txn = can_discard and not discard
         else:
             discard = self.txns.on_batch(batch)
+        # Kafka's isBatchLastRecordOfProducer: the batch holding an active producer's last
+        # sequence stays, or, when its last entry is a marker, its markers of that epoch.
         pid = batch.producer_id
-        retain_empty = pid >= 0 and self.last_batch_of_producer.get(pid) == batch.last_offset
+        if pid < 0:
+            retain_empty = False
+        elif pid in self.last_batch_of_producer:
+            retain_empty = self.last_batch_of_producer[pid] == batch.last_offset
+        else:
+            retain_empty = batch.is_control and self.marker_epoch_of_producer.get(pid) == batch.producer_epoch
         if discard:
             kept = []
         elif batch.is_control:

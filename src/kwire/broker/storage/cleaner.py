@@ -7,7 +7,8 @@ record of every key:
   checkpoint (``cleaner-offset-checkpoint``) to the first uncleanable offset: never the active
   segment, never past the last stable offset, never a segment holding records younger than
   min.compaction.lag.ms.  The log with the highest dirty ratio (dirty bytes / all cleanable
-  bytes) at or above min.cleanable.dirty.ratio is cleaned; one whose oldest dirty batch is older
+  bytes) above min.cleanable.dirty.ratio is cleaned (Kafka compares with ``>``, so a ratio of
+  1.0 turns cleaning off unless max.compaction.lag.ms forces it); one whose oldest dirty batch is older
   than max.compaction.lag.ms is cleaned whatever its ratio; one whose kept tombstones or markers
   have reached their delete horizon is cleaned again to remove them.
 * **Cleaning** (``Cleaner.clean``): the dirty part's keys go into a dedupe map (``OffsetMap``,
@@ -248,7 +249,7 @@ class Cleaner:
             stats = FilterStats()
             batch_filter = BatchFilter(offset_map, now_ms=now, delete_retention_ms=view.config.delete_retention_ms,
                                        aborted=aborted, last_batch_of_producer=view.last_batch_of_producer,
-                                       stats=stats)
+                                       marker_epoch_of_producer=view.marker_epoch_of_producer, stats=stats)
             before = sum(s.size for s in to_clean)
             after = 0
             groups = _group_by_size(to_clean, view.config.segment_bytes)
@@ -418,11 +419,13 @@ class LogCleaner:
                     continue
                 due = self._horizons.get(id(log))
                 horizon_due = due is not None and due[0] is log and due[1] <= now_ms
+                # Kafka's grabFilthiestCompactedLog: a ratio above min.cleanable.dirty.ratio, or
+                # max.compaction.lag.ms passed with something to clean; the highest ratio first.
                 eligible = target.dirty_bytes > 0 and (
-                    target.forced or target.dirty_ratio >= log.config.min_cleanable_dirty_ratio)
+                    target.forced or target.dirty_ratio > log.config.min_cleanable_dirty_ratio)
                 if not eligible and not horizon_due:
                     continue
-                rank = target.dirty_ratio + (1.0 if target.forced else 0.0)
+                rank = target.dirty_ratio
                 if best is None or rank > best[0]:
                     best = (rank, target, not eligible)
             if best is None:

@@ -77,6 +77,9 @@ class CleaningView:
     last_stable_offset: int
     # producer id -> last offset of its last data batch: those batches stay, even emptied
     last_batch_of_producer: dict[int, int]
+    # producer id -> epoch, for producers whose last entry is a marker of a new epoch (no data
+    # batch of it yet): their markers of that epoch stay, they carry the epoch that fences
+    marker_epoch_of_producer: dict[int, int]
 
 
 class PartitionLog:
@@ -501,9 +504,11 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return None
-            last_data = {pid: e.last_offset for pid, e in self.producer_state.producers.items() if e.batches}
+            producers = self.producer_state.producers.values()
+            last_data = {e.producer_id: e.last_offset for e in producers if e.batches}
+            marker_epochs = {e.producer_id: e.epoch for e in producers if not e.batches}
             return CleaningView(self.config, tuple(self._segments[:-1]), self._segments[-1].base_offset,
-                                self._log_start_offset, self.last_stable_offset, last_data)
+                                self._log_start_offset, self.last_stable_offset, last_data, marker_epochs)
 
     def duplicate_descriptors(self, segments: list[LogSegment]) -> list[int] | None:
         """Duplicates of the ``.log`` descriptors of ``segments`` (the caller closes them), or None
