@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
@@ -417,3 +418,26 @@ def test_the_marker_that_fenced_a_producer_stays(log):
         clean(log, now_ms=now)
     kept = {b.base_offset: b for b in batches(log)}
     assert 0 not in kept and kept[1].is_control and kept[1].producer_id == 5 and kept[1].producer_epoch == 1
+
+
+def test_produce_and_fetch_go_on_while_a_clean_copies(log):
+    fill_rounds(log, 10)
+    log.roll()
+    done = []
+
+    def other_thread():
+        base, _ = put(log, [("during", "clean")], ts=1_000)
+        done.append((base, records(log)[-1]))
+
+    def hook(step):
+        if step == "copying" and not done:
+            # Another thread appends and reads while the cleaner copies: the partition lock is
+            # not held (with it held, this thread would wait and the join time out).
+            worker = threading.Thread(target=other_thread)
+            worker.start()
+            worker.join(timeout=10)
+            assert done, "append/read blocked by the clean"
+
+    Cleaner(CleanerConfig(), hook=hook).clean(log, now_ms=NOW)
+    assert done[0] == (50, (50, "during", "clean"))
+    assert records(log)[-1] == (50, "during", "clean")

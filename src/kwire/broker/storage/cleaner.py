@@ -330,6 +330,8 @@ class Cleaner:
                     if pending >= chunk:
                         self._write(cleaned, out)
                         pending = 0
+                    if self.hook:
+                        self.hook("copying")
             if not changed:
                 return sum(s.size for s in group)  # nothing to remove: the segment stays as it is
             # The cleaned segment ends where the group did, so the loader can tell which old
