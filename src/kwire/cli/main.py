@@ -11,6 +11,7 @@ from . import (
     acls_cmd,
     analyze_cmd,
     broker_cmd,
+    configs_cmd,
     consume_cmd,
     groups_cmd,
     lag_cmd,
@@ -24,8 +25,8 @@ from . import (
 
 # Each command module exposes register(subparsers); its parsers set ``func`` to a handler that
 # takes the parsed arguments and returns an exit code.
-COMMAND_MODULES = [protocol_cmd, broker_cmd, produce_cmd, consume_cmd, metadata_cmd, topics_cmd, groups_cmd, lag_cmd,
-                   analyze_cmd, sink_cmd, users_cmd, acls_cmd]
+COMMAND_MODULES = [protocol_cmd, broker_cmd, produce_cmd, consume_cmd, metadata_cmd, topics_cmd, configs_cmd, groups_cmd,
+                   lag_cmd, analyze_cmd, sink_cmd, users_cmd, acls_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
