@@ -268,7 +268,7 @@ def _alter(ctx, resource_type: int, name: str, new_configs: NewConfigs, validate
             merged = {**(clean if scope == "" else dynamic.cluster_default),
                       **(dynamic.per_broker if scope == "" else clean)}
             config = dynamic.broker_config(broker.static_config, merged)
-            for topic in broker.topics.names():  # every topic's LogConfig must still hold together
+            for topic in broker.topics.names(internal=True):  # every topic's LogConfig must still hold together
                 topic_log_config(config.log, merged, broker.topics.get(topic).configs)
         except ValueError as exc:  # ConfigError included
             raise InvalidRequestError(str(exc)) from None
