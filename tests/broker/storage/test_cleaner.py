@@ -136,9 +136,12 @@ def test_aborted_records_removed_and_markers_removed_once_their_data_is_gone(log
     log.append_marker(b, 0, commit=True, now_ms=1_000)   # commit b's
     put(log, [("z", "plain")])
     log.roll()
-    assert log.aborted_transactions(0, 10)
+    aborts = log.aborted_transactions(0, 10)
+    assert [t.producer_id for t in aborts] == [a]
     clean(log, now_ms=NOW)
     assert records(log) == [(2, "x", "b0"), (5, "z", "plain")]
+    # The cleaned segment carries the .txnindex entries of the segments it replaced.
+    assert log.aborted_transactions(0, 10) == aborts
     kinds = [(b.base_offset, b.is_control, b.record_count) for b in batches(log)]
     # a's data batch is a's last batch: kept empty (its sequence survives), so a's abort marker
     # stays too; b's commit stays while b's record does.

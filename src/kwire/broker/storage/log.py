@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -519,7 +520,8 @@ class PartitionLog:
                 return None
             return [os.dup(s.log_fd()) for s in segments]
 
-    def replace_segments(self, old: list[LogSegment], new: LogSegment, *, hook=None) -> bool:
+    def replace_segments(self, old: list[LogSegment], new: LogSegment, *,
+                         hook: Callable[[str], None] | None = None) -> bool:
         """Put the cleaned segment ``new`` (files ``*.cleaned``, fsynced, covering exactly the
         offsets of ``old``) in place of the consecutive segments ``old`` (Kafka's
         UnifiedLog.replaceSegments).  False, changing nothing, when the log was closed or ``old``

@@ -17,7 +17,9 @@ import re
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kwire.protocol.errors import (
     InvalidPartitionsError,
@@ -31,6 +33,9 @@ from ._files import DELETED_SUFFIX, fsync_dir
 from .config import LogConfig
 from .log import PartitionLog, parse_partition_dir
 from .page_cache import PageCacheLimit, page_cache_control_available
+
+if TYPE_CHECKING:
+    from .cleaner import CleanerConfig, LogCleaner
 
 __all__ = ["LogManager", "CLEAN_SHUTDOWN_FILE", "validate_topic_name"]
 
@@ -81,9 +86,10 @@ class LogManager:
             os.close(self._lock_fd)
             raise
         self._closed = False
-        self.cleaner = None  # a LogCleaner once start_cleaner() ran
+        self.cleaner: LogCleaner | None = None  # once start_cleaner() ran
 
-    def start_cleaner(self, config=None, *, clock=None):
+    def start_cleaner(self, config: CleanerConfig | None = None, *,
+                      clock: Callable[[], int] | None = None) -> LogCleaner:
         """Start the log cleaner's threads (Kafka starts its LogCleaner with the LogManager) for
         the compacted partitions; ``config`` a ``CleanerConfig``.  Returns the ``LogCleaner``
         (stopped by ``close()``).  With ``config.enable`` false nothing runs, but the returned
