@@ -444,3 +444,16 @@ def test_produce_and_fetch_go_on_while_a_clean_copies(log):
     Cleaner(CleanerConfig(), hook=hook).clean(log, now_ms=NOW)
     assert done[0] == (50, (50, "during", "clean"))
     assert records(log)[-1] == (50, "during", "clean")
+
+
+def test_deleting_the_topic_during_a_clean_aborts_it_quietly(tmp_path, caplog):
+    with LogManager(tmp_path, COMPACT) as logs:
+        log = logs.create_partition("t", 0)
+        fill_rounds(log, 10)
+        log.roll()
+        cleaner = LogCleaner(logs, clock=lambda: NOW,
+                             hook=lambda step: logs.delete_topic("t") if step == "copying" and logs.topics() else None)
+        with caplog.at_level(logging.INFO, logger="kwire.broker.storage.cleaner"):
+            assert cleaner.clean_once() is None
+        assert "failed" not in caplog.text and "aborted" in caplog.text
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith("t-0")]

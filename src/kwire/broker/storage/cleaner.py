@@ -449,6 +449,9 @@ class LogCleaner:
             logger.info("%s", exc)
             return None
         except Exception:
+            if log.closed:  # closed or deleted under the clean: its files went with it
+                logger.info("%s: clean aborted, the log was closed", log.name)
+                return None
             # Kafka marks such a partition uncleanable and goes on with the others: retrying it
             # every backoff would only log the same failure again.
             logger.exception("cleaning %s failed; it will not be cleaned again until the broker restarts", log.name)
