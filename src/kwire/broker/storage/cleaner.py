@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kwire.protocol.errors import KafkaStorageError
-from kwire.protocol.records import RecordBatch
+from kwire.protocol.records import HEADER_SIZE, RecordBatch
 
 from ._files import CLEANED_SUFFIX, segment_path
 from .batch_filter import BatchFilter, FilterStats, TransactionTracker, empty_batch
@@ -176,7 +176,7 @@ def _pread_exact(fd: int, length: int, position: int) -> bytes:
     while got < length:
         chunk = os.pread(fd, length - got, position + got)
         if not chunk:
-            raise CleanAborted(f"short read: {got} of {length} bytes at position {position}")
+            raise KafkaStorageError(f"short read: {got} of {length} bytes at position {position}")
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
@@ -190,8 +190,8 @@ def _batches(fd: int, size: int, chunk: int) -> Iterator[memoryview]:
         if off + 12 > len(buf):
             buf, buf_start, off = memoryview(_pread_exact(fd, min(chunk, size - pos), pos)), pos, 0
         n = _PREFIX.unpack_from(buf, off)[1] + 12
-        if n < 12 + 49 or pos + n > size:
-            raise CleanAborted(f"bad batch length at position {pos}")
+        if n < HEADER_SIZE or pos + n > size:
+            raise KafkaStorageError(f"bad batch length {n - 12} at position {pos}")
         if off + n > len(buf):
             buf, buf_start, off = memoryview(_pread_exact(fd, min(max(chunk, n), size - pos), pos)), pos, 0
         yield buf[off:off + n]
