@@ -153,3 +153,12 @@ def test_loader_removes_cleaned_files_of_a_clean_that_never_swapped(tmp_path):
     assert after == before
     assert any("removed leftover file 00000000000000000000.log.cleaned" in f for f in findings)
     assert not [n for n in file_names(directory) if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX))]
+
+
+def test_an_empty_swap_replaces_nothing(tmp_path):
+    directory = tmp_path / "t-0"
+    before = make_log(directory)
+    (directory / f"{0:020d}.log.swap").write_bytes(b"junk")
+    after, findings = reopened_records(directory)
+    assert after == before
+    assert any("holds no batch" in f for f in findings)

@@ -166,6 +166,12 @@ def _complete_swaps(directory: Path, config: LogConfig, report) -> None:
             end = swap.next_offset
         finally:
             swap.close()
+        if end == base:
+            # Not one batch: not the cleaner's (its swaps always hold one); the old segments stay.
+            for suffix in _SEGMENT_SUFFIXES:
+                segment_path(directory, base, suffix + SWAP_SUFFIX).unlink(missing_ok=True)
+            report(f"removed {base:020d}.log.swap: it holds no batch")
+            continue
         replaced = sorted(b for p in directory.iterdir()
                           if p.name.endswith(LOG_SUFFIX) and (b := offset_from_name(p)) is not None and base <= b < end)
         for old in replaced:
