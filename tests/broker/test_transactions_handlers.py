@@ -482,7 +482,9 @@ def test_staged_offsets_and_open_transactions_survive_a_restart(state, tmp_path)
     state = reopen(state)
     try:
         txn = state.transactions.describe("tx")
-        assert (txn.state, txn.partitions, txn.groups) == (TxnState.ONGOING, {("t", 0)}, {"g"})
+        # As Kafka, the group's __consumer_offsets partition is one of the transaction's.
+        group_partition = ("__consumer_offsets", state.coordinator.store.partition_of("g"))
+        assert (txn.state, txn.partitions, txn.groups) == (TxnState.ONGOING, {("t", 0), group_partition}, {"g"})
         assert state.logs.get("t", 0).last_stable_offset == 0        # still holds the LSO
         assert state.coordinator.pending_txn_partitions("g") == {("t", 0)}
         assert end_txn(state, "tx", pid, epoch, True) == NONE

@@ -83,7 +83,8 @@ class BrokerState:
         from .transactions import TransactionCoordinator
 
         self.producer_ids = ProducerIdManager(self.data_dir)
-        self.coordinator = GroupCoordinator(self.data_dir, config, self.topics, clean_shutdown=self.clean_shutdown)
+        self.coordinator = GroupCoordinator(self.data_dir, config, self.topics, clean_shutdown=self.clean_shutdown,
+                                            internal_topics=self.internal_topics, notify=self.waiters.notify)
         # Last: it completes the transactions a restart left half done, in the logs and the groups.
         self.transactions = TransactionCoordinator(
             self.data_dir, config, producer_ids=self.producer_ids, logs=self.logs, topics=self.topics,

@@ -19,6 +19,9 @@ from kwire.broker.config import BrokerConfig
 from kwire.broker.context import RequestContext
 from kwire.broker.coordinator import GroupCoordinator
 from kwire.broker.handlers import HANDLERS
+from kwire.broker.internal_topics import InternalTopics
+from kwire.broker.state import PartitionWaiters
+from kwire.broker.storage import LogManager
 from kwire.broker.topics import TopicRegistry
 from kwire.protocol import messages
 
@@ -45,7 +48,8 @@ class FakeClock:
 
 
 class Broker:
-    """What the group handlers read of ``BrokerState``: config, topics and the coordinator."""
+    """What the group handlers read of ``BrokerState``: config, topics and the coordinator, with
+    the logs of ``__consumer_offsets`` where the coordinator keeps its state."""
 
     def __init__(self, data_dir: Path, *, clock: FakeClock | None = None, clean_shutdown: bool = True,
                  coordinator_options: dict[str, Any] | None = None, **settings: Any):
@@ -56,13 +60,25 @@ class Broker:
         self.coordinator_options = coordinator_options or {}
         self.config = BrokerConfig(data_dir=self.data_dir, **settings)
         self.topics = TopicRegistry(self.data_dir)
+        self.internal_topics = InternalTopics(self.topics, self.config)
+        self.logs = LogManager(self.data_dir, self.config.log)
+        self.internal_topics.attach(self.logs, lambda info: self.config.log.with_(cleanup_policy="compact"))
+        self.waiters = PartitionWaiters()
         self.coordinator = GroupCoordinator(self.data_dir, self.config, self.topics, clean_shutdown=clean_shutdown,
+                                            internal_topics=self.internal_topics, notify=self.waiters.notify,
                                             clock=self.clock, **self.coordinator_options)
 
+    def close(self) -> None:
+        self.coordinator.close()
+        self.logs.close()
+
     def reopen(self, *, clean: bool = True) -> Broker:
-        """A new broker on the same data dir; ``clean=False`` skips ``close()`` (like kill -9)."""
+        """A new broker on the same data dir; ``clean=False`` skips ``close()`` (like kill -9:
+        the logs are left unflushed, without their clean-shutdown marker)."""
         if clean:
-            self.coordinator.close()
+            self.close()
+        else:
+            self.logs.close(clean=False)
         return Broker(self.data_dir, clock=self.clock, clean_shutdown=clean,
                       coordinator_options=self.coordinator_options, **self.settings)
 

@@ -1,5 +1,6 @@
 """fsync "always": an OffsetCommit is answered only after the journal's fsync, and that fsync
-runs in a worker thread, not on the event loop; a failed fsync is not acknowledged."""
+runs in a worker thread, not on the event loop; a failed fsync is not acknowledged.  (The
+journal is the group's partition of __consumer_offsets.)"""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ def _broker(tmp_path) -> Broker:
     broker = Broker(tmp_path, fsync="always")
     broker.topics.add("t", 2)
     return broker
+
+
+def _journal_fd(broker: Broker, group: str = "g") -> int:
+    """The file descriptor of the segment group ``group``'s records go to."""
+    log = broker.internal_topics.partition_log("__consumer_offsets", broker.coordinator.store.partition_of(group))
+    return log.segments[-1].log_fd()
 
 
 class JournalFsyncs:
@@ -49,7 +56,7 @@ def _commit_request(offset: int):
 def test_the_commit_is_answered_after_an_fsync_off_the_event_loop(tmp_path, monkeypatch):
     broker = _broker(tmp_path)
     store = broker.coordinator.store
-    fsyncs = JournalFsyncs(monkeypatch, store._fd)
+    fsyncs = JournalFsyncs(monkeypatch, _journal_fd(broker))
 
     async def scenario():
         pending = HANDLERS[OFFSET_COMMIT].fn(context(broker, OFFSET_COMMIT, 8), _commit_request(5))
@@ -77,7 +84,7 @@ def test_the_commit_is_answered_after_an_fsync_off_the_event_loop(tmp_path, monk
 
 def test_a_failed_fsync_is_not_acknowledged(tmp_path, monkeypatch, caplog):
     broker = _broker(tmp_path)
-    JournalFsyncs(monkeypatch, broker.coordinator.store._fd, fail=True)
+    JournalFsyncs(monkeypatch, _journal_fd(broker), fail=True)
     assert run(commit(broker, "g", {("t", 0): 1})) == {("t", 0): CoordinatorNotAvailableError.code}
     assert broker.coordinator.store.dirty  # still to be synced
     assert any("fsync failed" in r.getMessage() for r in caplog.records)

@@ -20,14 +20,15 @@ written against:
 
 Handlers run on the broker's event loop, one at a time, so there is no locking; the timers run
 on the same loop.  Everything a restarted broker needs (committed offsets, each group's
-generation and protocol) is written to the ``GroupStore`` journal before the request that
-changed it is answered.  With fsync "always" an OffsetCommit (the frequent write) is fsynced in
+generation and protocol) is written to ``__consumer_offsets`` as Kafka's records
+(``OffsetsTopicStore``) before the request that changed it is answered; a journal left by an
+earlier kwire is migrated there at the first start.  With fsync "always" an OffsetCommit (the frequent write) is fsynced in
 a worker thread, shared by the commits that arrive meanwhile, and answered after it
 (``journal_synced``); the rarer group records are fsynced as they are written.  Members are not restored after a restart: groups come back Empty and
 their members rejoin, as they would after Kafka expired them.
 
 Transactional offsets (TxnOffsetCommit): each transactional producer's offsets are staged per
-group (journaled, so they survive a restart) and become the group's committed offsets only when
+group (a transactional batch in the group's partition, so they survive a restart) and become the group's committed offsets only when
 the transaction coordinator ends its transaction with a commit (``end_txn_offsets``); an abort
 drops them.  Until then OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for those
 partitions (KIP-447), so a read_committed consumer does not start from an offset that may vanish.
@@ -64,6 +65,7 @@ from kwire.protocol.errors import (
 from ..durability import GroupCommit
 from ..topics import META_DIR
 from .group import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
+from .migration import migrate_journal
 from .model import (
     GroupDescription,
     GroupListing,
@@ -75,13 +77,15 @@ from .model import (
     SyncResult,
 )
 from .offsets import CommittedOffset, newer_txn_offsets
+from .offsets_topic import OffsetsTopicStore
 from .retention import expired_partitions
-from .store import GroupRecord, GroupStore, MemberRecord
+from .store import GroupRecord, MemberRecord
 from .timers import Timers
 from .validation import check_member, check_offset_commit, check_txn_offset_commit
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
+    from ..internal_topics import InternalTopics
     from ..topics import TopicRegistry
 
 __all__ = ["GroupCoordinator", "GROUPS_DIR", "GROUP_TYPE", "NEW_MEMBER_JOIN_TIMEOUT_MS",
@@ -125,23 +129,21 @@ class GroupCoordinator:
     """
 
     def __init__(self, data_dir: Path, config: BrokerConfig, topics: TopicRegistry, *, clean_shutdown: bool,
+                 internal_topics: InternalTopics, notify: Callable[[tuple[str, int]], None] | None = None,
                  clock: Callable[[], int] | None = None,
-                 retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-                 compact_min_entries: int = 10_000):
+                 retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS):
         self._config = config
         self._topics = topics
         self._clock = clock or _wall_clock_ms
         self._retention_check_interval_ms = retention_check_interval_ms
-        self._store = GroupStore(Path(data_dir) / META_DIR / GROUPS_DIR, fsync=config.fsync,
-                                 compact_min_entries=compact_min_entries)
+        # (After a crash the logs' own recovery checks what the topic holds: clean_shutdown
+        # needs nothing more here.)
+        self._store = OffsetsTopicStore(internal_topics, fsync=config.fsync, notify=notify)
+        migrate_journal(self._store, Path(data_dir) / META_DIR / GROUPS_DIR)
         # fsync "always": commits written with defer_fsync share fsyncs run off the event loop.
         # Its rounds run one after another, so a round that finds nothing left to sync knows
         # an earlier, finished round covered it.
         self._journal_commit = GroupCommit()
-        if not clean_shutdown and not self._store.findings:
-            # After a crash, what the journal holds may still sit in the page cache only: the
-            # rewrite fsyncs it, and the next crash can't take it away.
-            self._store.compact()
         self._groups: dict[str, Group] = {}
         # Groups in their initial delayed join -> ms the delay may still be extended by.
         self._initial_delay_left: dict[str, int] = {}
@@ -773,7 +775,7 @@ class GroupCoordinator:
 
     def commit_txn_offsets(self, group_id: str, producer_id: int, generation_id: int, member_id: str,
                            group_instance_id: str | None, entries: Sequence[OffsetCommitEntry], *,
-                           defer_fsync: bool = False) -> list[int]:
+                           defer_fsync: bool = False, producer_epoch: int = 0) -> list[int]:
         """TxnOffsetCommit: stage offsets for the transaction of ``producer_id``; an error code per
         entry.  The transaction coordinator has checked the producer and that the group is in its
         transaction; here the group checks the member (v3+ send one) as for OffsetCommit.
@@ -801,7 +803,8 @@ class GroupCoordinator:
                                                                      entry.metadata or "", now)
         if staged:
             try:
-                self._store.put_txn_offsets(group_id, producer_id, staged, fsync=not defer_fsync)
+                self._store.put_txn_offsets(group_id, producer_id, staged, fsync=not defer_fsync,
+                                            producer_epoch=producer_epoch)
             except OSError:
                 logger.exception("group %s: could not write transactional offsets", group_id)
                 return [CoordinatorNotAvailableError.code if i in valid and errors[i] == NONE else errors[i]
@@ -826,7 +829,7 @@ class GroupCoordinator:
             # Offsets of a topic deleted meanwhile stay deleted.
             live = {tp: c for tp, c in staged.items() if self._topics.partition_exists(*tp)}
             committed = newer_txn_offsets(group.offsets, live)
-        self._store.end_txn(group_id, producer_id, committed)
+        self._store.end_txn(group_id, producer_id, committed, commit=commit)
         del group.pending_txn_offsets[producer_id]
         group.offsets.update(committed)
         if committed:
@@ -965,6 +968,6 @@ class GroupCoordinator:
         return self._groups.get(group_id)
 
     @property
-    def store(self) -> GroupStore:
+    def store(self) -> OffsetsTopicStore:
         return self._store
 

@@ -191,7 +191,7 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             errors = broker.coordinator.commit_txn_offsets(
                 group_id, request.producer_id, request.generation_id if v >= 3 else -1,
                 (request.member_id or "") if v >= 3 else "", request.group_instance_id if v >= 3 else None,
-                entries, defer_fsync=True)
+                entries, defer_fsync=True, producer_epoch=request.producer_epoch)
         for entry, code in zip(entries, errors, strict=True):
             fixed[(entry.topic, entry.partition)] = code
     response = answer(lambda t, p: fixed[(t, p.partition_index)])

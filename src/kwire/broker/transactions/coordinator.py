@@ -61,6 +61,7 @@ from kwire.protocol.errors import (
 )
 
 from ..coordinator.timers import Timers
+from ..internal_topics import OFFSETS_TOPIC
 from ..topics import META_DIR
 from .markers import MarkerWriter
 from .state import EPOCH_EXHAUSTED, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState
@@ -327,8 +328,9 @@ class TransactionCoordinator:
         return self._add(txn, partitions, ())
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
-        """Add a group's offsets to the producer's transaction (Kafka adds the group's
-        __consumer_offsets partition); an error code."""
+        """Add a group's offsets to the producer's transaction: as Kafka, the group's
+        __consumer_offsets partition joins it (its marker there commits or aborts the offsets
+        TxnOffsetCommit writes); an error code."""
         txn = self._txns.get(transactional_id)
         error = self._check_producer(txn, producer_id, epoch)
         if error:
@@ -336,7 +338,7 @@ class TransactionCoordinator:
         assert txn is not None
         if txn.state is TxnState.ONGOING and group_id in txn.groups:
             return NONE
-        return self._add(txn, (), (group_id,))
+        return self._add(txn, [(OFFSETS_TOPIC, self._groups.store.partition_of(group_id))], (group_id,))
 
     def _add(self, txn: TransactionMetadata, partitions: Iterable[tuple[str, int]], groups: Iterable[str]) -> int:
         before = copy.deepcopy(txn)
