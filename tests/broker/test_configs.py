@@ -213,10 +213,12 @@ def test_damaged_broker_configs_file_stops_the_start_naming_it(tmp_path):
         admin.alter_configs({KwResource.broker(1): {"log.retention.ms": "7000"}})
     path = data / "__kwire" / "broker-configs.json"
     assert json.loads(path.read_text())["scopes"] == {"1": {"log.retention.ms": "7000"}}
-    path.write_text("{not json")
-    with pytest.raises(ValueError, match="broker-configs.json"):
-        EmbeddedBroker(data).start()
-    assert path.read_text() == "{not json"  # left for the operator to restore
+    for damage in ("{not json", '{"version": 1, "scopes": {"": {"log.cleaner.threads": "none"}}}',
+                   '{"version": 1, "scopes": {"": {"num.partitions": "3"}}}'):
+        path.write_text(damage)
+        with pytest.raises(ValueError, match="broker-configs.json"):
+            EmbeddedBroker(data).start()
+        assert path.read_text() == damage  # left for the operator to restore
 
 
 def test_validate_only_changes_nothing(broker):

@@ -108,10 +108,10 @@ class DynamicBrokerConfigs:
             raise ValueError(f"{self._path}: unreadable dynamic broker configs: {type(exc).__name__} "
                              f"{exc}{_WHAT_TO_DO}") from None
         for scope, configs in scopes.items():
-            unknown = sorted(k for k in configs if dynamic_definition(k) is None)
-            if unknown:
-                raise ValueError(f"{self._path}: scope {scope!r} holds configs kwire does not update dynamically: "
-                                 f"{', '.join(unknown)}{_WHAT_TO_DO}")
+            try:
+                check_dynamic_configs(configs)
+            except ConfigError as exc:
+                raise ValueError(f"{self._path}: scope {scope!r}: {exc}{_WHAT_TO_DO}") from None
         return scopes
 
     def scope(self, name: str) -> dict[str, str]:
