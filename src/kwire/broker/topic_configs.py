@@ -34,10 +34,13 @@ __all__ = [
     "ThrottledReplicas",
     "TopicConfigDef",
     "Valued",
+    "broker_synonyms",
     "check_topic_overrides",
     "config_value_string",
     "describe_topic_config",
     "parse_value",
+    "static_broker_value",
+    "synonym_default",
     "topic_log_config",
 ]
 
