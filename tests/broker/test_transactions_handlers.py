@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import shutil
 import struct
 
 import pytest
@@ -523,7 +524,8 @@ def test_an_open_transaction_the_coordinator_lost_is_aborted_at_startup(state):
     add_partitions(state, "tx", pid, epoch, {"t": [0]})
     produce(state, "t", 0, batch(pid, epoch, 0), "tx")
     state.close()
-    (state.data_dir / "__kwire" / "transactions.json").unlink()
+    for lost in state.data_dir.glob("__transaction_state-*"):  # where the coordinator keeps its state
+        shutil.rmtree(lost)
     state = BrokerState(state.config)
     try:
         log = state.logs.get("t", 0)

@@ -88,7 +88,8 @@ class BrokerState:
         # Last: it completes the transactions a restart left half done, in the logs and the groups.
         self.transactions = TransactionCoordinator(
             self.data_dir, config, producer_ids=self.producer_ids, logs=self.logs, topics=self.topics,
-            waiters=self.waiters, durability=self.durability, groups=self.coordinator)
+            waiters=self.waiters, durability=self.durability, groups=self.coordinator,
+            internal_topics=self.internal_topics)
         self.security = BrokerSecurity(config, self.data_dir)
         self.listeners: list = []  # kwire.broker.listeners.Listener, filled in when the server binds them
         self._closed = False

@@ -837,6 +837,10 @@ class GroupCoordinator:
                          len(committed))
         self._maybe_remove_empty(group)
 
+    def groups_with_staged_offsets(self, producer_id: int) -> list[str]:
+        """The groups holding offsets the transaction of ``producer_id`` staged."""
+        return sorted(g.group_id for g in self._groups.values() if producer_id in g.pending_txn_offsets)
+
     def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions of the group with offsets staged by an open transaction."""
         group = self._groups.get(group_id)

@@ -1,8 +1,10 @@
 """The transaction coordinator (Kafka's TransactionCoordinator, KIP-98, transactions v1).
 
 Per transactional id it keeps a producer id and epoch and the transaction's state, partitions
-and groups (``state.TransactionMetadata``), stored in a small file before a request that changed
-them is answered (``store``).  Behaviour follows Kafka's coordinator, which is what clients are
+and groups (``state.TransactionMetadata``), stored in ``__transaction_state`` as Kafka's records
+before a request that changed them is answered (``store``).  A group is in a transaction through
+its ``__consumer_offsets`` partition, as in Kafka, so a restart finds its groups again from
+those partitions and the offsets they staged.  Behaviour follows Kafka's coordinator, which is what clients are
 written against:
 
 * InitProducerId gives a new id (first time) or bumps the epoch, which fences the previous
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..coordinator import GroupCoordinator
     from ..durability import GroupCommit
+    from ..internal_topics import InternalTopics
     from ..producer_ids import ProducerIdManager
     from ..state import PartitionWaiters
     from ..storage import LogManager, PartitionLog
@@ -103,15 +106,17 @@ class TransactionCoordinator:
 
     def __init__(self, data_dir: Path, config: BrokerConfig, *, producer_ids: ProducerIdManager, logs: LogManager,
                  topics: TopicRegistry, waiters: PartitionWaiters, durability: GroupCommit,
-                 groups: GroupCoordinator, clock: Callable[[], int] | None = None):
+                 groups: GroupCoordinator, internal_topics: InternalTopics, clock: Callable[[], int] | None = None):
         self._config = config
         self._producer_ids = producer_ids
         self._logs = logs
         self._durability = durability
         self._groups = groups
         self._clock = clock or _wall_clock_ms
-        self._store = TransactionStore(Path(data_dir) / META_DIR, fsync=config.fsync)
+        self._store = TransactionStore(internal_topics, Path(data_dir) / META_DIR, fsync=config.fsync,
+                                       notify=waiters.notify)
         self._txns: dict[str, TransactionMetadata] = self._store.load()
+        self._restore_groups()
         self._markers = MarkerWriter(logs, topics, waiters)
         self._timers = Timers(on_bind=self._on_loop)
         # Logs that got a preparing transaction's markers, to fsync before it completes ("always").
@@ -120,6 +125,15 @@ class TransactionCoordinator:
         self._recover()
 
     # ------------------------------------------------------------------ lifecycle
+
+    def _restore_groups(self) -> None:
+        """The groups of each open or preparing transaction, which the stored record lists as
+        their __consumer_offsets partitions: those with offsets staged by its producer there."""
+        for txn in self._txns.values():
+            if txn.state is TxnState.ONGOING or txn.state.preparing:
+                for group_id in self._groups.groups_with_staged_offsets(txn.producer_id):
+                    if (OFFSETS_TOPIC, self._groups.store.partition_of(group_id)) in txn.partitions:
+                        txn.groups.add(group_id)
 
     def _recover(self) -> None:
         if self._txns:
@@ -382,7 +396,13 @@ class TransactionCoordinator:
         error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
-        return NONE if group_id in txn.groups else InvalidTxnStateError.code
+        if group_id in txn.groups:
+            return NONE
+        if (OFFSETS_TOPIC, self._groups.store.partition_of(group_id)) in txn.partitions:
+            # Added before a restart (the stored record keeps the group's partition, not its id).
+            txn.groups.add(group_id)
+            return NONE
+        return InvalidTxnStateError.code
 
     # ------------------------------------------------------------------ EndTxn
 
@@ -432,6 +452,9 @@ class TransactionCoordinator:
         txn.partitions = set(result.failed)
         failed_groups = set()
         for group_id in sorted(txn.groups):
+            if (OFFSETS_TOPIC, self._groups.store.partition_of(group_id)) in result.failed:
+                failed_groups.add(group_id)  # its marker comes first (the retry writes both)
+                continue
             try:
                 self._groups.end_txn_offsets(group_id, txn.producer_id, commit)
             except OSError as exc:

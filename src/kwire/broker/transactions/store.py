@@ -1,19 +1,25 @@
-"""Durable transaction coordinator state: one small JSON file, replaced atomically on each change.
+"""Durable transaction coordinator state in ``__transaction_state``, as Kafka writes it.
 
-Kafka keeps this in the ``__transaction_state`` topic; one broker needs only a file:
-``<data dir>/__kwire/transactions.json``::
+Each transactional id lives in partition ``abs(javaStringHashCode(id)) % partitions`` of the
+internal topic as Kafka's records (kwire.protocol.coordinator_records): ``TransactionLogKey``
+(v0) -> ``TransactionLogValue`` with the producer id and epoch, timeout, state (Kafka's
+TransactionState ids), the partitions of the transaction (its groups' ``__consumer_offsets``
+partitions among them, as Kafka lists them) and its timestamps.  Values are v0, as Kafka writes
+them for transactions v1; v1 (tagged PreviousProducerId) only when the id's producer id was
+rotated, so a client retrying across that rotation is still recognised after a restart.  An
+expired id gets a tombstone.  Loading replays the partitions on disk; the newest record of an id
+wins.
 
-    {"version": 1, "transactions": [{"id", "pid", "epoch", "last_pid", "last_epoch", "timeout_ms",
-                                     "state", "partitions": [[topic, partition], ...], "groups",
-                                     "start_ms", "update_ms"}, ...]}
+``save(txns)`` takes the whole state, as the coordinator hands it, and writes the records of the
+ids that changed since the last save (one batch per partition), before the request that changed
+them is answered.  Durability follows the broker's fsync policy: "always" flushes the partition
+before ``save`` returns, "interval" leaves it to ``flush()``, "never" to the OS.  A record this
+version can't read stops the broker: guessing could reissue a fenced epoch or lose an open
+transaction.
 
-It holds one entry per transactional id (ids expire after ``transactional_id_expiration_ms``
-idle, as in Kafka), so rewriting it whole on every transition stays cheap, and a crash leaves
-the old or the new file, never half of one (``atomic_write``).  The file is written before the
-request that changed it is answered.  Durability follows the broker's fsync policy like the
-group journal: "always" fsyncs each write; "interval" leaves it to ``flush()`` (called by the
-broker's periodic flush); "never" to the OS (``close()`` still fsyncs).  A file this version
-can't read stops the broker: guessing could reissue a fenced epoch or lose an open transaction.
+A data dir of an earlier kwire kept this state in ``__kwire/transactions.json``: at the first
+start it is written into the topic, flushed, and renamed ``transactions.json.migrated`` (a crash
+before the rename migrates it again at the next start).
 """
 
 from __future__ import annotations
@@ -22,36 +28,138 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..storage._files import atomic_write, fsync_dir
-from .state import TransactionMetadata
+from kwire.protocol import messages
+from kwire.protocol.coordinator_records import (
+    TRANSACTION_STATE_TOPIC,
+    CoordinatorRecordError,
+    TransactionStatus,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from kwire.protocol.errors import DecodeError
+from kwire.protocol.records import RecordBatchBuilder, iter_batches
+
+from ..storage._files import fsync_dir
+from .state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState
+
+if TYPE_CHECKING:
+    from ..internal_topics import InternalTopics
+    from ..storage import PartitionLog
 
 __all__ = ["TransactionStore", "TransactionStoreError", "TRANSACTIONS_FILE"]
 
 logger = logging.getLogger("kwire.broker.transactions")
 
-TRANSACTIONS_FILE = "transactions.json"
+TRANSACTIONS_FILE = "transactions.json"  # the state file of kwire before __transaction_state
+MIGRATED_SUFFIX = ".migrated"
 _VERSION = 1
+_READ_CHUNK = 1 << 20
+VALUE_VERSION = 0
+VALUE_VERSION_WITH_PREVIOUS_ID = 1
+
+Value = messages.TransactionLogValue
 
 
 class TransactionStoreError(ValueError):
-    """The state file can't be read; the message names it."""
+    """The stored state can't be read; the message names where."""
+
+
+def _value(txn: TransactionMetadata) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(txn.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    partitions = None if txn.state is TxnState.EMPTY else [
+        Value.PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()]
+    value = Value(producer_id=txn.producer_id, previous_producer_id=txn.last_producer_id,
+                  producer_epoch=txn.producer_epoch, transaction_timeout_ms=txn.timeout_ms,
+                  transaction_status=TransactionStatus[txn.state.name], transaction_partitions=partitions,
+                  transaction_last_update_timestamp_ms=txn.update_ms, transaction_start_timestamp_ms=txn.start_ms)
+    version = VALUE_VERSION if txn.last_producer_id == NO_PRODUCER_ID else VALUE_VERSION_WITH_PREVIOUS_ID
+    return encode_value(value, version)
+
+
+def _metadata(transactional_id: str, value) -> TransactionMetadata:
+    previous = getattr(value, "previous_producer_id", NO_PRODUCER_ID)
+    return TransactionMetadata(
+        transactional_id=transactional_id, producer_id=value.producer_id, producer_epoch=value.producer_epoch,
+        timeout_ms=value.transaction_timeout_ms, state=TxnState[TransactionStatus(value.transaction_status).name],
+        last_producer_id=previous if previous is not None else NO_PRODUCER_ID,
+        last_producer_epoch=NO_PRODUCER_EPOCH,  # not in Kafka's record either
+        partitions={(p.topic, i) for p in (value.transaction_partitions or []) for i in p.partition_ids},
+        start_ms=value.transaction_start_timestamp_ms, update_ms=value.transaction_last_update_timestamp_ms)
 
 
 class TransactionStore:
-    def __init__(self, directory: Path, *, fsync: str = "never"):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, topics: InternalTopics, directory: Path, *, fsync: str = "never",
+                 notify: Callable[[tuple[str, int]], None] | None = None):
+        self._topics = topics
+        self.directory = Path(directory)  # where transactions.json of an earlier kwire may be
         self.path = self.directory / TRANSACTIONS_FILE
         self._fsync_always = fsync == "always"
+        self._notify = notify
         self._lock = threading.Lock()  # flush() runs in a worker thread
-        self._dirty = False
+        self._unflushed: dict[int, PartitionLog] = {}
+        self._written: dict[str, bytes] = {}  # transactional id -> its last stored value
         self.writes = 0  # for tests and stats
 
+    # --- reading
+
     def load(self) -> dict[str, TransactionMetadata]:
-        """Every stored transactional id's metadata (empty if there is no file yet)."""
+        """Every stored transactional id's metadata: the topic's, then (once) the legacy file's."""
+        txns: dict[str, TransactionMetadata] = {}
+        for partition, log in sorted(self._topics.existing_logs(TRANSACTION_STATE_TOPIC), key=lambda x: x[0]):
+            self._replay(partition, log, txns)
+        self._written = {tid: _value(t) for tid, t in txns.items()}
+        legacy = self._load_legacy()
+        if legacy is not None:
+            txns.update(legacy)
+            self.save(txns.values())
+            self.flush()  # on disk before the file goes, whatever the fsync policy
+            os.replace(self.path, self.path.with_name(self.path.name + MIGRATED_SUFFIX))
+            fsync_dir(self.directory)
+            logger.info("migrated %s to %s: %d transactional id(s); the file is now %s", self.path,
+                        TRANSACTION_STATE_TOPIC, len(legacy), self.path.name + MIGRATED_SUFFIX)
+        return txns
+
+    def _replay(self, partition: int, log: PartitionLog, txns: dict[str, TransactionMetadata]) -> None:
+        offset, end = log.log_start_offset, log.log_end_offset
+        while offset < end:
+            slices = log.read(offset, _READ_CHUNK)
+            if not slices:
+                break
+            next_offset = offset
+            for batch in iter_batches(b"".join(s.read() for s in slices)):
+                next_offset = batch.next_offset
+                if batch.is_control:
+                    continue
+                try:
+                    records = batch.records()
+                except DecodeError as exc:
+                    raise TransactionStoreError(f"{TRANSACTION_STATE_TOPIC}-{partition} offset {batch.base_offset}: "
+                                                f"unreadable batch: {exc}") from None
+                for record in records:
+                    if record.offset < offset:
+                        continue
+                    try:
+                        key = decode_key(record.key, TRANSACTION_STATE_TOPIC)
+                        value = decode_value(key, record.value)
+                        if value is None:
+                            txns.pop(key.transactional_id, None)
+                        else:
+                            txns[key.transactional_id] = _metadata(key.transactional_id, value)
+                    except (CoordinatorRecordError, KeyError, ValueError) as exc:
+                        raise TransactionStoreError(f"{TRANSACTION_STATE_TOPIC}-{partition} offset {record.offset}: "
+                                                    f"cannot read a transaction record: {exc!r}") from None
+            offset = next_offset if next_offset > offset else end
+
+    def _load_legacy(self) -> dict[str, TransactionMetadata] | None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         if tmp.exists():
             logger.warning("%s: removing the leftover of an interrupted write", tmp)
@@ -59,7 +167,7 @@ class TransactionStore:
         try:
             doc = json.loads(self.path.read_text("utf-8"))
         except FileNotFoundError:
-            return {}
+            return None
         except (OSError, ValueError) as exc:
             raise TransactionStoreError(f"{self.path}: unreadable transaction state: {exc}") from None
         if not isinstance(doc, dict) or doc.get("version") != _VERSION:
@@ -70,36 +178,61 @@ class TransactionStore:
             raise TransactionStoreError(f"{self.path}: cannot read a transaction: {exc!r}") from None
         return {t.transactional_id: t for t in txns}
 
+    # --- writing
+
     def save(self, txns: Iterable[TransactionMetadata]) -> None:
-        """Replace the file with ``txns`` (the whole state).  ``OSError`` if it can't be written."""
-        doc = {"version": _VERSION, "transactions": [t.to_json() for t in sorted(txns, key=lambda t: t.transactional_id)]}
-        data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
-        with self._lock:
-            atomic_write(self.path, data, durable=self._fsync_always)
-            self._dirty = not self._fsync_always
-            self.writes += 1
+        """Store ``txns`` (the whole state): a record for each id changed since the last save, a
+        tombstone for each id gone.  ``OSError`` if it can't be written."""
+        current = {t.transactional_id: _value(t) for t in txns}
+        changed = {tid: v for tid, v in current.items() if self._written.get(tid) != v}
+        changed.update({tid: None for tid in self._written if tid not in current})
+        if not changed:
+            return
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for tid, value in sorted(changed.items()):
+            key = encode_key(messages.TransactionLogKey(transactional_id=tid))
+            by_partition.setdefault(self._topics.partition_of(TRANSACTION_STATE_TOPIC, tid), []).append((key, value))
+        now = time.time_ns() // 1_000_000
+        for partition, records in sorted(by_partition.items()):
+            log = self._topics.partition_log(TRANSACTION_STATE_TOPIC, partition)
+            builder = RecordBatchBuilder()
+            for key, value in records:
+                builder.append(key, value, now)
+            try:
+                log.append(builder.build(), now_ms=now)
+            except Exception as exc:
+                if isinstance(exc, OSError):
+                    raise
+                raise OSError(f"{TRANSACTION_STATE_TOPIC}-{partition}: {exc}") from exc
+            if self._notify is not None:
+                self._notify((TRANSACTION_STATE_TOPIC, partition))
+            if self._fsync_always:
+                log.flush()
+            else:
+                with self._lock:
+                    self._unflushed[id(log)] = log
+        for tid, value in changed.items():
+            if value is None:
+                self._written.pop(tid, None)
+            else:
+                self._written[tid] = value
+        self.writes += 1
 
     def flush(self) -> None:
-        """fsync the file (and its directory entry) if written since the last flush."""
-        # The fsyncs run without the lock, so a save() on the event loop never waits for the disk;
-        # a save made meanwhile replaces the file and marks it dirty again for the next flush.
+        """Flush the partitions written since the last flush.  Safe to call from another thread."""
         with self._lock:
-            if not self._dirty:
-                return
-            self._dirty = False
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                return
+            logs = list(self._unflushed.values())
+            self._unflushed.clear()
+        done = 0
         try:
-            os.fsync(fd)
-            fsync_dir(self.directory)
+            for log in logs:
+                log.flush()
+                done += 1
         except OSError:
             with self._lock:
-                self._dirty = True
+                for log in logs[done:]:
+                    self._unflushed.setdefault(id(log), log)
             raise
-        finally:
-            os.close(fd)
 
     def close(self) -> None:
         self.flush()
