@@ -74,6 +74,18 @@ def check_effects(broker: EmbeddedBroker, topic: str) -> None:
     assert produce_error(broker.bootstrap, topic, b"small") is None
 
 
+def cleaner_backoff(broker: EmbeddedBroker, want: int = 20000) -> int:
+    """The running log cleaner's backoff, once it is ``want`` (a reconfigured cleaner restarts
+    on a thread of its own) or after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        cleaner = broker.state.logs.cleaner
+        backoff = cleaner.config.backoff_ms if cleaner is not None else None
+        if backoff == want or time.monotonic() > deadline:
+            return backoff
+        time.sleep(0.02)
+
+
 # -- confluent-kafka ------------------------------------------------------------------------------
 def ck_describe(admin: AdminClient, resource_type, name: str) -> dict:
     resource = ConfigResource(resource_type, name)
@@ -111,10 +123,13 @@ def test_confluent_kafka_alters_topic_and_broker_configs(tmp_path):
         assert admin.alter_configs([b])[b].result(30) is None  # the legacy request
         ck_check(admin, topic)
         assert broker.call(lambda: broker.state.config.log_cleaner_backoff_ms) == 20000
+        assert broker.call(lambda: broker.state.config.advertised_port) == broker.port  # kept what start set
+        assert cleaner_backoff(broker) == 20000  # the running cleaner restarted with it
         check_effects(broker, topic)
     with EmbeddedBroker(data) as broker:
         ck_check(AdminClient({"bootstrap.servers": broker.bootstrap}), topic)
         assert broker.call(lambda: broker.state.logs.get(topic, 0).config.segment_ms) == 3600000
+        assert cleaner_backoff(broker) == 20000
 
 
 # -- kafka-python -----------------------------------------------------------------------------------

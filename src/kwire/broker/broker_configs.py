@@ -142,9 +142,12 @@ class DynamicBrokerConfigs:
             atomic_write(self._path, json.dumps(doc, indent=1).encode())
             self._scopes = scopes
 
-    def broker_config(self, static: BrokerConfig, merged: Mapping[str, str] | None = None) -> BrokerConfig:
-        """``static`` with the dynamic cleaner settings applied (ConfigError if it refuses one)."""
+    def broker_config(self, current: BrokerConfig, static: BrokerConfig,
+                      merged: Mapping[str, str] | None = None) -> BrokerConfig:
+        """``current`` with each cleaner setting taken from the dynamic configs (``merged``, by
+        default this broker's), else from ``static``; ConfigError if BrokerConfig refuses one.
+        ``current`` keeps what the server filled in at start (the bound port)."""
         values = self.merged() if merged is None else merged
-        changes = {d.field: parse_value(name, values[name], d)
-                   for name, d in CLEANER_CONFIGS.items() if name in values}
-        return static.with_(**changes) if changes else static
+        changes = {d.field: parse_value(name, values[name], d) if name in values else getattr(static, d.field)
+                   for name, d in CLEANER_CONFIGS.items()}
+        return current.with_(**changes)

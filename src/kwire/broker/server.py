@@ -115,7 +115,8 @@ class Broker:
                                                     advertised_port=first.advertised[1])
         self.state.transactions.start()  # transaction timeouts run on this loop from now on
         # Compaction of cleanup.policy=compact partitions, on its own threads (Kafka's LogCleaner).
-        self.state.logs.start_cleaner(CleanerConfig.from_broker(self.config))
+        # state.config: the static settings with the dynamic log.cleaner.* ones (AlterConfigs) applied.
+        self.state.logs.start_cleaner(CleanerConfig.from_broker(self.state.config))
         self._tasks.append(loop.create_task(self._every(self.config.retention_check_interval_ms, self._retention)))
         if self.config.fsync == "interval":
             self._tasks.append(loop.create_task(self._every(self.config.fsync_interval_ms, self._flush)))

@@ -63,7 +63,7 @@ class BrokerState:
         # the log.* defaults every topic's LogConfig (log_config_for); static_config stays as started.
         self.static_config = config
         self.dynamic_configs = DynamicBrokerConfigs(self.data_dir, config.node_id)
-        self.config = self.dynamic_configs.broker_config(config)
+        self.config = self.dynamic_configs.broker_config(config, config)
         self.cluster_id = self._load_cluster_id()
         self.logs = LogManager(self.data_dir, config.log,
                                configs={t: self.log_config_for(self.topics.get(t))

@@ -15,6 +15,7 @@ for compatibility), as are duplicate resources or keys, null values and unknown 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from kwire.protocol.errors import (
     InvalidConfigError,
     InvalidRequestError,
     KafkaError,
+    KafkaStorageError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
@@ -33,6 +35,7 @@ from kwire.settings import ConfigError
 from ..auth.acls import AclOperation, ResourceType
 from ..broker_configs import CLEANER_CONFIGS, TOPIC_SYNONYM_CONFIGS, check_dynamic_configs, dynamic_definition
 from ..config import BrokerConfig
+from ..storage import CleanerConfig
 from ..topic_configs import (
     TOPIC_CONFIGS,
     TopicConfigDef,
@@ -267,17 +270,45 @@ def _alter(ctx, resource_type: int, name: str, new_configs: NewConfigs, validate
             clean = check_dynamic_configs(new_configs(dynamic.scope(scope), entries.get))
             merged = {**(clean if scope == "" else dynamic.cluster_default),
                       **(dynamic.per_broker if scope == "" else clean)}
-            config = dynamic.broker_config(broker.static_config, merged)
+            config = dynamic.broker_config(broker.config, broker.static_config, merged)
             for topic in broker.topics.names(internal=True):  # every topic's LogConfig must still hold together
                 topic_log_config(config.log, merged, broker.topics.get(topic).configs)
         except ValueError as exc:  # ConfigError included
             raise InvalidRequestError(str(exc)) from None
         if not validate_only:
             dynamic.replace(scope, clean)
-            broker.config = config
+            old, broker.config = broker.config, config
             broker.refresh_log_configs()
+            if any(getattr(old, d.field) != getattr(config, d.field) for d in CLEANER_CONFIGS.values()):
+                _restart_cleaner(broker)
     else:
         raise InvalidRequestError(f"Unknown resource type {resource_type} (topics 2 and brokers 4 can be altered)")
+
+
+_cleaner_restarts = threading.Lock()
+
+
+def _restart_cleaner(broker) -> None:
+    """Kafka's LogCleaner.reconfigure: a running cleaner restarts with the broker's current
+    log.cleaner.* settings.  On a thread of its own, as stopping waits for a clean under way to
+    abort; one restart at a time, each reading the newest settings."""
+    logs = broker.logs
+    if logs.cleaner is None:
+        return  # never started: start_cleaner will read broker.config
+
+    def restart() -> None:
+        with _cleaner_restarts:
+            previous = logs.cleaner
+            if previous is None:
+                return
+            try:
+                logs.stop_cleaner()
+                logs.cleaner = None
+                logs.start_cleaner(CleanerConfig.from_broker(broker.config), clock=previous.clock)
+            except KafkaStorageError:
+                pass  # the broker closed meanwhile
+
+    threading.Thread(target=restart, name="kwire-cleaner-reconfigure", daemon=True).start()
 
 
 def _check_request_shape(configs, *, null_ok: Callable[[object], bool]) -> None:
