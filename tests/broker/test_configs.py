@@ -119,6 +119,7 @@ def test_bad_input_gets_kafkas_error_codes_and_changes_nothing(broker):
     good_broker = ("log.retention.ms", "1000", SET)
     assert ck_error(admin, B, "1", good_broker, ("num.partitions", "3", SET)) == invalid_request
     assert ck_error(admin, B, "1", good_broker, ("log.dirs", "/tmp/x", SET)) == invalid_request
+    assert ck_error(admin, B, "1", good_broker, ("log.retention.hours", "1", SET)) == invalid_request
     assert ck_error(admin, B, "1", good_broker, ("log.segment.bytes", "ten", SET)) == invalid_request
     configs = ck_topic_configs(admin, topic)
     assert configs["retention.ms"].value == "100000" and configs["retention.bytes"].value == "-1"
@@ -245,6 +246,9 @@ def test_describe_documentation_types_sensitive_and_key_filter(broker):
         assert found[KwResource.topic("documented")]["cleanup.policy"].config_type == 7  # LIST
         password = found[KwResource.broker(1)]["ssl.key.password"]
         assert password.sensitive and password.value is None and password.read_only
+        hours = found[KwResource.broker(1)]["log.retention.hours"]  # only log.retention.ms is dynamic
+        assert (hours.value, hours.read_only) == ("168", True)
+        assert not found[KwResource.broker(1)]["log.retention.ms"].read_only
 
     async def filtered():
         admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)

@@ -177,7 +177,23 @@ def broker_config_entries(broker, resource_name: str | None = None) -> list[Conf
                for n, v, t, doc in _static_entries(broker)]
     entries += [_topic_synonym_entry(broker, n, d, per_broker, cluster_default) for n, d in TOPIC_SYNONYM_CONFIGS.items()]
     entries += [_cleaner_entry(broker, n, d, per_broker, cluster_default) for n, d in CLEANER_CONFIGS.items()]
+    entries += _secondary_synonym_entries()
     return sorted(entries, key=lambda e: e.name)
+
+
+def _secondary_synonym_entries() -> list[ConfigEntry]:
+    """The broker configs in other units that Kafka also lists (log.retention.minutes,
+    log.retention.hours, log.roll.hours...): read-only, as Kafka updates only the first synonym
+    dynamically; Kafka's default on the one that holds it (log.retention.hours=168), else null."""
+    out = []
+    for d in TOPIC_SYNONYM_CONFIGS.values():
+        for synonym in d.synonyms[1:]:
+            value = None
+            if synonym is d.synonyms[-1] and d.default is not None:
+                value = d.default if synonym.unit_ms == 1 else str(int(d.default) // synonym.unit_ms)
+            out.append(ConfigEntry(synonym.name, value, _DEFAULT, d.type if synonym.unit_ms == 1 else ConfigType.INT,
+                                   d.doc, read_only=True, synonyms=(Valued(synonym.name, value, _DEFAULT),)))
+    return out
 
 
 def _broker_scope(broker, name: str) -> str:
