@@ -147,7 +147,8 @@ ResourceType = ConfigResourceType
 
 
 class ConfigResource(NamedTuple):
-    """A topic (by name) or a broker (by node id as a string) whose configs to describe."""
+    """A topic (by name) or a broker (by node id as a string; "" for the cluster-wide defaults)
+    whose configs to describe or alter."""
 
     type: ResourceType
     name: str
