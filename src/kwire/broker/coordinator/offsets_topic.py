@@ -44,7 +44,7 @@ from kwire.protocol.coordinator_records import (
 from kwire.protocol.errors import DecodeError
 from kwire.protocol.records import RecordBatchBuilder, iter_batches
 
-from .offsets import CommittedOffset, newer_txn_offsets
+from .offsets import CommittedOffset
 from .store import GroupRecord, MemberRecord, StoredGroup
 
 if TYPE_CHECKING:
@@ -137,71 +137,94 @@ class OffsetsTopicStore:
     # --- reading
 
     def _replay(self, partition: int, log: PartitionLog) -> None:
-        # producer id -> group -> staged offsets, until the producer's marker in this partition.
-        staged: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        # The newest value of each key, as stored (decoded once at the end: a key is usually
+        # written many times), and per producer the records of its open transaction.
+        latest: dict[bytes, tuple[int, bytes | None]] = {}  # key -> (offset, value)
+        staged: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+        for batch in self._batches(partition, log):
+            if batch.is_control:
+                for record in batch.records():
+                    if record.is_commit or record.is_abort:
+                        self._end_staged(partition, latest, staged.pop(batch.producer_id, []), record.is_commit)
+                continue
+            try:
+                records = batch.records()
+            except DecodeError as exc:
+                self.findings.append(f"partition {partition} offset {batch.base_offset}: unreadable batch ({exc})")
+                continue
+            if batch.is_transactional:
+                staged.setdefault(batch.producer_id, []).extend((r.offset, r.key, r.value) for r in records)
+            else:
+                for r in records:
+                    latest[r.key] = (r.offset, r.value)
+        for key, (offset, value) in latest.items():
+            self._apply(partition, offset, key, value)
+        for producer_id, records in staged.items():
+            for offset, key, value in records:
+                decoded = self._decode(partition, offset, key, value)
+                if decoded is not None and isinstance(decoded[0], OffsetKey) and decoded[1] is not None:
+                    k = decoded[0]
+                    self.groups.setdefault(k.group, StoredGroup()).pending.setdefault(producer_id, {})[
+                        (k.topic, k.partition)] = _committed(decoded[1])
+
+    def _batches(self, partition: int, log: PartitionLog):
+        """The partition's batches in offset order (a compacted log may start a read mid-batch)."""
         offset, end = log.log_start_offset, log.log_end_offset
         while offset < end:
             slices = log.read(offset, _READ_CHUNK)
             if not slices:
-                break
-            data = b"".join(s.read() for s in slices)
-            next_offset = offset
-            for batch in iter_batches(data):
-                next_offset = batch.next_offset
-                if batch.is_control:
-                    for record in batch.records():
-                        if record.is_commit or record.is_abort:
-                            self._end_staged(staged.pop(batch.producer_id, {}), commit=record.is_commit)
-                    continue
-                txn = staged.setdefault(batch.producer_id, {}) if batch.is_transactional else None
-                try:
-                    records = batch.records()
-                except DecodeError as exc:
-                    self.findings.append(f"partition {partition} offset {batch.base_offset}: unreadable batch ({exc})")
-                    continue
-                for record in records:
-                    if record.offset >= offset:
-                        self._apply(partition, record, txn)
-            offset = next_offset if next_offset > offset else end  # (no progress: stop, never loop)
-        for producer_id, groups in staged.items():
-            for group_id, offsets in groups.items():
-                self.groups.setdefault(group_id, StoredGroup()).pending.setdefault(producer_id, {}).update(offsets)
-
-    def _apply(self, partition: int, record, txn: dict[str, dict] | None) -> None:
-        try:
-            key = decode_key(record.key, OFFSETS_TOPIC)
-            value = decode_value(key, record.value)
-        except CoordinatorRecordError as exc:
-            self.findings.append(f"partition {partition} offset {record.offset}: {exc}; skipped")
-            return
-        if isinstance(key, OffsetKey):
-            tp = (key.topic, key.partition)
-            if txn is not None:
-                if value is not None:
-                    txn.setdefault(key.group, {})[tp] = _committed(value)
                 return
-            if value is None:
-                stored = self.groups.get(key.group)
-                if stored is not None:
-                    stored.offsets.pop(tp, None)
-                    self._drop_if_empty(key.group)
-            else:
-                self.groups.setdefault(key.group, StoredGroup()).offsets[tp] = _committed(value)
-        elif isinstance(key, GroupKey):
-            if value is None:
-                self.groups.pop(key.group, None)  # DeleteGroups: its offsets were tombstoned with it
-            else:
-                self.groups.setdefault(key.group, StoredGroup()).record = _group(key.group, value)
-        else:
-            self.findings.append(f"partition {partition} offset {record.offset}: a {type(key).__name__} record "
-                                 "(a group type kwire does not run); skipped")
+            next_offset = offset
+            for batch in iter_batches(b"".join(s.read() for s in slices)):
+                if batch.next_offset <= offset:
+                    continue
+                next_offset = batch.next_offset
+                yield batch
+            offset = next_offset if next_offset > offset else end  # (no progress: stop, never loop)
 
-    def _end_staged(self, groups: dict[str, dict[tuple[str, int], CommittedOffset]], *, commit: bool) -> None:
+    def _decode(self, partition: int, offset: int, key: bytes | None, value: bytes | None):
+        """(key, value) decoded, or None (noted in ``findings``) for a record kwire can't use."""
+        try:
+            k = decode_key(key, OFFSETS_TOPIC)
+            v = decode_value(k, value)
+        except CoordinatorRecordError as exc:
+            self.findings.append(f"partition {partition} offset {offset}: {exc}; skipped")
+            return None
+        if not isinstance(k, (OffsetKey, GroupKey)):
+            self.findings.append(f"partition {partition} offset {offset}: a {type(k).__name__} record "
+                                 "(a group type kwire does not run); skipped")
+            return None
+        return k, v
+
+    def _apply(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """A key's newest plain record into ``groups``."""
+        decoded = self._decode(partition, offset, key, value)
+        if decoded is None:
+            return
+        k, v = decoded
+        if v is None:
+            return  # deleted (DeleteGroups tombstones the group's offsets with its metadata)
+        if isinstance(k, OffsetKey):
+            self.groups.setdefault(k.group, StoredGroup()).offsets[(k.topic, k.partition)] = _committed(v)
+        else:
+            self.groups.setdefault(k.group, StoredGroup()).record = _group(k.group, v)
+
+    def _end_staged(self, partition: int, latest: dict[bytes, tuple[int, bytes | None]],
+                    records: list[tuple[int, bytes, bytes | None]], commit: bool) -> None:
+        """A marker: a commit makes the transaction's offsets the newest of their keys, except
+        where a plain commit is newer (commit times stand in for log order, as the live
+        coordinator decides: see ``newer_txn_offsets``); an abort drops them."""
         if not commit:
             return
-        for group_id, offsets in groups.items():
-            stored = self.groups.setdefault(group_id, StoredGroup())
-            stored.offsets.update(newer_txn_offsets(stored.offsets, offsets))
+        for offset, key, value in records:
+            current = latest.get(key)
+            if current is not None and current[1] is not None:
+                staged = self._decode(partition, offset, key, value)
+                committed = self._decode(partition, current[0], key, current[1])
+                if (staged is not None and committed is not None and staged[1] is not None
+                        and committed[1].commit_timestamp > staged[1].commit_timestamp):
+                    continue
+            latest[key] = (offset, value)
 
     def _drop_if_empty(self, group_id: str) -> None:
         stored = self.groups.get(group_id)
