@@ -457,3 +457,94 @@ def test_deleting_the_topic_during_a_clean_aborts_it_quietly(tmp_path, caplog):
             assert cleaner.clean_once() is None
         assert "failed" not in caplog.text and "aborted" in caplog.text
         assert not [p for p in tmp_path.iterdir() if p.name.startswith("t-0")]
+
+
+# Seeds 11 and 13 once caught a stale .txnindex entry, 19 a history needing many passes.
+@pytest.mark.parametrize("seed", [0, 1, 2, 11, 13, 19])
+def test_random_histories_keep_each_keys_last_record(tmp_path, seed):
+    """Random puts (tombstones, codecs, idempotent producers, committed and aborted transactions),
+    rolls and cleans with small dedupe maps: every record left is the one produced at its offset,
+    none of an aborted transaction; each key's last record is the last produced (a tombstone past
+    its horizon may be gone, with every older record of its key); a reload reads the same."""
+    import random
+
+    rng = random.Random(seed)
+    log = PartitionLog(tmp_path / "t-0", COMPACT.with_(segment_bytes=rng.choice([600, 1024, 4096])))
+    produced: dict[int, tuple[str, str | None]] = {}
+    seqs: dict[int, int] = {}
+    now = NOW
+    try:
+        txn: list[int] = []  # offsets written by the open transaction of producer 200
+        for _ in range(60):
+            roll = rng.random()
+            if roll < 0.1:
+                log.roll()
+            elif roll < 0.15 and txn:
+                commit = rng.random() < 0.5
+                log.append_marker(200, 0, commit=commit, now_ms=1_000)
+                if not commit:
+                    for offset in txn:
+                        del produced[offset]
+                txn = []
+            elif roll < 0.25:
+                now += rng.choice([0, 400, 1_200])
+                Cleaner(CleanerConfig(dedupe_buffer_size=24 * rng.choice([3, 8, 100]))).clean(log, now_ms=now)
+            else:
+                pairs = [(f"k{rng.randrange(12)}", None if rng.random() < 0.15 else f"v{rng.randrange(1000)}")
+                         for _ in range(rng.randrange(1, 5))]
+                producer = {}
+                if rng.random() < 0.4:
+                    pid = rng.choice([100, 101, 200])
+                    producer = {"pid": pid, "epoch": 0, "seq": seqs.get(pid, 0), "transactional": pid == 200}
+                    seqs[pid] = seqs.get(pid, 0) + len(pairs)
+                base, _ = put(log, pairs, compression=rng.choice([0, 0, 1, 4]), **producer)
+                for i, pair in enumerate(pairs):
+                    produced[base + i] = pair
+                    if producer.get("transactional"):
+                        txn.append(base + i)
+        if txn:
+            log.append_marker(200, 0, commit=True, now_ms=1_000)
+        log.roll()
+        for _ in range(60):  # small maps: several passes to get through the whole log
+            if Cleaner(CleanerConfig(dedupe_buffer_size=24 * 8)).clean(log, now_ms=now) is None:
+                break
+        kept = records(log)
+        assert [o for o, _, _ in kept] == sorted(o for o, _, _ in kept)
+        assert all(produced[o] == (k, v) for o, k, v in kept)
+        last = latest((o, k, v) for o, (k, v) in sorted(produced.items()))
+        have = latest(kept)
+        for key, (offset, value) in last.items():
+            if key in have:
+                assert have[key] == (offset, value)
+            else:
+                assert value is None  # a tombstone whose horizon passed: the key is gone
+        for producer_id, next_seq in seqs.items():
+            assert log.producer_state.get(producer_id).last_seq == next_seq - 1
+        log.close()
+        log = PartitionLog(tmp_path / "t-0", COMPACT)
+        assert records(log) == kept
+        for producer_id, next_seq in seqs.items():
+            assert log.producer_state.get(producer_id).last_seq == next_seq - 1
+    finally:
+        log.close()
+
+
+def test_an_abort_leaves_the_txnindex_once_its_data_is_gone(log):
+    # Kafka's cleaned index: an abort's entry stays only while its marker stays for its data.
+    # A stale entry (marker gone) would make the producer's next, committed, transaction look
+    # aborted to the next clean.
+    put(log, [("a", "aborted")], pid=5, epoch=0, seq=0, transactional=True)
+    log.append_marker(5, 0, commit=False, now_ms=1_000)
+    put(log, [("b", "x")], pid=5, epoch=0, seq=1)  # the producer's last batch is now this one
+    for n, now in enumerate((NOW, NOW, NOW + COMPACT.delete_retention_ms)):
+        put(log, [(f"w{n}", "1")])
+        log.roll()
+        clean(log, now_ms=now)
+    assert [b.base_offset for b in batches(log) if b.is_control] == []
+    assert log.aborted_transactions(0, log.log_end_offset) == []
+    put(log, [("c", "committed")], pid=5, epoch=0, seq=2, transactional=True)
+    log.append_marker(5, 0, commit=True, now_ms=1_000)
+    put(log, [("w9", "1")])
+    log.roll()
+    clean(log, now_ms=NOW + COMPACT.delete_retention_ms)
+    assert ("c", "committed") in [(k, v) for _, k, v in records(log)]

@@ -9,7 +9,9 @@ write in its place, or None to drop it:
   batch's delete horizon (KIP-534) has passed, the horizon being set, as in Kafka 3+, the first
   time a clean keeps the tombstone: ``now + delete.retention.ms`` as the batch's base timestamp
   with the DELETE_HORIZON attributes bit;
-* records of aborted transactions go (the aborts come from the ``.txnindex``);
+* records of aborted transactions go (the aborts come from the ``.txnindex``); the cleaned
+  segment's ``.txnindex`` keeps an abort only while its marker stays for data of it (Kafka's
+  cleaned index), so an entry never outlives the marker that closes it;
 * a commit/abort marker stays while data of its transaction is still in the log; once none is
   left it gets a delete horizon, and goes once that has passed;
 * the last batch of every producer still known to the producer state stays, emptied if none
@@ -61,13 +63,20 @@ class TransactionTracker:
 
     def __init__(self, aborted: Sequence[AbortedTxn] = ()):
         self._pending = deque(sorted(aborted, key=lambda t: t.first_offset))
-        self._aborted: dict[int, bool] = {}  # producer id -> whether data of the abort was seen
+        # producer id -> [its abort, whether data of it was seen]
+        self._aborted: dict[int, list] = {}
         self._committed: set[int] = set()
+        # The aborts whose markers stay because data of theirs was seen in this pass: the only
+        # ones the cleaned segments' .txnindex keep (Kafka's cleanedIndex).  Once its data is
+        # gone an abort leaves the index, before its marker goes: an entry never outlives its
+        # marker, which is what closes it for the next pass.
+        self.kept_aborts: list[AbortedTxn] = []
 
     def _consume_up_to(self, offset: int) -> None:
         pending = self._pending
         while pending and pending[0].first_offset <= offset:
-            self._aborted[pending.popleft().producer_id] = False
+            txn = pending.popleft()
+            self._aborted[txn.producer_id] = [txn, False]
 
     def on_batch(self, batch: RecordBatch) -> bool:
         """Whether the data batch belongs to an aborted transaction (its records go)."""
@@ -76,7 +85,7 @@ class TransactionTracker:
             return False
         pid = batch.producer_id
         if pid in self._aborted:
-            self._aborted[pid] = True
+            self._aborted[pid][1] = True
             return True
         self._committed.add(pid)
         return False
@@ -86,7 +95,10 @@ class TransactionTracker:
         self._consume_up_to(batch.last_offset)
         pid = batch.producer_id
         if kind == ControlRecordType.ABORT:
-            return not self._aborted.pop(pid, False)
+            txn, seen = self._aborted.pop(pid, (None, False))
+            if seen:
+                self.kept_aborts.append(txn)
+            return not seen
         if kind == ControlRecordType.COMMIT:
             if pid in self._committed:
                 self._committed.discard(pid)

@@ -275,7 +275,9 @@ class Cleaner:
         """Map every key of the data records in ``[start, end)`` (aborted ones left out, as
         Kafka's buildOffsetMap) until the map is full; returns the offset up to which it is
         complete (Kafka's latestOffset + 1)."""
-        txns = TransactionTracker(aborted)
+        # Only the aborts whose marker is at or past ``start``: the batches read here begin in the
+        # segment holding ``start``, so the markers of earlier ones are never seen to close them.
+        txns = TransactionTracker([t for t in aborted if t.last_offset >= start])
         chunk = self.config.io_buffer_size
         for segment in segments:
             if segment.next_offset <= start:
@@ -310,6 +312,7 @@ class Cleaner:
         done = False
         try:
             changed = len(group) > 1
+            aborts_before = len(batch_filter.txns.kept_aborts)
             out: list[bytes | memoryview] = []
             pending = 0
             last: RecordBatch | None = None
@@ -332,6 +335,10 @@ class Cleaner:
                         pending = 0
                     if self.hook:
                         self.hook("copying")
+            # The aborts whose markers this group keeps with data: its .txnindex.
+            kept_aborts = batch_filter.txns.kept_aborts[aborts_before:]
+            if [t for s in group for t in s.txn_index.entries] != kept_aborts:
+                changed = True
             if not changed:
                 return sum(s.size for s in group)  # nothing to remove: the segment stays as it is
             # The cleaned segment ends where the group did, so the loader can tell which old
@@ -341,9 +348,8 @@ class Cleaner:
             if last is not None and (cleaned.next_offset if not out else _end_of(out)) < group_end:
                 out.append(empty_batch(last, keep_producer=False))
             self._write(cleaned, out)
-            for segment in group:
-                for txn in segment.txn_index.entries:
-                    cleaned.txn_index.append(txn)
+            for txn in kept_aborts:
+                cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()
             cleaned.flush()
             if self.hook:
