@@ -161,3 +161,25 @@ def test_transactions_json_of_an_earlier_kwire_is_migrated_once(tmp_path, caplog
                    for b in _batches(broker, TRANSACTION_STATE_TOPIC, partition_for("old-tx", 50)) for r in b.records()]
         assert records == [messages.TransactionLogKey(transactional_id="old-tx")]  # written once
     assert not [r for r in caplog.records if "to __transaction_state" in r.getMessage()]
+
+
+def test_offsets_staged_for_a_topic_deleted_before_the_commit_stay_deleted_after_a_restart(state):
+    from .conftest import serve
+    from .test_transactions_handlers import add_offsets, create, end_txn, init, reopen, txn_offset_commit
+
+    create(state, "gone", 1)
+    create(state, "kept", 1)
+    _, pid, epoch = init(state, "tx")
+    assert add_offsets(state, "tx", pid, epoch, "g") == 0
+    assert txn_offset_commit(state, "tx", pid, epoch, "g", {("gone", 0): 5, ("kept", 0): 6}) == {
+        ("gone", 0): 0, ("kept", 0): 0}
+    delete = messages.DeleteTopicsRequest(topic_names=["gone"], timeout_ms=1000)
+    assert serve(state, delete, 4).responses[0].error_code == 0
+    assert end_txn(state, "tx", pid, epoch, True) == 0
+    assert [(t, p) for t, p, _ in state.coordinator.fetch_offsets("g", None)] == [("kept", 0)]
+    state = reopen(state)
+    try:
+        create(state, "gone", 1)  # a new topic of that name starts without the old offsets
+        assert [(t, p, c.offset) for t, p, c in state.coordinator.fetch_offsets("g", None)] == [("kept", 0, 6)]
+    finally:
+        state.close()

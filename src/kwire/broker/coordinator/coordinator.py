@@ -829,7 +829,11 @@ class GroupCoordinator:
             # Offsets of a topic deleted meanwhile stay deleted.
             live = {tp: c for tp, c in staged.items() if self._topics.partition_exists(*tp)}
             committed = newer_txn_offsets(group.offsets, live)
-        self._store.end_txn(group_id, producer_id, committed, commit=commit)
+        stored = self._store.groups.get(group_id)
+        written = stored.pending.get(producer_id, {}) if stored is not None else {}
+        # Staged for a topic deleted since: the log's marker would commit them at the next replay.
+        gone = [tp for tp in written if not self._topics.partition_exists(*tp)] if commit else []
+        self._store.end_txn(group_id, producer_id, committed, commit=commit, deleted=gone)
         del group.pending_txn_offsets[producer_id]
         group.offsets.update(committed)
         if committed:

@@ -298,11 +298,13 @@ class OffsetsTopicStore:
         self.groups.setdefault(group_id, StoredGroup()).pending.setdefault(producer_id, {}).update(offsets)
 
     def end_txn(self, group_id: str, producer_id: int, committed: Mapping[tuple[str, int], CommittedOffset], *,
-                commit: bool | None = None) -> None:
+                commit: bool | None = None, deleted: Iterable[tuple[str, int]] = ()) -> None:
         """A transaction ended: drop what it staged, make ``committed`` the group's.  The
         transaction coordinator's marker in the group's partition says so in the log; if the
         partition still holds the producer's transaction open (its marker not written), it is
-        written here (``commit``: default, whether anything is committed)."""
+        written here (``commit``: default, whether anything is committed).  ``deleted``: staged
+        partitions whose topic is gone; tombstones after the marker keep a replay from
+        committing them."""
         stored = self.groups.get(group_id)
         if stored is None or producer_id not in stored.pending:
             return
@@ -317,6 +319,9 @@ class OffsetsTopicStore:
             else:
                 with self._lock:
                     self._unflushed[id(log)] = log
+        gone = [tp for tp in deleted if tp not in committed]
+        if gone:
+            self._append(group_id, [offset_record(group_id, t, p, None) for t, p in gone])
         del stored.pending[producer_id]
         stored.offsets.update(committed)
         self._drop_if_empty(group_id)
