@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kwire-installed
 
-.PHONY: demo demo-broker test test-tools lint pytest bench bench-broker generate clean
+.PHONY: demo demo-broker test test-fast test-tools lint pytest bench bench-broker generate clean
 
 $(STAMP): pyproject.toml setup.py src/kwire/protocol/records/_layout.c
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo-broker: $(STAMP)
 # Every test, plus the lint and the generated-code drift check.  The Debian tools the tests drive
 # (kcat, tcpdump, tshark) are installed first when missing.
 test: test-tools lint pytest
+
+# The day-to-day tier: everything but the tests marked slow (Spark, kill -9 soaks).
+test-fast: test-tools lint $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 test-tools:
 	bash tools/ensure_test_tools.sh

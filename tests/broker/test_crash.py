@@ -11,6 +11,7 @@ import sys
 import time
 
 import confluent_kafka
+import pytest
 
 from kwire.broker.storage import LogManager
 from kwire.protocol.records import iter_batches
@@ -35,6 +36,7 @@ def _start(data, port: int) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_kill_9_under_load_loses_and_duplicates_nothing_acknowledged(tmp_path):
     data, port = tmp_path / "data", _free_port()
     acked: dict[str, tuple[int, int]] = {}

@@ -32,6 +32,7 @@ class Assignments(RebalanceListener):
         self.count += 1
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_producer_and_consumer_ride_out_kill_9(tmp_path):
     data, port = tmp_path / "data", _free_port()

@@ -424,6 +424,7 @@ def join_raw(connection: RawConnection, group: str, member_id: str, topic: str):
                              protocols=[R.JoinGroupRequestProtocol(name="range", metadata=subscription)]), 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interruptions", [1, 2])
 def test_a_sync_ended_by_a_rebalance_on_the_mock_rejoins_as_the_same_member(mock_bootstrap, caplog, interruptions):
     # librdkafka's mock ends a SyncGroup that another member's join interrupts with
