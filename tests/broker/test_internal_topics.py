@@ -173,3 +173,12 @@ def test_known_java_hashes():
     assert java_string_hash("polygenelubricants") == -(2**31)
     assert partition_for("polygenelubricants", 50) == 0
     assert java_string_hash("\U0001F600") == _java_hash_by_definition("\ud83d\ude00")  # a surrogate pair
+
+
+def test_delete_records_of_an_internal_topic_is_refused(state):
+    R = messages.DeleteRecordsRequest
+    req = R(topics=[R.DeleteRecordsTopic(name="__consumer_offsets", partitions=[
+        R.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=0, offset=-1)])], timeout_ms=1000)
+    part = serve(state, req, 2).topics[0].partitions[0]
+    assert part.error_code == InvalidTopicException.code
+    assert not (state.data_dir / "__consumer_offsets-0").exists()

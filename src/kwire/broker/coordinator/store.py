@@ -1,7 +1,11 @@
-"""Durable group state: an append-only journal of JSON lines, replayed on open, compacted by rewrite.
+"""The group journal of kwire before ``__consumer_offsets``, and the records the coordinator stores.
 
-Kafka keeps this in the ``__consumer_offsets`` topic; one broker needs only a file.  The journal
-is ``<data dir>/__kwire/groups/journal.log``; each line is::
+The coordinator now keeps its state in ``__consumer_offsets`` (see ``offsets_topic``); this
+journal is read once, to migrate a data dir an earlier kwire wrote (see ``migration``).
+``GroupRecord``, ``MemberRecord`` and ``StoredGroup`` are what both stores hold.
+
+It was an append-only journal of JSON lines, replayed on open, compacted by rewrite:
+``<data dir>/__kwire/groups/journal.log``; each line is::
 
     <crc32 of the JSON, 8 hex digits> <JSON object>\\n
 

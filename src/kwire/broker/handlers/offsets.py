@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    InvalidTopicException,
     OffsetOutOfRangeError,
     TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
@@ -15,6 +16,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import EARLIEST_TIMESTAMP, MAX_TIMESTAMP
+from ..topics import is_internal
 from .common import error_of
 from .fetch import LEADER_EPOCH, READ_COMMITTED
 from .registry import handler
@@ -92,6 +94,9 @@ def handle_delete_records(ctx, request):
             pr = P(partition_index=p.partition_index, low_watermark=-1, error_code=0)
             try:
                 _authorize(ctx, AclOperation.DELETE, t.name)
+                if is_internal(t.name):
+                    # Kafka's ReplicaManager.deleteRecordsOnLocalLog: the coordinators' state stays.
+                    raise InvalidTopicException(f"Cannot delete records of internal topic {t.name}")
                 log = _log(ctx.broker, t.name, p.partition_index)
                 before = log.high_watermark if p.offset == -1 else p.offset
                 if before < 0:
