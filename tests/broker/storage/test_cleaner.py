@@ -488,7 +488,7 @@ def test_random_histories_keep_each_keys_last_record(tmp_path, seed):
                 txn = []
             elif roll < 0.25:
                 now += rng.choice([0, 400, 1_200])
-                Cleaner(CleanerConfig(dedupe_buffer_size=24 * rng.choice([3, 8, 100]))).clean(log, now_ms=now)
+                Cleaner(CleanerConfig(dedupe_buffer_size=24 * rng.choice([8, 100]))).clean(log, now_ms=now)
             else:
                 pairs = [(f"k{rng.randrange(12)}", None if rng.random() < 0.15 else f"v{rng.randrange(1000)}")
                          for _ in range(rng.randrange(1, 5))]
@@ -548,3 +548,28 @@ def test_an_abort_leaves_the_txnindex_once_its_data_is_gone(log):
     log.roll()
     clean(log, now_ms=NOW + COMPACT.delete_retention_ms)
     assert ("c", "committed") in [(k, v) for _, k, v in records(log)]
+
+
+def test_a_dedupe_buffer_too_small_for_one_batch_is_an_error(tmp_path, caplog):
+    with LogManager(tmp_path, COMPACT) as logs:
+        log = logs.create_partition("t", 0)
+        put(log, [(f"k{i}", "v") for i in range(10)])
+        log.roll()
+        cleaner = LogCleaner(logs, CleanerConfig(dedupe_buffer_size=24 * 5), clock=lambda: NOW)
+        with caplog.at_level(logging.ERROR, logger="kwire.broker.storage.cleaner"):
+            assert cleaner.clean_once() is None
+        assert "log.cleaner.dedupe.buffer.size is too small" in caplog.text
+        assert cleaner.grab_filthiest(NOW) is None  # not picked again and again
+
+
+def test_offset_map_is_kafkas_fixed_buffer():
+    from kwire.broker.storage.offset_map import ENTRY_BYTES, OffsetMap
+
+    with OffsetMap(ENTRY_BYTES * 100) as m:
+        assert (m.slots, m.capacity) == (100, 90)  # Kafka's 24-byte slots, load factor 0.9
+        for i in range(90):
+            m.put(f"key{i}".encode(), i)
+        m.put(b"key3", 1_000)  # a newer offset for a key already there takes no slot
+        assert len(m) == 90 and m.free == 0
+        assert [m.get(f"key{i}".encode()) for i in (0, 3, 89)] == [0, 1_000, 89]
+        assert m.get(b"absent") == -1

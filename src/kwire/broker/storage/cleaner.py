@@ -233,12 +233,12 @@ class Cleaner:
         if fds is None:
             raise CleanAborted(f"{log.name}: closed or changed before the clean started")
         fd_of = {id(s): fd for s, fd in zip(candidates, fds, strict=True)}
+        offset_map = OffsetMap(self._map_bytes)
         try:
             try:
                 aborted = log.aborted_transactions(candidates[0].base_offset, first_uncleanable)
             except KafkaStorageError:
                 raise CleanAborted(f"{log.name}: closed before the clean started") from None
-            offset_map = OffsetMap(self._map_bytes)
             end = self._build_offset_map(log, candidates, fd_of, first_dirty, first_uncleanable, aborted, offset_map)
             if end <= first_dirty:
                 if not horizon_due:
@@ -256,6 +256,7 @@ class Cleaner:
             for group in groups:
                 after += self._clean_group(log, group, fd_of, batch_filter, view.config.index_interval_bytes)
         finally:
+            offset_map.close()
             for fd in fds:
                 os.close(fd)
         write_cleaner_checkpoint(log.dir, end)
@@ -292,11 +293,18 @@ class Cleaner:
                     records = batch.records()
                     txns.on_marker(batch, records[0].type if records else None)
                 elif not txns.on_batch(batch) and batch.last_offset >= start:
-                    keys = [r.key for r in batch.records() if r.key is not None and r.offset >= start]
-                    if len(keys) > offset_map.free and offset_map.latest_offset >= start:
-                        return offset_map.latest_offset + 1  # full: this pass stops before the batch
                     for r in batch.records():
                         if r.key is not None and r.offset >= start:
+                            if not offset_map.free:
+                                # Full (Kafka's rule): the keys taken from this batch stay (their
+                                # older records can go), but the batch is past what the map
+                                # covers, so all of it is kept and the next pass starts there.
+                                if offset_map.latest_offset < start:
+                                    raise KafkaStorageError(
+                                        f"{log.name}: log.cleaner.dedupe.buffer.size is too small: the batch at "
+                                        f"offset {batch.base_offset} has more keys than the {offset_map.capacity} "
+                                        "the dedupe map of a cleaner thread holds")
+                                return offset_map.latest_offset + 1
                             offset_map.put(r.key, r.offset)
                 if batch.last_offset >= start:
                     offset_map.latest_offset = batch.last_offset
