@@ -110,12 +110,10 @@ class TransactionTracker:
 class FilterStats:
     """What a clean did, for the cleaner's log line."""
 
-    __slots__ = ("records_read", "records_removed", "batches_rewritten", "bytes_read", "bytes_written",
-                 "min_delete_horizon")
+    __slots__ = ("records_read", "records_removed", "batches_rewritten", "min_delete_horizon")
 
     def __init__(self) -> None:
         self.records_read = self.records_removed = self.batches_rewritten = 0
-        self.bytes_read = self.bytes_written = 0
         self.min_delete_horizon: int | None = None  # earliest horizon still ahead in what was written
 
     def horizon(self, ms: int) -> None:
