@@ -573,3 +573,19 @@ def test_offset_map_is_kafkas_fixed_buffer():
         assert len(m) == 90 and m.free == 0
         assert [m.get(f"key{i}".encode()) for i in (0, 3, 89)] == [0, 1_000, 89]
         assert m.get(b"absent") == -1
+
+
+def test_a_compacted_log_rolls_by_max_compaction_lag(tmp_path):
+    config = COMPACT.with_(segment_bytes=1 << 20, max_compaction_lag_ms=1_000)
+    log = PartitionLog(tmp_path / "t-0", config)
+    try:
+        put(log, [("a", "1")], ts=1_000)
+        put(log, [("a", "2")], ts=1_999)
+        assert len(log.segments) == 1
+        put(log, [("a", "3")], ts=2_000)  # 1_000 ms after the active segment's first batch
+        assert len(log.segments) == 2
+        log.set_config(config.with_(cleanup_policy="delete"))  # only for compacted logs
+        put(log, [("a", "4")], ts=3_100)
+        assert len(log.segments) == 2
+    finally:
+        log.close()

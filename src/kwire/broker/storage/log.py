@@ -265,7 +265,11 @@ class PartitionLog:
             return True
         if last_offset - active.base_offset > INT32_MAX:  # relative offsets are int32
             return True
-        return active.roll_age_ms(now_ms, max_timestamp) >= self.config.segment_ms
+        config = self.config
+        # Kafka's LogConfig.maxSegmentMs: a compacted log also rolls by max.compaction.lag.ms,
+        # or the records of its active segment (never cleaned) could wait longer than that.
+        max_segment_ms = min(config.segment_ms, config.max_compaction_lag_ms) if config.compact else config.segment_ms
+        return active.roll_age_ms(now_ms, max_timestamp) >= max_segment_ms
 
     def roll(self, *, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
