@@ -427,6 +427,10 @@ class LogCleaner:
         horizons call for it; None when none needs cleaning."""
         best: tuple[float, LogToClean, bool] | None = None
         with self._lock:
+            # Forget logs closed since (deleted topics), as Kafka's maintainUncleanablePartitions.
+            for table in (self._horizons, self._uncleanable):
+                for key in [k for k, v in table.items() if (v[0] if isinstance(v, tuple) else v).closed]:
+                    del table[key]
             for key in self.logs.partitions():
                 try:
                     log = self.logs.get(*key)
