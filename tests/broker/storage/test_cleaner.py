@@ -589,3 +589,14 @@ def test_a_compacted_log_rolls_by_max_compaction_lag(tmp_path):
         assert len(log.segments) == 2
     finally:
         log.close()
+
+
+def test_cleaner_io_is_throttled(log):
+    fill_rounds(log, 20)
+    log.roll()
+    ticks = iter(range(10**6))
+    slept: list[float] = []
+    # A clock that moves 10 ms per look, and a limit of 1 KB/s: the clean must be told to wait.
+    throttler = Throttler(1_000, check_interval_ms=50, clock=lambda: next(ticks) / 100, sleep=slept.append)
+    Cleaner(CleanerConfig(), throttler=throttler).clean(log, now_ms=NOW)
+    assert sum(slept) > 1
