@@ -182,3 +182,28 @@ def test_delete_records_of_an_internal_topic_is_refused(state):
     part = serve(state, req, 2).topics[0].partitions[0]
     assert part.error_code == InvalidTopicException.code
     assert not (state.data_dir / "__consumer_offsets-0").exists()
+
+
+def test_a_plain_topic_an_earlier_kwire_auto_created_under_the_name_becomes_the_internal_one(tmp_path, caplog):
+    from kwire.broker.config import load_config
+    from kwire.broker.state import BrokerState
+    from kwire.broker.storage import LogManager
+    from kwire.broker.topics import TopicRegistry
+    from kwire.protocol.records import RecordBatchBuilder
+
+    data = tmp_path / "data"
+    # What an earlier kwire left after a lag tool's Metadata request and a stray produce.
+    TopicRegistry(data).add("__consumer_offsets", 1)
+    with LogManager(data) as logs:
+        builder = RecordBatchBuilder()
+        builder.append(b"not a coordinator key", b"x", 1)
+        logs.create_partition("__consumer_offsets", 0).append(builder.build())
+    state = BrokerState(load_config(None, data_dir=data))
+    try:
+        info = state.topics.get("__consumer_offsets")
+        assert info.internal and info.partitions == 1 and info.configs["cleanup.policy"] == "compact"
+        assert "unknown record type" in caplog.text  # the stray record is skipped, and kept
+        assert state.logs.get("__consumer_offsets", 0).config.cleanup_policy == "compact"
+        assert state.coordinator.store.partition_of("any-group") == 0  # its partition count stays
+    finally:
+        state.close()
