@@ -233,11 +233,13 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
                    "CreateTime keeps the producer's record timestamps; LogAppendTime stamps the broker's clock.",
                    _syn("log.message.timestamp.type"), "message_timestamp_type"),
     TopicConfigDef("message.timestamp.before.max.ms", _L, _LONG_MAX, Range(0, LONG_MAX),
-                   "How far in the past a CreateTime timestamp may lie (kwire does not check it).",
-                   _syn("log.message.timestamp.before.max.ms")),
+                   "How far behind the broker's clock a CreateTime record timestamp may lie; an older record "
+                   "is refused with INVALID_TIMESTAMP.", _syn("log.message.timestamp.before.max.ms"),
+                   "message_timestamp_before_max_ms"),
     TopicConfigDef("message.timestamp.after.max.ms", _L, str(_HOUR_MS), Range(0, LONG_MAX),
-                   "How far in the future a CreateTime timestamp may lie (kwire does not check it).",
-                   _syn("log.message.timestamp.after.max.ms")),
+                   "How far ahead of the broker's clock a CreateTime record timestamp may lie; a later record "
+                   "is refused with INVALID_TIMESTAMP.", _syn("log.message.timestamp.after.max.ms"),
+                   "message_timestamp_after_max_ms"),
     TopicConfigDef("leader.replication.throttled.replicas", _LIST, "", ThrottledReplicas(),
                    "Replicas whose leader-side replication is throttled (one node: no effect)."),
     TopicConfigDef("follower.replication.throttled.replicas", _LIST, "", ThrottledReplicas(),

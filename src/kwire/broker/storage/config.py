@@ -39,6 +39,10 @@ class LogConfig:
     retention_bytes: int = -1                       # retention.bytes; -1 means no size limit
     index_interval_bytes: int = 4096                # index.interval.bytes: offset/time index sparsity
     message_timestamp_type: str = CREATE_TIME       # message.timestamp.type
+    # message.timestamp.before/after.max.ms: how far a CreateTime timestamp may lie behind or
+    # ahead of the broker's clock (Kafka 4's defaults: no bound behind, one hour ahead).
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 60 * 60 * 1000
     max_message_bytes: int = 1024 * 1024 + 12       # max.message.bytes (Kafka: 1048588), per batch
     # Kafka flushes a rolled segment (asynchronously); we do it synchronously so the recovery
     # point can move past it and a crash never has to re-scan more than the active segment.
@@ -65,6 +69,8 @@ class LogConfig:
             raise ValueError(f"index_interval_bytes must be >= 0, got {self.index_interval_bytes}")
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise ValueError(f"message_timestamp_type must be {CREATE_TIME!r} or {LOG_APPEND_TIME!r}")
+        if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
+            raise ValueError("message_timestamp_before_max_ms and message_timestamp_after_max_ms must be >= 0")
         if self.max_message_bytes < 0:
             raise ValueError(f"max_message_bytes must be >= 0, got {self.max_message_bytes}")
         if self.cleanup_policy not in CLEANUP_POLICIES:

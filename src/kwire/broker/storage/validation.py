@@ -18,6 +18,7 @@ from kwire.protocol.errors import (
     CorruptMessageError,
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
     RecordListTooLargeError,
     UnsupportedForMessageFormatError,
@@ -25,7 +26,7 @@ from kwire.protocol.errors import (
 from kwire.protocol.records import RecordBatch, rewrite_base_offset, set_log_append_time
 
 from .batch_header import BatchHeader, header_from_fields
-from .config import LogConfig
+from .config import LONG_MAX, LogConfig
 from .recompression import recompress, target_codec
 
 __all__ = ["PreparedAppend", "prepare_append"]
@@ -114,6 +115,8 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
             raise InvalidRecordError(f"batch at position {pos} is a control batch; clients may not write those")
         if compacted and not header.is_control:
             _check_keys(batch, pos, partition)
+        if append_time is None and not header.is_control:
+            _check_timestamps(batch, header.max_timestamp, pos, now_ms, config)
         if append_time is not None:
             header = header._replace(max_timestamp=append_time)
         headers.append(header)
@@ -134,6 +137,34 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
     else:
         buf = bytearray(data)  # bytes are immutable, and a caller's buffer stays as it was
     return PreparedAppend(buf, next_offset, offset - 1, max_timestamp, leader_epoch, append_time, tuple(headers))
+
+
+def _check_timestamps(batch: RecordBatch, max_timestamp: int, pos: int, now_ms: int, config: LogConfig) -> None:
+    """Kafka's LogValidator.validateTimestamp for CreateTime: a record timestamp more than
+    message.timestamp.after.max.ms ahead of the broker's clock, or more than
+    message.timestamp.before.max.ms behind it, is INVALID_TIMESTAMP (-1, no timestamp, passes).
+
+    Kafka checks every record.  Ahead is checked here on the batch's max timestamp, which bounds
+    every record's from above, so the usual path decodes nothing; behind needs each record, so
+    records are decoded only when that bound is set (Kafka's default has none)."""
+    after, before = config.message_timestamp_after_max_ms, config.message_timestamp_before_max_ms
+    if max_timestamp != -1 and max_timestamp - now_ms > after:
+        raise InvalidTimestampError(
+            f"batch at position {pos}: timestamp {max_timestamp} is out of range: it must be within "
+            f"[{now_ms - before if before < LONG_MAX else '...'}, {now_ms + after}] "
+            f"(message.timestamp.after.max.ms {after})")
+    if before >= LONG_MAX:
+        return
+    try:
+        records = batch.records()
+    except CorruptRecordError as exc:
+        raise CorruptMessageError(f"batch at position {pos}: {exc}") from None
+    for record in records:
+        if record.timestamp != -1 and now_ms - record.timestamp > before:
+            raise InvalidTimestampError(
+                f"batch at position {pos}: timestamp {record.timestamp} of the record at offset delta "
+                f"{record.offset - batch.base_offset} is out of range: it must be within [{now_ms - before}, "
+                f"{now_ms + after}] (message.timestamp.before.max.ms {before})")
 
 
 def _check_keys(batch: RecordBatch, pos: int, partition: str) -> None:
