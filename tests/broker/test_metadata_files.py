@@ -85,7 +85,8 @@ def test_a_topic_deleted_from_the_list_before_a_crash_loses_its_directories(tmp_
         state = open_state(data)
     try:
         assert state.topics.names() == ["orders"]
-        assert {t for t, _ in state.logs.partitions()} == {"orders"}
+        # (the group's committed offset is in its __consumer_offsets partition)
+        assert {t for t, _ in state.logs.partitions()} == {"orders", "__consumer_offsets"}
         assert not (data / "audit-0").exists()
         assert any("audit have no topic metadata; removing them" in r.getMessage() for r in caplog.records)
     finally:
