@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from kwire.broker.storage import PartitionLog
-from kwire.broker.storage.checkpoint import CHECKPOINT_NAME
+from kwire.broker.storage import LogManager, PartitionLog
+from kwire.broker.storage.checkpoint import CHECKPOINT_NAME, read_checkpoint
 
 from .helpers import SMALL, batch_offsets, fill, log_files, make_batch, read_all, stored_form
 
@@ -188,3 +188,22 @@ def test_log_start_offset_inside_the_first_segment_survives_a_crash(tmp_path):
     log = PartitionLog(log.dir, SMALL)
     assert log.log_start_offset == 2
     log.close()
+
+
+def test_a_clean_restart_leaves_the_checkpoint_file_alone(tmp_path):
+    """Reopening after a clean shutdown rewrites no checkpoint (two fsyncs per partition at every
+    start otherwise); one that must change is written."""
+    with LogManager(tmp_path, SMALL) as manager:
+        log = manager.create_partition("t", 0)
+        fill(log, 5)
+    path = tmp_path / "t-0" / CHECKPOINT_NAME
+    before = path.stat().st_ino
+    with LogManager(tmp_path, SMALL) as manager:
+        assert manager.get("t", 0).log_end_offset == 15
+    assert path.stat().st_ino == before  # atomic_write would have renamed a new file over it
+    # A checkpoint behind the log end (a crash after appends) is moved by the next clean open.
+    path.write_text("0\n0 3\n")
+    with LogManager(tmp_path, SMALL) as manager:
+        assert manager.clean_shutdown
+    assert path.stat().st_ino != before
+    assert read_checkpoint(tmp_path / "t-0").recovery_point == 15

@@ -115,7 +115,11 @@ def load_partition(directory: Path, config: LogConfig, *, clean_shutdown: bool) 
     # After a clean shutdown everything was flushed; otherwise keep the old point (recovery
     # flushed what it rebuilt, but only a flush of the log moves the point, as in Kafka).
     recovery_point = log_end if clean_shutdown else min(recovery_point, log_end)
-    write_checkpoint(directory, PartitionCheckpoint(log_start, recovery_point))
+    loaded = PartitionCheckpoint(log_start, recovery_point)
+    if loaded != checkpoint:
+        # Only a change is written: after a clean shutdown the file already says this, and its
+        # two fsyncs per partition were most of a restart's time with many partitions open.
+        write_checkpoint(directory, loaded)
     return LoadedLog(segments, log_start, recovery_point, findings)
 
 
