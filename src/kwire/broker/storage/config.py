@@ -56,6 +56,11 @@ class LogConfig:
     # compression.type: "producer" stores batches as the producer compressed them; a codec name
     # makes the broker store every batch in that codec (Kafka's LogValidator recompresses).
     compression_type: str = "producer"
+    # compression.<codec>.level: the level the broker compresses with when compression.type
+    # makes it rebuild batches (Kafka's defaults: gzip -1 = the codec's own, lz4 9, zstd 3).
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
 
     def __post_init__(self) -> None:
         # A segment must hold at least one batch header, and relative offsets/positions are int32.
@@ -87,6 +92,11 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
+
+    def compression_level(self, codec: str) -> int | None:
+        """The level compression.<codec>.level sets, None for a codec without levels."""
+        return {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                "zstd": self.compression_zstd_level}.get(codec)
 
     @property
     def compact(self) -> bool:

@@ -38,7 +38,7 @@ def target_codec(compression_type: str) -> Compression | None:
 
 
 def recompress(data: bytes | bytearray | memoryview, headers: list[BatchHeader], codec: Compression, *,
-               max_message_bytes: int) -> tuple[bytearray, list[BatchHeader]] | None:
+               max_message_bytes: int, level: int | None = None) -> tuple[bytearray, list[BatchHeader]] | None:
     """``data``'s batches (validated, described by ``headers``) with every data batch in
     ``codec``, and their headers with the new positions and sizes; None when every batch is in
     ``codec`` already (nothing to copy).
@@ -62,7 +62,7 @@ def recompress(data: bytes | bytearray | memoryview, headers: list[BatchHeader],
             records = decompress(current, view[start + HEADER_SIZE:end])
         except CorruptRecordError as exc:
             raise CorruptMessageError(f"batch at position {start}: {exc}") from None
-        section = compress(codec, records)
+        section = compress(codec, records, level=level)  # compression.<codec>.level
         size = HEADER_SIZE + len(section)
         if size > max_message_bytes:
             raise MessageTooLargeError(f"batch at position {start} is {size} bytes stored in {codec.name.lower()}, "

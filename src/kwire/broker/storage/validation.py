@@ -129,7 +129,8 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
 
     codec = target_codec(config.compression_type)
     if codec is not None:  # compression.type names a codec: batches in another one are rebuilt in it
-        rebuilt = recompress(data, headers, codec, max_message_bytes=max_message_bytes)
+        rebuilt = recompress(data, headers, codec, max_message_bytes=max_message_bytes,
+                             level=config.compression_level(config.compression_type))
         if rebuilt is not None:
             (data, headers), reuse_buffer = rebuilt, True
     if reuse_buffer and isinstance(data, (bytearray, memoryview)) and not memoryview(data).readonly:

@@ -10,6 +10,7 @@ into ``CorruptRecordError`` naming the codec.
 from __future__ import annotations
 
 import threading
+import warnings
 import zlib
 from enum import IntEnum
 
@@ -102,9 +103,10 @@ def xxh32(data: bytes, seed: int = 0) -> int:
 # ----------------------------------------------------------------------------------------
 # gzip
 
-def _gzip_compress(data) -> bytes:
-    # Level 6 is Java's Deflater default, which Kafka producers use unless configured.
-    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+def _gzip_compress(data, level: int | None = None) -> bytes:
+    # Level 6 is Java's Deflater default, which Kafka producers use unless configured; Kafka's
+    # compression.gzip.level -1 means that default too.
+    c = zlib.compressobj(6 if level is None or level < 0 else level, zlib.DEFLATED, 31)
     return c.compress(data) + c.flush()
 
 
@@ -224,13 +226,24 @@ _LZ4_BLOCK_MAX = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 102
 _LZ4_MAX_RATIO = 255
 
 
-def _lz4_compress(data, legacy_checksum: bool) -> bytes:
+# Kafka's compression.lz4.level default: at it Kafka uses lz4's fast compressor, at any other level
+# the high-compression one with that level (Lz4BlockOutputStream).
+LZ4_DEFAULT_LEVEL = 9
+
+
+def _lz4_compress(data, legacy_checksum: bool, level: int | None = None) -> bytes:
     data = bytes(data)
     parts = [_LZ4_HEADER_LEGACY if legacy_checksum else _LZ4_HEADER]
-    block_compress = cramjam.lz4.compress_block
+    high = _lz4_high_compressor(level) if level is not None and level != LZ4_DEFAULT_LEVEL else None
+    if high is None:
+        def block_compress(chunk):
+            return cramjam.lz4.compress_block(chunk, store_size=False)
+    else:
+        def block_compress(chunk):
+            return high(chunk, mode="high_compression", compression=level, store_size=False)
     for i in range(0, len(data), _LZ4_BLOCK):
         chunk = data[i:i + _LZ4_BLOCK]
-        block = bytes(block_compress(chunk, store_size=False))
+        block = bytes(block_compress(chunk))
         if len(block) >= len(chunk):
             # Incompressible: store as-is, flagged by the high bit of the block size.
             parts.append((len(chunk) | 0x80000000).to_bytes(4, "little"))
@@ -240,6 +253,23 @@ def _lz4_compress(data, legacy_checksum: bool) -> bytes:
             parts.append(block)
     parts.append(_LZ4_END_MARK)
     return b"".join(parts)
+
+
+def _lz4_high_compressor(level: int):
+    """lz4's high-compression block compressor (the ``lz4`` package: cramjam's block API has no
+    such mode), or None with a warning, once, where that package is missing."""
+    try:
+        import lz4.block
+    except ImportError:
+        if not _lz4_warned:
+            _lz4_warned.append(level)
+            warnings.warn(f"lz4 level {level} needs the 'lz4' package (pip install lz4); compressing with lz4's "
+                          "fast mode instead", RuntimeWarning, stacklevel=3)
+        return None
+    return lz4.block.compress
+
+
+_lz4_warned: list[int] = []
 
 
 def _lz4_decompress(data, max_size: int) -> bytes:
@@ -337,7 +367,9 @@ _ZSTD_BLOCK_MAX = 128 * 1024
 _zstd_local = threading.local()
 
 
-def _zstd_compress(data) -> bytes:
+def _zstd_compress(data, level: int | None = None) -> bytes:
+    if level is not None and level != 3:
+        return zstandard.ZstdCompressor(level=level).compress(data)
     compressor = getattr(_zstd_local, "compressor", None)
     if compressor is None:
         # Level 3 is zstd's and Kafka's default.
@@ -448,23 +480,24 @@ def _zstd_decompress(data, max_size: int) -> bytes:
 
 # ----------------------------------------------------------------------------------------
 
-def compress(codec: int, data, *, legacy_lz4_checksum: bool = False) -> bytes:
+def compress(codec: int, data, *, legacy_lz4_checksum: bool = False, level: int | None = None) -> bytes:
     """Compress ``data`` as Kafka stores it for ``codec``.
 
     Snappy is written in the xerial framing Java uses; LZ4 as a frame with independent 64 KiB
     blocks.  ``legacy_lz4_checksum`` writes the Kafka 0.8/0.9 header checksum required in
-    magic-v0 messages.
+    magic-v0 messages.  ``level``: the codec's level as Kafka's compression.<codec>.level
+    settings give it (None: Kafka's default; snappy has none).
     """
     if codec == 0:
         return bytes(data)
     if codec == 1:
-        return _gzip_compress(data)
+        return _gzip_compress(data, level)
     if codec == 2:
         return _snappy_compress(data)
     if codec == 3:
-        return _lz4_compress(data, legacy_lz4_checksum)
+        return _lz4_compress(data, legacy_lz4_checksum, level)
     if codec == 4:
-        return _zstd_compress(data)
+        return _zstd_compress(data, level)
     raise EncodeError(f"unknown compression codec {codec!r}", what=_WHAT)
 
 
