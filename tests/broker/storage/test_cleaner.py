@@ -128,6 +128,29 @@ def raw_batches(log: PartitionLog) -> dict[int, bytes]:
     return out
 
 
+def test_a_batch_losing_records_keeps_the_others_byte_for_byte(log):
+    # The kept records are copied as they are (headers included) into a batch with the same
+    # base offset, base timestamp, producer fields and codec; its max timestamp is theirs.
+    from kwire.protocol.records import RecordBatchBuilder
+
+    for n, codec in enumerate((Compression.NONE, Compression.ZSTD)):
+        b = RecordBatchBuilder(compression=codec, producer_id=7, producer_epoch=0, base_sequence=3 * n)
+        b.append(b"a%d" % n, b"old", 5_000, headers=[("h", b"1")])
+        b.append(b"b%d" % n, b"keep", 4_000, headers=[("h", b"2"), ("i", None)])
+        b.append(b"c%d" % n, b"keep", 3_000)
+        log.append(b.build(), now_ms=5_000)
+        put(log, [(f"a{n}", "new")], ts=6_000)
+    log.roll()
+    clean(log)
+    first = batches(log)[0]
+    assert (first.base_offset, first.record_count, first.last_offset_delta) == (0, 2, 2)
+    assert (first.base_timestamp, first.max_timestamp, first.producer_id, first.base_sequence) == (5_000, 4_000, 7, 0)
+    assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in first.records()] == [
+        (1, b"b0", b"keep", 4_000, [("h", b"2"), ("i", None)]), (2, b"c0", b"keep", 3_000, [])]
+    first.validate()
+    assert batches(log)[2].compression == Compression.ZSTD and batches(log)[2].record_count == 2
+
+
 def test_aborted_records_removed_and_markers_removed_once_their_data_is_gone(log):
     a, b = 7000, 8000
     put(log, [("x", "a0"), ("y", "a0")], pid=a, epoch=0, seq=0, transactional=True)
@@ -465,7 +488,16 @@ def test_random_histories_keep_each_keys_last_record(tmp_path, seed):
     """Random puts (tombstones, codecs, idempotent producers, committed and aborted transactions),
     rolls and cleans with small dedupe maps: every record left is the one produced at its offset,
     none of an aborted transaction; each key's last record is the last produced (a tombstone past
-    its horizon may be gone, with every older record of its key); a reload reads the same."""
+    its horizon may be gone, with every older record of its key); a reload reads the same.  The
+    compiled walks and the Python ones leave the same bytes."""
+    from kwire.broker.storage.offset_map import has_compiled_walk
+
+    paths = [True, False] if has_compiled_walk() else [False]
+    logs = [_random_history(tmp_path / f"compiled-{c}", seed, compiled=c) for c in paths]
+    assert all(raw == logs[0] for raw in logs)
+
+
+def _random_history(tmp_path, seed: int, *, compiled: bool) -> dict[int, bytes]:
     import random
 
     rng = random.Random(seed)
@@ -488,7 +520,8 @@ def test_random_histories_keep_each_keys_last_record(tmp_path, seed):
                 txn = []
             elif roll < 0.25:
                 now += rng.choice([0, 400, 1_200])
-                Cleaner(CleanerConfig(dedupe_buffer_size=24 * rng.choice([8, 100]))).clean(log, now_ms=now)
+                Cleaner(CleanerConfig(dedupe_buffer_size=24 * rng.choice([8, 100])), compiled=compiled).clean(
+                    log, now_ms=now)
             else:
                 pairs = [(f"k{rng.randrange(12)}", None if rng.random() < 0.15 else f"v{rng.randrange(1000)}")
                          for _ in range(rng.randrange(1, 5))]
@@ -506,7 +539,7 @@ def test_random_histories_keep_each_keys_last_record(tmp_path, seed):
             log.append_marker(200, 0, commit=True, now_ms=1_000)
         log.roll()
         for _ in range(60):  # small maps: several passes to get through the whole log
-            if Cleaner(CleanerConfig(dedupe_buffer_size=24 * 8)).clean(log, now_ms=now) is None:
+            if Cleaner(CleanerConfig(dedupe_buffer_size=24 * 8), compiled=compiled).clean(log, now_ms=now) is None:
                 break
         kept = records(log)
         assert [o for o, _, _ in kept] == sorted(o for o, _, _ in kept)
@@ -525,6 +558,7 @@ def test_random_histories_keep_each_keys_last_record(tmp_path, seed):
         assert records(log) == kept
         for producer_id, next_seq in seqs.items():
             assert log.producer_state.get(producer_id).last_seq == next_seq - 1
+        return raw_batches(log)
     finally:
         log.close()
 

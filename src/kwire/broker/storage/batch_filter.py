@@ -21,7 +21,14 @@ write in its place, or None to drop it:
   rebuilt in its own codec with its base offset, producer id/epoch, base sequence, leader epoch
   and timestamp type.  Unlike Kafka, a rebuilt batch keeps its last offset delta: the batch still
   spans its original offsets, so readers move past the removed ones and the producer's last
-  sequence is the one it wrote.
+  sequence is the one it wrote.  Also unlike Kafka, which takes the first kept record's
+  timestamp, it keeps its base timestamp (unless a delete horizon is set now): every kept
+  record's offset and timestamp deltas stay right, so the kept records are copied byte for byte
+  (headers included) instead of being decoded and encoded again.  Record timestamps are the same.
+
+Which records a batch keeps is found by a walk of its records in offset_map.py (compiled when
+the helper is built), which reads keys, deltas and null values only; records are decoded into
+objects only for control batches and for a batch getting its delete horizon.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = ["BatchFilter", "TransactionTracker", "FilterStats", "encode_batch", "
 
 _CRC_AT = 17
 _ATTRIBUTES_AT = 21
+_TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
 _COMPRESSION_MASK = 0x07
@@ -150,55 +158,94 @@ class BatchFilter:
         horizon = batch.delete_horizon_ms
         return horizon is None or self.now_ms < horizon
 
-    def filter(self, raw: bytes | memoryview) -> bytes | memoryview | None:
+    def filter(self, raw: bytes | memoryview, batch: RecordBatch | None = None) -> bytes | memoryview | None:
         """The bytes to keep in place of the stored batch ``raw`` (``raw`` itself when it is
-        kept whole), or None to drop it."""
-        batch = RecordBatch(raw)
+        kept whole), or None to drop it.  ``batch``: ``RecordBatch(raw)`` if the caller has it."""
+        if batch is None:
+            batch = RecordBatch(raw)
+        if batch.is_control:
+            return self._filter_control(raw, batch)
+        stats = self.stats
+        h = batch.header_fields
+        count = h[12]
+        stats.records_read += count
+        discard = self.txns.on_batch(batch)
+        horizon = batch.delete_horizon_ms
+        if not discard:
+            buf, start, end, _ = batch.records_section()
+            kept, tombstones, max_ts_delta, spans = self.map.keep_records(
+                buf, start, end, count, h[0], horizon is None or self.now_ms < horizon)
+        if discard or not kept:
+            stats.records_removed += count
+            if not self._retain_empty(batch):
+                return None
+            stats.batches_rewritten += 1
+            return empty_batch(batch)
+        stats.records_removed += count - kept
+        if tombstones and horizon is None:
+            # The first clean keeping a tombstone sets the batch's delete horizon (KIP-534): the
+            # base timestamp becomes the horizon, so every record's timestamp delta changes.
+            return self._rebuild_with_horizon(batch)
+        if horizon is not None and tombstones:
+            stats.horizon(horizon)
+        if kept == count:
+            return raw  # every record stays: the batch as it is (Kafka copies such batches too)
+        # Some records go: the kept ones are copied byte for byte (their deltas are from the
+        # batch's base offset and base timestamp, which stay) into a batch of the same codec.
+        stats.batches_rewritten += 1
+        payload = b"".join([buf[spans[i]:spans[i + 1]] for i in range(0, len(spans), 2)])
+        codec = h[5] & _COMPRESSION_MASK
+        if codec:
+            payload = compress(codec, payload)
+        max_ts = h[8] if h[5] & _TIMESTAMP_TYPE_BIT else h[7] + max_ts_delta  # LogAppendTime: the batch's time
+        return _pack(h[0], batch, h[5], h[6], h[7], max_ts, kept, payload, producer=True)
+
+    def _retain_empty(self, batch: RecordBatch) -> bool:
+        """Kafka's isBatchLastRecordOfProducer: the batch holding an active producer's last
+        sequence stays, or, when its last entry is a marker, its markers of that epoch."""
+        pid = batch.producer_id
+        if pid < 0:
+            return False
+        if pid in self.last_batch_of_producer:
+            return self.last_batch_of_producer[pid] == batch.last_offset
+        return batch.is_control and self.marker_epoch_of_producer.get(pid) == batch.producer_epoch
+
+    def _filter_control(self, raw: bytes | memoryview, batch: RecordBatch) -> bytes | memoryview | None:
         stats = self.stats
         records = batch.records()
         stats.records_read += len(records)
         horizon = batch.delete_horizon_ms
-        marker_of_empty_txn = False
-        if batch.is_control:
-            kind = records[0].type if records else None
-            can_discard = self.txns.on_marker(batch, kind)
-            # Kafka: a marker goes only once its delete horizon has passed; until then it gets one.
-            discard = can_discard and horizon is not None and horizon <= self.now_ms
-            marker_of_empty_txn = can_discard and not discard
-        else:
-            discard = self.txns.on_batch(batch)
-        # Kafka's isBatchLastRecordOfProducer: the batch holding an active producer's last
-        # sequence stays, or, when its last entry is a marker, its markers of that epoch.
-        pid = batch.producer_id
-        if pid < 0:
-            retain_empty = False
-        elif pid in self.last_batch_of_producer:
-            retain_empty = self.last_batch_of_producer[pid] == batch.last_offset
-        else:
-            retain_empty = batch.is_control and self.marker_epoch_of_producer.get(pid) == batch.producer_epoch
-        if discard:
-            kept = []
-        elif batch.is_control:
-            kept = records
-        else:
-            kept = [r for r in records if self._keep_record(batch, r.offset, r.key, r.value)]
-        stats.records_removed += len(records) - len(kept)
-        if not kept:
-            if not retain_empty:
+        kind = records[0].type if records else None
+        can_discard = self.txns.on_marker(batch, kind)
+        # Kafka: a marker goes only once its delete horizon has passed; until then it gets one.
+        if can_discard and horizon is not None and horizon <= self.now_ms:
+            stats.records_removed += len(records)
+            if not self._retain_empty(batch):
                 return None
             stats.batches_rewritten += 1
             return empty_batch(batch)
-        has_tombstones = not batch.is_control and any(r.value is None for r in kept)
-        needs_horizon = (has_tombstones or marker_of_empty_txn) and horizon is None
-        if len(kept) == len(records) and not needs_horizon:
-            if horizon is not None and (has_tombstones or batch.is_control):
+        if not records:
+            if not self._retain_empty(batch):
+                return None
+            stats.batches_rewritten += 1
+            return empty_batch(batch)
+        if not (can_discard and horizon is None):
+            if horizon is not None:
                 stats.horizon(horizon)
             return raw
-        if needs_horizon:
-            horizon = self.now_ms + self.delete_retention_ms
-        if horizon is not None and (has_tombstones or batch.is_control):
-            stats.horizon(horizon)
+        horizon = self.now_ms + self.delete_retention_ms
+        stats.horizon(horizon)
         stats.batches_rewritten += 1
+        return encode_batch(batch, [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records],
+                            delete_horizon_ms=horizon)
+
+    def _rebuild_with_horizon(self, batch: RecordBatch) -> bytes:
+        """The batch with its kept records re-encoded around a new delete horizon (rare: once per
+        batch holding tombstones, on the first clean that keeps them)."""
+        kept = [r for r in batch.records() if self._keep_record(batch, r.offset, r.key, r.value)]
+        horizon = self.now_ms + self.delete_retention_ms
+        self.stats.horizon(horizon)
+        self.stats.batches_rewritten += 1
         return encode_batch(batch, [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in kept],
                             delete_horizon_ms=horizon)
 

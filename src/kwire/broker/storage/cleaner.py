@@ -15,7 +15,9 @@ record of every key:
   bounded by log.cleaner.dedupe.buffer.size: when it fills, the pass cleans up to there and the
   next pass goes on).  Then every segment from the log's start up to the end of the mapped range
   is copied, in groups merged up to segment.bytes, into ``<base>.log.cleaned`` files, keeping
-  what ``BatchFilter`` keeps.  The copy runs without the partition lock: produce and fetch go
+  what ``BatchFilter`` keeps.  Each dirty batch is walked twice, as in Kafka (once for the map,
+  once for the copy), by the compiled walks of offset_map.py, which release the GIL (see
+  ``Cleaner._check``).  The copy runs without the partition lock: produce and fetch go
   on.  Only the swap (``PartitionLog.replace_segments``) takes the lock, after checking that
   the segments it replaces are still the log's.
 * **Crash safety**: ``.cleaned`` -> ``.swap`` -> old segments deleted -> final names; the
@@ -45,7 +47,7 @@ from .cleaner_checkpoint import read_cleaner_checkpoint, write_cleaner_checkpoin
 from .config import LONG_MAX
 from .index import INT32_MAX
 from .log import CleaningView, PartitionLog
-from .offset_map import OffsetMap
+from .offset_map import OffsetMap, has_compiled_walk
 from .segment import LogSegment
 from .throttler import Throttler
 
@@ -59,6 +61,8 @@ logger = logging.getLogger("kwire.broker.storage.cleaner")
 
 _PREFIX = struct.Struct(">qi")
 _DOUBLE_MAX = 1.7976931348623157e308
+# Without the compiled helper: the longest the cleaner works in Python before handing the GIL over.
+PYTHON_SLICE_S = 0.001
 
 
 def _now_ms() -> int:
@@ -202,18 +206,37 @@ class Cleaner:
     """Cleans one log at a time (one per cleaner thread, with its own dedupe map)."""
 
     def __init__(self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None,
-                 stop: threading.Event | None = None, hook: Callable[[str], None] | None = None):
+                 stop: threading.Event | None = None, hook: Callable[[str], None] | None = None,
+                 compiled: bool | None = None):
+        """``compiled``: walk records with the compiled helper (default: when it is built), or
+        False for the Python walks (same results; the tests run both)."""
         self.config = config or CleanerConfig()
         self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
         self._stop = stop or threading.Event()
         self.hook = hook
         self._map_bytes = self.config.dedupe_buffer_size // max(self.config.threads, 1)
+        self._compiled = has_compiled_walk() if compiled is None else compiled
+        self._yield_at = 0.0
 
     def _check(self, log: PartitionLog) -> None:
-        """Between two batches: abort if asked to, and hand the GIL over.  The cleaner is pure
-        Python; without this the broker's event loop could wait for the interpreter's switch
-        interval (5 ms) on every request while a clean runs."""
-        time.sleep(0)
+        """Between two batches: abort if asked to, and let the broker's threads run.
+
+        How the cleaner shares the GIL, chosen by measurement (bench_cleaner.py --only produce,
+        p50 produce latency with the cleaner busy against without it): the heavy loops (the
+        walks of the records, MD5 and the map's probes) run in the compiled helper without the
+        GIL, once or twice a batch, so the event loop gets the GIL at every batch without being
+        asked; no explicit yield (0.84x).  A ``time.sleep(0)`` every batch on top of that made
+        it worse (0.58x): each one sleeps ~60 us (the kernel's timer slack) and the cleaner then
+        waits to get the GIL back, while the broker does not run any faster.  A child process
+        doing the copy would not share the GIL at all, but would leave the two cores just as
+        busy and need the segments, the producer state and the hooks across a process boundary.
+        Without the compiled helper the walks are Python and never release the GIL: then the
+        cleaner sleeps(0) once per ``PYTHON_SLICE_S`` of work."""
+        if not self._compiled:
+            now = time.perf_counter()
+            if now >= self._yield_at:
+                time.sleep(0)
+                self._yield_at = time.perf_counter() + PYTHON_SLICE_S
         if self._stop.is_set() or log.closed:
             raise CleanAborted(f"{log.name}: clean aborted ({'cleaner stopping' if self._stop.is_set() else 'closed'})")
 
@@ -237,7 +260,7 @@ class Cleaner:
         if fds is None:
             raise CleanAborted(f"{log.name}: closed or changed before the clean started")
         fd_of = {id(s): fd for s, fd in zip(candidates, fds, strict=True)}
-        offset_map = OffsetMap(self._map_bytes)
+        offset_map = OffsetMap(self._map_bytes, compiled=self._compiled)
         try:
             try:
                 aborted = log.aborted_transactions(candidates[0].base_offset, first_uncleanable)
@@ -297,19 +320,17 @@ class Cleaner:
                     records = batch.records()
                     txns.on_marker(batch, records[0].type if records else None)
                 elif not txns.on_batch(batch) and batch.last_offset >= start:
-                    for r in batch.records():
-                        if r.key is not None and r.offset >= start:
-                            if not offset_map.free:
-                                # Full (Kafka's rule): the keys taken from this batch stay (their
-                                # older records can go), but the batch is past what the map
-                                # covers, so all of it is kept and the next pass starts there.
-                                if offset_map.latest_offset < start:
-                                    raise KafkaStorageError(
-                                        f"{log.name}: log.cleaner.dedupe.buffer.size is too small: the batch at "
-                                        f"offset {batch.base_offset} has more keys than the {offset_map.capacity} "
-                                        "the dedupe map of a cleaner thread holds")
-                                return offset_map.latest_offset + 1
-                            offset_map.put(r.key, r.offset)
+                    buf, pos, stop, _ = batch.records_section()
+                    if offset_map.put_records(buf, pos, stop, batch.record_count, batch.base_offset, start) >= 0:
+                        # Full (Kafka's rule): the keys taken from this batch stay (their older
+                        # records can go), but the batch is past what the map covers, so all of
+                        # it is kept and the next pass starts there.
+                        if offset_map.latest_offset < start:
+                            raise KafkaStorageError(
+                                f"{log.name}: log.cleaner.dedupe.buffer.size is too small: the batch at "
+                                f"offset {batch.base_offset} has more keys than the {offset_map.capacity} "
+                                "the dedupe map of a cleaner thread holds")
+                        return offset_map.latest_offset + 1
                 if batch.last_offset >= start:
                     offset_map.latest_offset = batch.last_offset
         return offset_map.latest_offset + 1
@@ -332,8 +353,8 @@ class Cleaner:
             for segment in group:
                 for raw in _batches(fd_of[id(segment)], segment.size, chunk):
                     self._check(log)
-                    kept = batch_filter.filter(raw)
                     last = RecordBatch(raw)
+                    kept = batch_filter.filter(raw, last)
                     if kept is None:
                         changed = True
                         continue

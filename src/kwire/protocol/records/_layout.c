@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* The rows of the output array, one int64 per record in each. */
@@ -276,10 +277,450 @@ done:
     return result;
 }
 
+/* -- The log cleaner's walks (kwire.broker.storage.offset_map) ----------------------------------
+ *
+ * Kafka's cleaner reads every record of the dirty segments twice: once to map each key to its
+ * latest offset, once to decide what to copy.  Both need only where a record lies, its offset
+ * and timestamp deltas, its key and whether its value is null.  These functions walk a batch's
+ * records for that and do the dedupe map's work in the same loop, on the map's own buffer (Kafka's
+ * SkimpyOffsetMap: 24-byte slots, the MD5 of a key and its offset as a big-endian int64, linear
+ * probing from the digest's first 8 bytes, an all-zero digest taken as ...01), without the GIL:
+ * the broker's event loop runs while the cleaner walks.  The same map and walks in Python are in
+ * offset_map.py (the tests compare the two). */
+
+#define SLOT_BYTES 24
+#define DIGEST_BYTES 16
+
+typedef struct {
+    const uint8_t *start, *end, *key;
+    int64_t ts_delta, off_delta, key_length, value_length;
+} cleaner_record;
+
+/* The record at `*p`, which must end before `limit`; moves `*p` to its end.  0 if it does not
+ * parse.  Headers are not read: the record's length says where it ends. */
+static inline int next_record(const uint8_t **p, const uint8_t *limit, cleaner_record *r)
+{
+    const uint8_t *q = *p;
+    int64_t length;
+    int used = read_varint(q, limit, 5, &length);
+    if (!used || length <= 0 || length > limit - (q + used))
+        return 0;
+    r->start = q;
+    q += used;
+    const uint8_t *end = q + length;
+    q += 1; /* attributes */
+    if (!(used = read_varint(q, end, 10, &r->ts_delta)))
+        return 0;
+    q += used;
+    if (!(used = read_varint(q, end, 5, &r->off_delta)))
+        return 0;
+    q += used;
+    const uint8_t *value;
+    if (!read_bytes(&q, end, &r->key, &r->key_length) || !read_bytes(&q, end, &value, &r->value_length))
+        return 0;
+    r->end = end;
+    *p = end;
+    return 1;
+}
+
+/* MD5 (RFC 1321), the hash of Kafka's SkimpyOffsetMap.  Its sine table is computed at import. */
+static uint32_t md5_k[64];
+
+/* One 64-byte block, unrolled (the round functions and rotations as constants). */
+#define MD5_F1(b, c, d) ((d) ^ ((b) & ((c) ^ (d))))
+#define MD5_F2(b, c, d) ((c) ^ ((d) & ((b) ^ (c))))
+#define MD5_F3(b, c, d) ((b) ^ (c) ^ (d))
+#define MD5_F4(b, c, d) ((c) ^ ((b) | ~(d)))
+#define MD5_STEP(f, a, b, c, d, x, k, s)                   \
+    do {                                                   \
+        (a) += f((b), (c), (d)) + (x) + (k);               \
+        (a) = (((a) << (s)) | ((a) >> (32 - (s)))) + (b); \
+    } while (0)
+
+static void md5_block(uint32_t h[4], const uint8_t *block)
+{
+    uint32_t m[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = (uint32_t)block[4 * i] | (uint32_t)block[4 * i + 1] << 8 | (uint32_t)block[4 * i + 2] << 16 |
+               (uint32_t)block[4 * i + 3] << 24;
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3];
+    MD5_STEP(MD5_F1, a, b, c, d, m[0], md5_k[0], 7);
+    MD5_STEP(MD5_F1, d, a, b, c, m[1], md5_k[1], 12);
+    MD5_STEP(MD5_F1, c, d, a, b, m[2], md5_k[2], 17);
+    MD5_STEP(MD5_F1, b, c, d, a, m[3], md5_k[3], 22);
+    MD5_STEP(MD5_F1, a, b, c, d, m[4], md5_k[4], 7);
+    MD5_STEP(MD5_F1, d, a, b, c, m[5], md5_k[5], 12);
+    MD5_STEP(MD5_F1, c, d, a, b, m[6], md5_k[6], 17);
+    MD5_STEP(MD5_F1, b, c, d, a, m[7], md5_k[7], 22);
+    MD5_STEP(MD5_F1, a, b, c, d, m[8], md5_k[8], 7);
+    MD5_STEP(MD5_F1, d, a, b, c, m[9], md5_k[9], 12);
+    MD5_STEP(MD5_F1, c, d, a, b, m[10], md5_k[10], 17);
+    MD5_STEP(MD5_F1, b, c, d, a, m[11], md5_k[11], 22);
+    MD5_STEP(MD5_F1, a, b, c, d, m[12], md5_k[12], 7);
+    MD5_STEP(MD5_F1, d, a, b, c, m[13], md5_k[13], 12);
+    MD5_STEP(MD5_F1, c, d, a, b, m[14], md5_k[14], 17);
+    MD5_STEP(MD5_F1, b, c, d, a, m[15], md5_k[15], 22);
+    MD5_STEP(MD5_F2, a, b, c, d, m[1], md5_k[16], 5);
+    MD5_STEP(MD5_F2, d, a, b, c, m[6], md5_k[17], 9);
+    MD5_STEP(MD5_F2, c, d, a, b, m[11], md5_k[18], 14);
+    MD5_STEP(MD5_F2, b, c, d, a, m[0], md5_k[19], 20);
+    MD5_STEP(MD5_F2, a, b, c, d, m[5], md5_k[20], 5);
+    MD5_STEP(MD5_F2, d, a, b, c, m[10], md5_k[21], 9);
+    MD5_STEP(MD5_F2, c, d, a, b, m[15], md5_k[22], 14);
+    MD5_STEP(MD5_F2, b, c, d, a, m[4], md5_k[23], 20);
+    MD5_STEP(MD5_F2, a, b, c, d, m[9], md5_k[24], 5);
+    MD5_STEP(MD5_F2, d, a, b, c, m[14], md5_k[25], 9);
+    MD5_STEP(MD5_F2, c, d, a, b, m[3], md5_k[26], 14);
+    MD5_STEP(MD5_F2, b, c, d, a, m[8], md5_k[27], 20);
+    MD5_STEP(MD5_F2, a, b, c, d, m[13], md5_k[28], 5);
+    MD5_STEP(MD5_F2, d, a, b, c, m[2], md5_k[29], 9);
+    MD5_STEP(MD5_F2, c, d, a, b, m[7], md5_k[30], 14);
+    MD5_STEP(MD5_F2, b, c, d, a, m[12], md5_k[31], 20);
+    MD5_STEP(MD5_F3, a, b, c, d, m[5], md5_k[32], 4);
+    MD5_STEP(MD5_F3, d, a, b, c, m[8], md5_k[33], 11);
+    MD5_STEP(MD5_F3, c, d, a, b, m[11], md5_k[34], 16);
+    MD5_STEP(MD5_F3, b, c, d, a, m[14], md5_k[35], 23);
+    MD5_STEP(MD5_F3, a, b, c, d, m[1], md5_k[36], 4);
+    MD5_STEP(MD5_F3, d, a, b, c, m[4], md5_k[37], 11);
+    MD5_STEP(MD5_F3, c, d, a, b, m[7], md5_k[38], 16);
+    MD5_STEP(MD5_F3, b, c, d, a, m[10], md5_k[39], 23);
+    MD5_STEP(MD5_F3, a, b, c, d, m[13], md5_k[40], 4);
+    MD5_STEP(MD5_F3, d, a, b, c, m[0], md5_k[41], 11);
+    MD5_STEP(MD5_F3, c, d, a, b, m[3], md5_k[42], 16);
+    MD5_STEP(MD5_F3, b, c, d, a, m[6], md5_k[43], 23);
+    MD5_STEP(MD5_F3, a, b, c, d, m[9], md5_k[44], 4);
+    MD5_STEP(MD5_F3, d, a, b, c, m[12], md5_k[45], 11);
+    MD5_STEP(MD5_F3, c, d, a, b, m[15], md5_k[46], 16);
+    MD5_STEP(MD5_F3, b, c, d, a, m[2], md5_k[47], 23);
+    MD5_STEP(MD5_F4, a, b, c, d, m[0], md5_k[48], 6);
+    MD5_STEP(MD5_F4, d, a, b, c, m[7], md5_k[49], 10);
+    MD5_STEP(MD5_F4, c, d, a, b, m[14], md5_k[50], 15);
+    MD5_STEP(MD5_F4, b, c, d, a, m[5], md5_k[51], 21);
+    MD5_STEP(MD5_F4, a, b, c, d, m[12], md5_k[52], 6);
+    MD5_STEP(MD5_F4, d, a, b, c, m[3], md5_k[53], 10);
+    MD5_STEP(MD5_F4, c, d, a, b, m[10], md5_k[54], 15);
+    MD5_STEP(MD5_F4, b, c, d, a, m[1], md5_k[55], 21);
+    MD5_STEP(MD5_F4, a, b, c, d, m[8], md5_k[56], 6);
+    MD5_STEP(MD5_F4, d, a, b, c, m[15], md5_k[57], 10);
+    MD5_STEP(MD5_F4, c, d, a, b, m[6], md5_k[58], 15);
+    MD5_STEP(MD5_F4, b, c, d, a, m[13], md5_k[59], 21);
+    MD5_STEP(MD5_F4, a, b, c, d, m[4], md5_k[60], 6);
+    MD5_STEP(MD5_F4, d, a, b, c, m[11], md5_k[61], 10);
+    MD5_STEP(MD5_F4, c, d, a, b, m[2], md5_k[62], 15);
+    MD5_STEP(MD5_F4, b, c, d, a, m[9], md5_k[63], 21);
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+}
+
+static void md5(const uint8_t *data, size_t length, uint8_t out[DIGEST_BYTES])
+{
+    uint32_t h[4] = {0x67452301u, 0xefcdab89u, 0x98badcfeu, 0x10325476u};
+    size_t full = length & ~(size_t)63;
+    for (size_t i = 0; i < full; i += 64)
+        md5_block(h, data + i);
+    uint8_t tail[128];
+    size_t rest = length - full;
+    memset(tail, 0, sizeof(tail));
+    if (rest)
+        memcpy(tail, data + full, rest);
+    tail[rest] = 0x80;
+    size_t blocks = rest < 56 ? 1 : 2;
+    uint64_t bits = (uint64_t)length * 8;
+    for (int i = 0; i < 8; i++)
+        tail[64 * blocks - 8 + i] = (uint8_t)(bits >> (8 * i));
+    for (size_t i = 0; i < blocks; i++)
+        md5_block(h, tail + 64 * i);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (uint8_t)(h[i] >> (8 * j));
+}
+
+/* The map's digest of a key: its MD5, the last bit set if all zero (zero marks an empty slot). */
+static void key_digest(const uint8_t *key, int64_t length, uint8_t out[DIGEST_BYTES])
+{
+    md5(key, (size_t)length, out);
+    static const uint8_t zero[DIGEST_BYTES];
+    if (memcmp(out, zero, DIGEST_BYTES) == 0)
+        out[DIGEST_BYTES - 1] = 1;
+}
+
+/* The slot holding `digest` in a map of `slots` slots, or the empty one where it goes; *found
+ * says which.  NULL if the map is full without it. */
+static uint8_t *find_slot(uint8_t *map, Py_ssize_t slots, const uint8_t digest[DIGEST_BYTES], int *found)
+{
+    static const uint8_t zero[DIGEST_BYTES];
+    uint64_t first = 0;
+    for (int i = 0; i < 8; i++)
+        first = first << 8 | digest[i];
+    Py_ssize_t slot = (Py_ssize_t)(first % (uint64_t)slots);
+    for (Py_ssize_t n = 0; n < slots; n++) {
+        uint8_t *at = map + slot * SLOT_BYTES;
+        if (memcmp(at, digest, DIGEST_BYTES) == 0) {
+            *found = 1;
+            return at;
+        }
+        if (memcmp(at, zero, DIGEST_BYTES) == 0) {
+            *found = 0;
+            return at;
+        }
+        slot = slot + 1 < slots ? slot + 1 : 0;
+    }
+    *found = 0;
+    return NULL;
+}
+
+static inline void store_offset(uint8_t *at, int64_t offset)
+{
+    uint64_t v = (uint64_t)offset;
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        at[i] = (uint8_t)v;
+}
+
+static inline int64_t load_offset(const uint8_t *at)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | at[i];
+    return (int64_t)v;
+}
+
+/* A map buffer of `slots` slots: checks and a message.  0 if it does not fit. */
+static int check_map(const Py_buffer *map, Py_ssize_t slots)
+{
+    if (slots < 1 || map->len / SLOT_BYTES < slots) {
+        PyErr_Format(PyExc_ValueError, "a map of %zd slots does not fit in %zd bytes", slots, map->len);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(map_put_v2_doc,
+"map_put_v2(buf, pos, stop, count, base_offset, start, map, slots, capacity, size, skip) -> (stopped, size)\n\n"
+"For each of the `count` v2 records in buf[pos:stop] from the `skip`-th on (the ones before are\n"
+"only walked over), in order, whose offset (base_offset + its\n"
+"offset delta) is at least `start` and whose key is not null, put key -> offset into `map` (a\n"
+"writable buffer of `slots` 24-byte slots holding `size` keys), unless it holds `capacity` keys\n"
+"already: that stops the walk.  Returns (-1 if every record was taken, else the index of the\n"
+"record that found the map full, or -2 - the index of a record that does not parse (-2 - count:\n"
+"the records end short of `stop`); the keys the map holds now).  Runs without the GIL.");
+
+static PyObject *map_put_v2(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer data, map;
+    Py_ssize_t pos, stop, count, slots, capacity, size, skip;
+    long long base_offset, start;
+    if (!PyArg_ParseTuple(args, "y*nnnLLw*nnnn", &data, &pos, &stop, &count, &base_offset, &start, &map, &slots,
+                          &capacity, &size, &skip))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t stopped = -1;
+    if (pos < 0 || stop < pos || stop > data.len) {
+        PyErr_Format(PyExc_ValueError, "records at %zd..%zd are outside a buffer of %zd bytes", pos, stop, data.len);
+        goto done;
+    }
+    if (!check_map(&map, slots))
+        goto done;
+    if (capacity > slots)
+        capacity = slots;
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *buf = (const uint8_t *)data.buf, *p = buf + pos, *limit = buf + stop;
+    uint8_t digest[DIGEST_BYTES];
+    for (Py_ssize_t i = 0; i < count; i++) {
+        cleaner_record r;
+        if (!next_record(&p, limit, &r)) {
+            stopped = -2 - i;
+            break;
+        }
+        int64_t offset = (int64_t)base_offset + r.off_delta;
+        if (i < skip || r.key_length < 0 || offset < start)
+            continue;
+        if (size >= capacity) {
+            stopped = i;
+            break;
+        }
+        key_digest(r.key, r.key_length, digest);
+        int found;
+        uint8_t *at = find_slot((uint8_t *)map.buf, slots, digest, &found);
+        if (!found) {  /* never NULL: size < capacity <= slots leaves an empty slot */
+            memcpy(at, digest, DIGEST_BYTES);
+            size++;
+        }
+        store_offset(at + DIGEST_BYTES, offset);
+    }
+    if (stopped == -1 && p != limit)
+        stopped = -2 - count;
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(nn)", stopped, size);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&map);
+    return result;
+}
+
+PyDoc_STRVAR(map_keep_v2_doc,
+"map_keep_v2(buf, pos, stop, count, base_offset, latest, keep_tombstones, map, slots)\n"
+"    -> (kept, tombstones, max_ts_delta, spans)\n\n"
+"Which of the `count` v2 records in buf[pos:stop] the log cleaner keeps: one whose offset is after\n"
+"`latest`; else one with a key that `map` (as map_put_v2 fills it) does not map to a later offset,\n"
+"a null value only if `keep_tombstones`.  Returns how many are kept, how many of them have a null\n"
+"value, the largest timestamp delta among them (-2**63 if none) and a list of their byte spans in\n"
+"buf (start, end, start, end, ...; adjacent records in one span).  `kept` is -1 - the index of a\n"
+"record that does not parse (-1 - count: the records end short of `stop`).  Walks without the GIL.");
+
+static PyObject *map_keep_v2(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer data, map;
+    Py_ssize_t pos, stop, count, slots;
+    long long base_offset, latest;
+    int keep_tombstones;
+    if (!PyArg_ParseTuple(args, "y*nnnLLpy*n", &data, &pos, &stop, &count, &base_offset, &latest, &keep_tombstones,
+                          &map, &slots))
+        return NULL;
+    PyObject *result = NULL, *spans = NULL;
+    Py_ssize_t *at = NULL;
+    if (pos < 0 || stop < pos || stop > data.len) {
+        PyErr_Format(PyExc_ValueError, "records at %zd..%zd are outside a buffer of %zd bytes", pos, stop, data.len);
+        goto done;
+    }
+    if (!check_map(&map, slots))
+        goto done;
+    /* Room for the spans of every record that can parse (6 bytes at least each), whatever
+     * `count` says. */
+    Py_ssize_t most = (stop - pos) / 6 + 1;
+    if (count >= 0 && count < most)
+        most = count;
+    if ((at = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * most + 2))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t kept = 0, tombstones = 0, n_spans = 0;
+    int64_t max_ts = INT64_MIN;
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *buf = (const uint8_t *)data.buf, *p = buf + pos, *limit = buf + stop;
+    uint8_t digest[DIGEST_BYTES];
+    for (Py_ssize_t i = 0; i < count; i++) {
+        cleaner_record r;
+        if (!next_record(&p, limit, &r)) {
+            kept = -1 - i;
+            break;
+        }
+        int64_t offset = (int64_t)base_offset + r.off_delta;
+        if (offset <= latest) {
+            if (r.key_length < 0)
+                continue;
+            key_digest(r.key, r.key_length, digest);
+            int found;
+            uint8_t *slot = find_slot((uint8_t *)map.buf, slots, digest, &found);
+            if (offset < (found ? load_offset(slot + DIGEST_BYTES) : -1))  /* -1: not in the map */
+                continue;
+            if (r.value_length < 0 && !keep_tombstones)
+                continue;
+        }
+        kept++;
+        if (r.value_length < 0)
+            tombstones++;
+        if (r.ts_delta > max_ts)
+            max_ts = r.ts_delta;
+        Py_ssize_t s = r.start - buf, e = r.end - buf;
+        if (n_spans && at[2 * n_spans - 1] == s) {
+            at[2 * n_spans - 1] = e;
+        } else {
+            at[2 * n_spans] = s;
+            at[2 * n_spans + 1] = e;
+            n_spans++;
+        }
+    }
+    if (kept >= 0 && p != limit)
+        kept = -1 - count;
+    Py_END_ALLOW_THREADS
+    if (kept < 0)
+        n_spans = 0;
+    if ((spans = PyList_New(2 * n_spans)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < 2 * n_spans; i++) {
+        PyObject *v = PyLong_FromSsize_t(at[i]);
+        if (v == NULL)
+            goto done;
+        PyList_SET_ITEM(spans, i, v);
+    }
+    result = Py_BuildValue("(nnLO)", kept, tombstones, (long long)max_ts, spans);
+done:
+    Py_XDECREF(spans);
+    PyMem_Free(at);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&map);
+    return result;
+}
+
+PyDoc_STRVAR(map_rehash_doc,
+"map_rehash(old, old_slots, new, new_slots) -> int\n\n"
+"Put every entry of the map `old` (of `old_slots` slots) into the empty map `new` (`new_slots`\n"
+"slots, at least as many as old has entries); returns how many were moved.  Without the GIL.");
+
+static PyObject *map_rehash(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer old, new;
+    Py_ssize_t old_slots, new_slots, moved = 0, lost = 0;
+    if (!PyArg_ParseTuple(args, "y*nw*n", &old, &old_slots, &new, &new_slots))
+        return NULL;
+    PyObject *result = NULL;
+    if (!check_map(&old, old_slots) || !check_map(&new, new_slots))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    static const uint8_t zero[DIGEST_BYTES];
+    for (Py_ssize_t i = 0; i < old_slots; i++) {
+        const uint8_t *entry = (const uint8_t *)old.buf + i * SLOT_BYTES;
+        if (memcmp(entry, zero, DIGEST_BYTES) == 0)
+            continue;
+        int found;
+        uint8_t *at = find_slot((uint8_t *)new.buf, new_slots, entry, &found);
+        if (at == NULL) {
+            lost++;
+            break;
+        }
+        memcpy(at, entry, SLOT_BYTES);
+        moved++;
+    }
+    Py_END_ALLOW_THREADS
+    if (lost)
+        PyErr_SetString(PyExc_OverflowError, "the new map is too small for the old one's entries");
+    else
+        result = PyLong_FromSsize_t(moved);
+done:
+    PyBuffer_Release(&old);
+    PyBuffer_Release(&new);
+    return result;
+}
+
+PyDoc_STRVAR(md5_digest_doc,
+"key_digest(key) -> bytes\n\n"
+"The dedupe map's digest of a key (its MD5, the last bit set if all zero), as the walks compute it.");
+
+static PyObject *md5_digest(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer key;
+    if (!PyArg_ParseTuple(args, "y*", &key))
+        return NULL;
+    uint8_t out[DIGEST_BYTES];
+    key_digest((const uint8_t *)key.buf, key.len, out);
+    PyBuffer_Release(&key);
+    return PyBytes_FromStringAndSize((const char *)out, DIGEST_BYTES);
+}
+
 static PyMethodDef layout_methods[] = {
     {"scan_v2", scan_v2, METH_VARARGS, scan_v2_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"pack", pack, METH_VARARGS, pack_doc},
+    {"map_put_v2", map_put_v2, METH_VARARGS, map_put_v2_doc},
+    {"map_keep_v2", map_keep_v2, METH_VARARGS, map_keep_v2_doc},
+    {"map_rehash", map_rehash, METH_VARARGS, map_rehash_doc},
+    {"key_digest", md5_digest, METH_VARARGS, md5_digest_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -297,5 +738,7 @@ static struct PyModuleDef layout_module = {
 
 PyMODINIT_FUNC PyInit__layout(void)
 {
+    for (int i = 0; i < 64; i++)  /* MD5's table: the integer part of |sin(i + 1)| * 2**32 */
+        md5_k[i] = (uint32_t)(fabs(sin((double)(i + 1))) * 4294967296.0);
     return PyModule_Create(&layout_module);
 }
