@@ -62,6 +62,8 @@ PRODUCER_DEFAULTS = {
     "max.request.size": 1048576,
     "partitioner": "murmur2_random",
     "partitioner.ignore.keys": False,
+    "transactional.id": None,
+    "transaction.timeout.ms": 60000,
 }
 CONSUMER_DEFAULTS = {
     **COMMON_DEFAULTS,
@@ -314,7 +316,6 @@ def test_a_setting_of_another_role_names_its_role(cls, key, owner):
 
 
 @pytest.mark.parametrize("cls,key", [
-    (ProducerConfig, "transactional.id"), (ProducerConfig, "transaction.timeout.ms"),
     (ProducerConfig, "key.serializer"), (ProducerConfig, "partitioner.class"),
     (ConsumerConfig, "group.protocol"), (ConsumerConfig, "value.deserializer"),
     (AdminConfig, "ssl.truststore.location"), (ConsumerConfig, "ssl.keystore.location"),

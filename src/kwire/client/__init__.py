@@ -28,6 +28,8 @@ _EXPORTS = {
     "AuthenticationError": "errors", "TlsError": "errors", "SecurityProtocolMismatchError": "errors",
     "DeliveryTimeoutError": "producer_errors", "InvalidPartitionError": "producer_errors",
     "ProducerFencedError": "producer_errors", "RecordTooLargeError": "producer_errors",
+    "ConsumerGroupMetadata": "transactions", "TransactionError": "transactions",
+    "TransactionAbortRequiredError": "transactions", "TransactionAbortedError": "transactions",
     "CommitFailedError": "consumer_errors", "FatalGroupError": "consumer_errors",
     "NoOffsetForPartitionError": "consumer_errors", "StaleCommitError": "consumer_errors",
 }

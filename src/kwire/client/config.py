@@ -11,7 +11,7 @@ directly (``ProducerConfig(linger_ms=5)``) runs the same checks.
 
 Every mistake is a ``ConfigError`` naming the setting: an unknown name (with the closest known
 one), a wrong type, a value out of range, a setting of another client ("group.id is a consumer
-setting"), or a Kafka setting kwire does not implement yet (``transactional.id``, Java keystores).
+setting"), or a Kafka setting kwire does not implement yet (Java keystores, metrics).
 Unlike Java, which logs unknown settings and carries on, nothing is ignored silently: ``sasl.*``
 settings without a SASL ``security.protocol`` (or ``ssl.*`` without SSL) are an error too.
 
@@ -288,10 +288,20 @@ class ProducerConfig(CommonConfig):
     partitioner: str = _choice("murmur2_random", *PARTITIONERS)
     # Choose partitions as if no record had a key (Java's built-in partitioner setting).
     partitioner_ignore_keys: bool = False
+    # Transactions (init_transactions, begin/commit/abort_transaction): the id that a restarted
+    # producer takes over (fencing the old one).  Implies idempotence.
+    transactional_id: str | None = None
+    # The coordinator aborts a transaction open longer than this (bounded by the broker's
+    # transaction.max.timeout.ms).
+    transaction_timeout_ms: int = _int(60_000, low=1)
 
     def _check(self) -> None:
         super()._check()
         # Java's postProcessAndValidateIdempotenceConfigs.
+        if self.transactional_id == "":
+            raise ConfigError("transactional.id must not be empty (leave it unset for no transactions)")
+        if self.transactional_id is not None and self.enable_idempotence is False:
+            raise ConfigError("transactional.id needs enable.idempotence=true (transactions are idempotent)")
         conflicts = []
         if self.acks != -1:
             conflicts.append(f"acks=all (got {self.acks})")
@@ -300,11 +310,15 @@ class ProducerConfig(CommonConfig):
         if self.max_in_flight_requests_per_connection > 5:
             conflicts.append(f"max.in.flight.requests.per.connection <= 5 "
                              f"(got {self.max_in_flight_requests_per_connection})")
-        if self.enable_idempotence is None:
+        if self.enable_idempotence is None and self.transactional_id is None:
             object.__setattr__(self, "enable_idempotence", not conflicts)
-        elif self.enable_idempotence and conflicts:
+        elif (self.enable_idempotence or self.transactional_id is not None) and conflicts:
+            if self.transactional_id is not None:
+                raise ConfigError(f"transactional.id needs {', '.join(conflicts)} (transactions are idempotent)")
             raise ConfigError(f"enable.idempotence=true needs {', '.join(conflicts)}; "
                               "set enable.idempotence=false to go without")
+        if self.enable_idempotence is None:
+            object.__setattr__(self, "enable_idempotence", True)  # implied by transactional.id
         # Java's KafkaProducer.configureDeliveryTimeout.
         floor = min(self.linger_ms + self.request_timeout_ms, I32)
         if self.delivery_timeout_ms is None:
@@ -578,12 +592,9 @@ def _apply_jaas(config: CommonConfig) -> None:
 # -- Kafka settings kwire knows but does not implement ---------------------------------------------
 # Given one, a client refuses to start rather than run without what it asks for.  Name -> (the
 # role it belongs to, None for any; why).
-_TRANSACTIONS = "transactions are not implemented yet"
 _CLASSES = "Java classes cannot be loaded"
 _METRICS = "client metrics are not implemented yet"
 _UNSUPPORTED: dict[str, tuple[str | None, str]] = {
-    "transactional.id": ("producer", _TRANSACTIONS),
-    "transaction.timeout.ms": ("producer", _TRANSACTIONS),
     "partitioner.class": ("producer", f"{_CLASSES}; use partitioner"),
     "partitioner.adaptive.partitioning.enable": ("producer", "adaptive partitioning (KIP-794) is not implemented"),
     "partitioner.availability.timeout.ms": ("producer", "adaptive partitioning (KIP-794) is not implemented"),

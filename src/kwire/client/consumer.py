@@ -51,6 +51,7 @@ from .loop_thread import LoopThread
 from .membership import STABLE, UNJOINED, GroupMembership, JoinResult
 from .offsets import GroupIdentity, GroupOffsets
 from .subscription import EARLIEST, LATEST, NONE_RESET, SubscriptionState
+from .transactions import ConsumerGroupMetadata
 from .types import ConsumerRecord, FetchedBatch, OffsetAndMetadata, TopicPartition
 
 __all__ = [
@@ -591,6 +592,16 @@ class AsyncConsumer:
         self._check_open()
         return await self._require_group().fetch(_partitions(partitions), timeout=timeout)
 
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """This member of the group, for a transactional producer's send_offsets_to_transaction
+        (KIP-447): the group's coordinator refuses the offsets if the group has rebalanced since."""
+        self._check_open()
+        group = self._require_group().group_id
+        identity = self._identity()
+        return ConsumerGroupMetadata(group, identity.generation_id, identity.member_id,
+                                     self.config.group_instance_id if identity.group_instance_id is None
+                                     else identity.group_instance_id)
+
     def _identity(self) -> GroupIdentity:
         m = self._membership
         if m is not None and self._sub.group_managed:
@@ -940,6 +951,11 @@ class Consumer:
     def committed(self, partitions: Iterable[TopicPartition] | TopicPartition,
                   timeout: float | None = None) -> dict[TopicPartition, OffsetAndMetadata | None]:
         return self._run(self._consumer.committed(partitions, timeout))
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """Group id, generation, member id and group instance id, for a transactional producer's
+        ``send_offsets_to_transaction`` (KIP-447)."""
+        return self._call(self._consumer.consumer_group_metadata)
 
     def commit(self, offsets: Offsets | None = None, timeout: float | None = None) -> None:
         """Commit and wait (the current positions when ``offsets`` is None)."""

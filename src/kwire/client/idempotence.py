@@ -29,6 +29,11 @@ What the broker's refusals mean (the sender applies this, as Kafka's Java produc
   fails with ``ProducerFencedError``;
 * DUPLICATE_SEQUENCE_NUMBER: the batch was written before: success.
 
+A transactional producer does not bump its epoch locally: the coordinator owns the epoch.  A gap
+(``request_reset``, a stamped batch failing) only sets ``bump_needed``; the failure has made the
+transaction abortable, and ``abort_transaction`` asks the coordinator for the next epoch
+(InitProducerId with the current id and epoch, KIP-360), under which every partition restarts at 0.
+
 Sequences are kept here as unbounded integers; on the wire they wrap at 2**31 as Kafka's do.
 """
 
@@ -78,19 +83,23 @@ class PartitionSequences:
 class IdempotenceState:
     """Producer id, epoch and per-partition sequences of one idempotent producer (event loop only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transactional: bool = False) -> None:
         self.producer_id = -1
         self.epoch = -1
         self.needs_producer_id = True
+        self.transactional = transactional
+        self.bump_needed = False   # transactional: a gap that only a new epoch from the coordinator closes
         self._partitions: dict[TopicPartition, PartitionSequences] = {}
         self._unsettled: set[TopicPartition] = set()  # partitions with reset_needed or unresolved_until
 
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
         """Take the id and epoch InitProducerId granted.  Partitions move to them as they go quiet."""
-        logger.info("idempotent producer id %d, epoch %d", producer_id, epoch)
+        logger.info("%s producer id %d, epoch %d", "transactional" if self.transactional else "idempotent",
+                    producer_id, epoch)
         self.producer_id = producer_id
         self.epoch = epoch
         self.needs_producer_id = False
+        self.bump_needed = False
 
     @property
     def has_producer_id(self) -> bool:
@@ -144,6 +153,11 @@ class IdempotenceState:
     def request_reset(self, tp: TopicPartition, why: str) -> None:
         """Renumber ``tp`` under a new epoch once none of its batches is in flight."""
         part = self._partitions.get(tp)
+        if self.transactional:
+            if part is not None:
+                logger.info("%s: %s; the epoch is bumped when the transaction is aborted", tp, why)
+                self.bump_needed = True
+            return
         if part is not None and not part.reset_needed:
             logger.info("%s: %s; its sequences restart under a new epoch", tp, why)
             part.reset_needed = True
@@ -162,6 +176,9 @@ class IdempotenceState:
         _remove(part.unfinished, batch)
         if (batch.producer_id, batch.epoch) != (part.producer_id, part.epoch):
             return  # numbered under an epoch the partition has left: no gap in the current one
+        if self.transactional:
+            self.bump_needed = True  # written or not, the coordinator's next epoch settles it
+            return
         if maybe_written:
             part.unresolved_until = max(part.unresolved_until, batch.sequence + batch.record_count - 1)
             self._unsettled.add(batch.tp)

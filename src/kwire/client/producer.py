@@ -25,6 +25,23 @@ Delivery callbacks: ``AsyncProducer`` calls ``on_delivery`` in the event loop as
 confluent-kafka, only from ``poll()``, ``flush()`` and ``close()``, in the thread that calls them:
 never on the loop thread.  A program that gives callbacks should call ``poll`` now and then; the
 futures ``produce`` returns complete either way.
+
+Transactions (``transactional.id``; Java's API with confluent-kafka's method names)::
+
+    producer = Producer({"bootstrap.servers": "localhost:9092", "transactional.id": "billing-1"})
+    producer.init_transactions()            # fences older producers of the id, ends their transaction
+    producer.begin_transaction()
+    producer.produce("out", b"value")
+    producer.send_offsets_to_transaction({TopicPartition("in", 0): 42}, consumer.consumer_group_metadata())
+    producer.commit_transaction()           # or abort_transaction(); both flush first
+
+``AsyncProducer`` has the same methods (coroutines but ``begin_transaction``).  A record or request
+failing in a transaction makes ``commit_transaction`` raise ``TransactionAbortRequiredError``: abort,
+then begin again.  Being fenced (``ProducerFencedError``: another producer took the id) is final:
+every later transactional call raises it again.  ``init_transactions``, ``commit_transaction`` and
+``abort_transaction`` wait ``timeout`` seconds (default ``max.block.ms``); after a
+``ClientTimeoutError`` the same call may be made again to keep waiting for the operation, which
+goes on meanwhile, as in Java.  See ``transactions`` for the states.
 """
 
 from __future__ import annotations
@@ -36,15 +53,16 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from kwire.protocol import messages
 from kwire.protocol.errors import KafkaError
 from kwire.protocol.records import Compression
 from kwire.settings import ConfigError
 
 from .accumulator import ProducerBatch, RecordAccumulator, record_size
-from .cluster import Cluster
+from .cluster import GROUP_COORDINATOR, Cluster
 from .config import ProducerConfig
 from .errors import ClientTimeoutError, IllegalStateError, UnsupportedApiError, is_retriable
 from .idempotence import IdempotenceState
@@ -53,8 +71,17 @@ from .partitioner import Partitioner
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
 from .producer_futures import RecordFuture, resolve
 from .retry import retrying
-from .sender import FIRST_BATCH_PRODUCE_VERSION, PRODUCE, Sender
-from .types import RecordMetadata, TopicPartition
+from .sender import FIRST_BATCH_PRODUCE_VERSION, PRODUCE, Sender, raise_partition_errors
+from .transactions import (
+    RETRY,
+    TRANSACTION_COORDINATOR,
+    ConsumerGroupMetadata,
+    TransactionAbortRequiredError,
+    TransactionManager,
+    TxnState,
+    classify,
+)
+from .types import OffsetAndMetadata, RecordMetadata, TopicPartition
 
 __all__ = ["AsyncProducer", "Producer", "DeliveryCallback"]
 
@@ -155,7 +182,12 @@ class AsyncProducer:
         # The config turns idempotence off when acks/retries/in-flight rule it out and it was not
         # asked for; whether it was asked for also decides what an old broker means (start()).
         self._idempotent = bool(config.enable_idempotence)
-        self._idempotence_explicit = "enable_idempotence" in getattr(config, "_given", ())
+        self._idempotence_explicit = "enable_idempotence" in getattr(config, "_given", ()) \
+            or config.transactional_id is not None
+        self._txn = None if config.transactional_id is None else \
+            TransactionManager(config.transactional_id, config.transaction_timeout_ms)
+        self._txn_op: tuple[str, asyncio.Future] | None = None  # a transactional call still running
+        self._idem: IdempotenceState | None = None
         self._compression = _CODECS[config.compression_type]
         self._max_block = self.config.max_block_ms / 1000
         self._max_request_size = self.config.max_request_size
@@ -187,14 +219,14 @@ class AsyncProducer:
         except BaseException:
             await cluster.close()
             raise
-        idempotence = IdempotenceState() if self._idempotent else None
+        idempotence = self._idem = IdempotenceState(transactional=self._txn is not None) if self._idempotent else None
         self._accumulator = RecordAccumulator(
             batch_size=max(1, config.batch_size), linger=config.linger_ms / 1000,
             delivery_timeout=config.delivery_timeout_ms / 1000, buffer_memory=config.buffer_memory,
             compression=self._compression)
         self._sender = Sender(cluster, self._accumulator, config, deliver=self._complete_batch,
                               idempotence=idempotence, legacy=self._legacy, topics=lambda: self._topics,
-                              max_produce_version=self._max_produce_version)
+                              max_produce_version=self._max_produce_version, transactions=self._txn)
         self._accumulator.wakeup = self._sender.wakeup
         self._sender.start()
         self._state = _RUNNING
@@ -206,6 +238,9 @@ class AsyncProducer:
             return False
         if not conn.supports(PRODUCE, 0, top if top is not None and top < 2 else 2):
             raise UnsupportedApiError(f"{conn.host}:{conn.port} has no Produce version kwire speaks")
+        if self._txn is not None:
+            raise UnsupportedApiError(f"transactional.id is set, but {conn.host}:{conn.port} only speaks Produce v0-2 "
+                                      "(message format v0/v1, which has no transactions)")
         if self._idempotent:
             if self._idempotence_explicit:
                 raise UnsupportedApiError(
@@ -284,6 +319,8 @@ class AsyncProducer:
         """
         if self._state != _RUNNING:
             self._check_started()
+        if self._txn is not None:
+            self._txn.check_send()
         key, value, headers = _record_fields(key, value, headers, self._legacy)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else _timestamp(timestamp_ms)
         size = record_size(key, value, headers)
@@ -322,16 +359,21 @@ class AsyncProducer:
         """Put a checked record in its partition's batch (explicit, keyed or sticky)."""
         accumulator = self._accumulator
         if partition is not None:
-            accumulator.append(route.partitions[partition], record, token, size)
-            return
-        # As Java: when the record would open a new batch, the partitioner hears of it first, so a
-        # keyless record's sticky partition moves on once its batch is closed.
-        partitioner = self._partitioner
-        partition = partitioner.partition(topic, key, route.count, route.available)
-        if not accumulator.append(route.partitions[partition], record, token, size, new_batch=False):
-            partitioner.on_new_batch(topic, partition)
+            tp = route.partitions[partition]
+            accumulator.append(tp, record, token, size)
+        else:
+            # As Java: when the record would open a new batch, the partitioner hears of it first, so a
+            # keyless record's sticky partition moves on once its batch is closed.
+            partitioner = self._partitioner
             partition = partitioner.partition(topic, key, route.count, route.available)
-            accumulator.append(route.partitions[partition], record, token, size)
+            tp = route.partitions[partition]
+            if not accumulator.append(tp, record, token, size, new_batch=False):
+                partitioner.on_new_batch(topic, partition)
+                partition = partitioner.partition(topic, key, route.count, route.available)
+                tp = route.partitions[partition]
+                accumulator.append(tp, record, token, size)
+        if self._txn is not None:
+            self._txn.add_partition(tp)
 
     async def _route(self, topic: str, partition: int | None) -> _TopicRoute:
         """The topic's partitions, from the metadata (fetched, and created if the broker
@@ -414,6 +456,229 @@ class AsyncProducer:
         route = await self._wait_for_topic(topic)
         return list(range(route.count))
 
+    # -- transactions -----------------------------------------------------------------------------
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError("transactional methods need a transactional.id in the producer's settings")
+        self._check_started()
+        return self._txn
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent and offsets given until commit or abort belong to it."""
+        self._transactions().begin()
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the transactional id's producer id and epoch from its coordinator, once, before the
+        first transaction.  Fences any earlier producer with the id and aborts its open transaction."""
+        txn = self._transactions()
+
+        async def work(bound: float) -> None:
+            producer_id, epoch = await self._init_producer_id(None, bound)
+            self._idem.set_producer_id(producer_id, epoch)
+            txn.initialized(producer_id, epoch)
+            self._sender.wakeup()
+
+        await self._txn_call("init_transactions", txn.begin_init, work, timeout)
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it (EndTxn).  Raises
+        ``TransactionAbortRequiredError`` when something in the transaction failed."""
+        txn = self._transactions()
+
+        async def work(bound: float) -> None:
+            await self._flush(None)                 # each record delivered or failed
+            await self._sender.transaction_quiet()
+            self._raise_if_failed("commit the transaction")
+            if txn.started:
+                try:
+                    await self._end_txn(True, bound)
+                except Exception:
+                    self._raise_if_failed("commit the transaction")
+                    raise
+            txn.completed()
+
+        await self._txn_call("commit_transaction", txn.begin_commit, work, timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent fail with ``TransactionAbortedError``, those
+        sent are never seen by read_committed consumers; its offsets are not committed."""
+        txn = self._transactions()
+
+        async def work(bound: float) -> None:
+            self._sender.wakeup()                   # fails the queued records
+            await self._flush(None)                 # the records in flight end
+            await self._sender.transaction_quiet()
+            if txn.state is TxnState.FATAL_ERROR:
+                raise txn.error
+            if txn.started:
+                await self._end_txn(False, bound)
+            if self._idem.bump_needed:
+                # A record failed and left its partition's sequences with a gap: the coordinator
+                # bumps the epoch for this producer id (KIP-360), and every partition restarts at 0.
+                producer_id, epoch = await self._init_producer_id((txn.producer_id, txn.epoch), bound)
+                self._idem.set_producer_id(producer_id, epoch)
+                txn.producer_id, txn.epoch = producer_id, epoch
+            txn.completed()
+
+        await self._txn_call("abort_transaction", txn.begin_abort, work, timeout)
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_metadata: ConsumerGroupMetadata | str,
+                                          timeout: float | None = None) -> None:
+        """Commit consumed ``offsets`` (partition -> next offset to read, or a list of objects with
+        topic, partition and offset, as confluent-kafka's) for the consumer group of
+        ``group_metadata`` (``Consumer.consumer_group_metadata()``, or a group id) with the
+        transaction: they count only if it commits."""
+        txn = self._transactions()
+        chosen = _transaction_offsets(offsets)
+        group = group_metadata if isinstance(group_metadata, ConsumerGroupMetadata) else \
+            ConsumerGroupMetadata(str(group_metadata))
+
+        async def work(bound: float) -> None:
+            if not chosen:
+                return  # nothing to commit (Java's no-op)
+            txn.started = True
+            try:
+                await self._add_offsets(group.group_id, bound)
+                await self._txn_offset_commit(chosen, group, bound)
+            except Exception as exc:
+                raise self._txn_failed(exc) from None
+
+        await self._txn_call("send_offsets_to_transaction", lambda: txn.check_send("send offsets"), work, timeout)
+
+    async def _txn_call(self, name: str, begin: Callable[[], None], work: Callable[[float], Awaitable[None]],
+                        timeout: float | None) -> None:
+        """Run one transactional operation, waiting ``timeout`` seconds for it (None: max.block.ms,
+        negative: no limit).  After a timeout the operation goes on; calling the same method again
+        waits for it (Java's rule), calling another is refused until then."""
+        op = self._txn_op
+        if op is not None and op[0] != name:
+            raise IllegalStateError(f"{op[0]}() is still in progress (it timed out): call it again to finish it")
+        wait = self._max_block if timeout is None else (None if timeout < 0 else timeout)
+        if op is None:
+            begin()
+            bound = max(wait or 0.0, self._max_block, self._cluster.request_timeout)
+            task = asyncio.ensure_future(work(bound))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read by a caller, or never
+            op = self._txn_op = (name, task)
+        done, _ = await asyncio.wait([op[1]], timeout=wait)
+        if not done:
+            raise ClientTimeoutError(f"{name}() did not finish within {wait:g} s; it goes on: call {name}() "
+                                     "again to wait for it")
+        self._txn_op = None
+        op[1].result()
+
+    def _raise_if_failed(self, action: str) -> None:
+        txn = self._txn
+        if txn.state is TxnState.FATAL_ERROR:
+            raise txn.error.with_traceback(None)
+        if txn.state is TxnState.ABORTABLE_ERROR:
+            raise TransactionAbortRequiredError(
+                f"cannot {action}: it failed ({txn.error}); call abort_transaction()") from txn.error
+
+    def _txn_failed(self, exc: BaseException) -> BaseException:
+        """What a failed transactional request means: retriable errors (a timeout) leave the state
+        as it is; others go to the state machine, which turns fencing into ProducerFencedError."""
+        if classify(exc) == RETRY:
+            return exc
+        return self._txn.fail(exc)
+
+    async def _coordinator(self, build: Callable[[Any], tuple[Any, int]], check: Callable[[Any, int], Any], what: str,
+                           bound: float, *, group: str | None = None) -> Any:
+        txn = self._txn
+        key, key_type = (txn.transactional_id, TRANSACTION_COORDINATOR) if group is None else (group, GROUP_COORDINATOR)
+        return await self._sender.coordinator_call(key, key_type, build, check, what=what, timeout=bound)
+
+    async def _init_producer_id(self, current: tuple[int, int] | None, bound: float) -> tuple[int, int]:
+        """InitProducerId for the transactional id; ``current``: the id and epoch to bump (KIP-360)."""
+        txn = self._txn
+        request_type = messages.InitProducerIdRequest
+
+        def build(conn) -> tuple[Any, int]:
+            # v3+ carries the current id and epoch; v6 adds two-phase commit (KIP-939), not used.
+            version = conn.version_for(request_type.API_KEY, 0, 5)
+            if current is not None and version < 3:
+                raise UnsupportedApiError("bumping the epoch after a failed record needs InitProducerId v3+ (KIP-360)")
+            request = request_type(transactional_id=txn.transactional_id, transaction_timeout_ms=txn.timeout_ms)
+            if version >= 3:
+                request.producer_id, request.producer_epoch = current or (-1, -1)
+            return request, version
+
+        def check(response, version: int) -> tuple[int, int]:
+            if response.error_code:
+                raise KafkaError.for_code(response.error_code)(
+                    f"InitProducerId for transactional.id {txn.transactional_id!r}")
+            return response.producer_id, response.producer_epoch
+
+        try:
+            return await self._coordinator(build, check, "InitProducerId", bound)
+        except Exception as exc:
+            raise self._txn_failed(exc) from None
+
+    async def _end_txn(self, commit: bool, bound: float) -> None:
+        txn = self._txn
+        request_type = messages.EndTxnRequest
+        what = f"EndTxn({'commit' if commit else 'abort'}) for transactional.id {txn.transactional_id!r}"
+
+        def build(conn) -> tuple[Any, int]:
+            version = conn.version_for(request_type.API_KEY, 0, 4)  # v5: transactions v2 (KIP-890)
+            return request_type(transactional_id=txn.transactional_id, producer_id=txn.producer_id,
+                                producer_epoch=txn.epoch, committed=commit), version
+
+        def check(response, version: int) -> None:
+            if response.error_code:
+                raise KafkaError.for_code(response.error_code)(what)
+
+        try:
+            await self._coordinator(build, check, what, bound)
+        except Exception as exc:
+            raise self._txn_failed(exc) from None
+
+    async def _add_offsets(self, group_id: str, bound: float) -> None:
+        txn = self._txn
+        request_type = messages.AddOffsetsToTxnRequest
+
+        def build(conn) -> tuple[Any, int]:
+            version = conn.version_for(request_type.API_KEY, 0, 4)
+            return request_type(transactional_id=txn.transactional_id, producer_id=txn.producer_id,
+                                producer_epoch=txn.epoch, group_id=group_id), version
+
+        def check(response, version: int) -> None:
+            if response.error_code:
+                raise KafkaError.for_code(response.error_code)(f"AddOffsetsToTxn for group {group_id!r}")
+
+        await self._coordinator(build, check, "AddOffsetsToTxn", bound)
+
+    async def _txn_offset_commit(self, offsets: dict[TopicPartition, OffsetAndMetadata],
+                                 group: ConsumerGroupMetadata, bound: float) -> None:
+        """TxnOffsetCommit to the group's coordinator, which stages the offsets until EndTxn."""
+        txn = self._txn
+        request_type = messages.TxnOffsetCommitRequest
+        topic_type = request_type.TxnOffsetCommitRequestTopic
+        partition_type = topic_type.TxnOffsetCommitRequestPartition
+        by_topic: dict[str, list] = {}
+        for tp, om in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(partition_type(
+                partition_index=tp.partition, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
+                committed_metadata=om.metadata))
+
+        def build(conn) -> tuple[Any, int]:
+            # v3 adds the member's generation and id (KIP-447); v5 is transactions v2 (KIP-890).
+            version = conn.version_for(request_type.API_KEY, 0, 4)
+            request = request_type(transactional_id=txn.transactional_id, group_id=group.group_id,
+                                   producer_id=txn.producer_id, producer_epoch=txn.epoch,
+                                   topics=[topic_type(name=t, partitions=ps) for t, ps in by_topic.items()])
+            if version >= 3:
+                request.generation_id, request.member_id = group.generation_id, group.member_id
+                request.group_instance_id = group.group_instance_id
+            return request, version
+
+        def check(response, version: int) -> None:
+            codes = {TopicPartition(t.name, p.partition_index): p.error_code
+                     for t in response.topics for p in t.partitions}
+            raise_partition_errors(codes, f"TxnOffsetCommit for group {group.group_id!r}")
+
+        await self._coordinator(build, check, "TxnOffsetCommit", bound, group=group.group_id)
+
     # -- delivery ---------------------------------------------------------------------------------
     def _complete_batch(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                         error: BaseException | None) -> None:
@@ -449,6 +714,31 @@ class AsyncProducer:
             logger.exception("on_delivery callback failed")
 
 
+def _transaction_offsets(offsets: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+    """``send_offsets_to_transaction``'s offsets as partition -> OffsetAndMetadata: from a mapping
+    of partitions to offsets (ints or OffsetAndMetadata), or from objects with topic, partition and
+    offset (confluent-kafka's TopicPartition list)."""
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(offsets, Mapping):
+        items = offsets.items()
+    else:
+        items = [((o.topic, o.partition), OffsetAndMetadata(o.offset, getattr(o, "metadata", None) or "",
+                                                           _or(getattr(o, "leader_epoch", None), -1)))
+                 for o in offsets]
+    chosen = {}
+    for tp, value in items:
+        om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
+        tp = TopicPartition(*tp)
+        if om.offset < 0:
+            raise ValueError(f"cannot commit offset {om.offset} for {tp}")
+        chosen[tp] = om
+    return chosen
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 class _SyncCore(AsyncProducer):
     """The AsyncProducer behind ``Producer``: records arrive through a queue from other threads,
     and outcomes go to ``RecordFuture``s and a queue of callbacks for the callers' threads."""
@@ -472,6 +762,12 @@ class _SyncCore(AsyncProducer):
             if self._state != _RUNNING:
                 self.fail_record(future, record, topic, partition,
                                  IllegalStateError("the producer was closed before the record was queued"))
+                continue
+            if self._txn is not None and self._txn.state is not TxnState.IN_TRANSACTION:
+                try:
+                    self._txn.check_send()
+                except Exception as exc:  # noqa: BLE001 - the record's outcome
+                    self.fail_record(future, record, topic, partition, exc)
                 continue
             route = self._cached_route(topic)
             if route is None or (partition is not None and partition >= route.count):
@@ -502,6 +798,17 @@ class _SyncCore(AsyncProducer):
     async def close_all(self, timeout: float | None) -> None:
         self.drain_handoff()
         await self.close(timeout)
+
+    async def begin_all(self) -> None:
+        self.begin_transaction()
+
+    async def commit_all(self, timeout: float | None) -> None:
+        self.drain_handoff()  # records produced before the call are in the transaction
+        await self.commit_transaction(timeout)
+
+    async def abort_all(self, timeout: float | None) -> None:
+        self.drain_handoff()
+        await self.abort_transaction(timeout)
 
     def fail_record(self, future: RecordFuture, record: tuple, topic: str, partition: int | None,
                     error: BaseException) -> None:
@@ -593,6 +900,8 @@ class Producer:
         if self._closed:
             raise IllegalStateError("the producer is closed")
         core = self._core
+        if core._txn is not None:
+            core._txn.check_send()
         key, value, headers = _record_fields(key, value, headers, core._legacy)
         ts = _timestamp(timestamp)
         size = record_size(key, value, headers)
@@ -689,6 +998,43 @@ class Producer:
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._wait(self._core.partitions_for(topic))
+
+    # -- transactions (confluent-kafka's names; see the module docstring) -------------------------
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the producer id and epoch of ``transactional.id``, fencing older producers of it.
+        Once, before the first transaction; ``timeout`` seconds (None: max.block.ms)."""
+        self._wait(self._core.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records produced and offsets sent until commit or abort belong to it."""
+        self._wait(self._core.begin_all())
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush the transaction's records (running delivery callbacks) and commit it.  Raises
+        ``TransactionAbortRequiredError`` when something in it failed: abort_transaction() then."""
+        self._wait_transactional(self._core.commit_all(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction; records not yet sent fail (their callbacks run here)."""
+        self._wait_transactional(self._core.abort_all(timeout))
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: ConsumerGroupMetadata | str,
+                                    timeout: float | None = None) -> None:
+        """Commit a consumer group's ``offsets`` (partition -> next offset, or confluent-kafka's list
+        of TopicPartition with offsets) with the transaction; ``group_metadata`` from
+        ``Consumer.consumer_group_metadata()``."""
+        self._wait(self._core.send_offsets_to_transaction(offsets, group_metadata, timeout))
+
+    def _wait_transactional(self, coro: Any) -> None:
+        future = self._lt.submit(coro)
+        try:
+            self._wait_running_callbacks(future)
+            future.result()
+        except BaseException:
+            future.cancel()
+            raise
+        finally:
+            self._run_callbacks()
 
     def __len__(self) -> int:
         """Records produced and not yet completed, plus completed ones whose callbacks wait for poll."""

@@ -21,6 +21,13 @@ Answers, per partition:
 * OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH: see ``idempotence``;
 * anything else fails the batch's records with the broker's error.
 
+A transactional producer (``transactions``) sends a partition's batches only once the partition is
+in the coordinator's transaction: the sender adds the partitions records were queued for with one
+AddPartitionsToTxn at a time (those noted meanwhile go in the next one).  Batches carry the
+transactional bit and Produce names the transactional id.  A failed batch makes the transaction
+abortable (fenced: fatal), and while it is failing or being aborted, queued batches are failed
+instead of sent.  ``coordinator_call`` sends the producer's other transactional requests.
+
 ``delivery.timeout.ms`` bounds a record's whole life from its batch's creation: a batch still
 queued (or waiting to be resent) after it fails with ``DeliveryTimeoutError``.  A batch in flight
 is left alone until its request ends (``request.timeout.ms`` bounds that).
@@ -35,17 +42,37 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kwire.protocol import messages
-from kwire.protocol.errors import KafkaError
+from kwire.protocol.errors import (
+    CoordinatorNotAvailableError,
+    KafkaError,
+    NotCoordinatorError,
+    OperationNotAttemptedError,
+)
+from kwire.protocol.records import RecordBatchBuilder
 
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
-from .errors import AuthenticationError, ClientError, SecurityProtocolMismatchError, UnsupportedApiError, is_retriable
-from .idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceState
+from .errors import (
+    AuthenticationError,
+    BrokerConnectionError,
+    ClientError,
+    SecurityProtocolMismatchError,
+    UnsupportedApiError,
+    is_retriable,
+)
+from .idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceState, wire_sequence
 from .producer_errors import DeliveryTimeoutError, ProducerFencedError
 from .retry import retrying
+from .transactions import (
+    TRANSACTION_COORDINATOR,
+    TransactionAbortedError,
+    TransactionAbortRequiredError,
+    TransactionManager,
+    TxnState,
+)
 from .types import TopicPartition
 
-__all__ = ["Sender", "PRODUCE"]
+__all__ = ["Sender", "PRODUCE", "raise_partition_errors"]
 
 logger = logging.getLogger("kwire.client.producer")
 
@@ -86,8 +113,11 @@ class Sender:
 
     def __init__(self, cluster: Cluster, accumulator: RecordAccumulator, config: Any, *,
                  deliver: Deliver, idempotence: IdempotenceState | None, legacy: bool,
-                 topics: Callable[[], Iterable[str]], max_produce_version: int | None = None):
+                 topics: Callable[[], Iterable[str]], max_produce_version: int | None = None,
+                 transactions: TransactionManager | None = None):
         self._cluster = cluster
+        self._txn = transactions
+        self._add_task: asyncio.Task | None = None  # the AddPartitionsToTxn out now
         self._acc = accumulator
         self._deliver = deliver
         self._idem = idempotence
@@ -137,7 +167,8 @@ class Sender:
     async def stop(self) -> None:
         """Stop sending; requests still out are abandoned (their batches completed by the caller)."""
         self.closing = True
-        tasks = [self._task, self._metadata_task, self._init_task, *self._requests, *self._connecting.values()]
+        tasks = [self._task, self._metadata_task, self._init_task, self._add_task, *self._requests,
+                 *self._connecting.values()]
         for task in tasks:
             if task is not None and not task.done():
                 task.cancel()
@@ -168,8 +199,16 @@ class Sender:
         acc = self._acc
         next_round = self._expire(now)
         idem = self._idem
+        txn = self._txn
+        if txn is not None:
+            if txn.failing:
+                self._fail_queued(txn)
+            elif txn.has_pending and self._add_task is None:
+                self._add_task = asyncio.ensure_future(self._add_partitions(txn.take_pending()))
         if idem is not None:
             if idem.needs_producer_id:
+                if txn is not None:
+                    return next_round - now  # init_transactions() gets the producer id
                 if self.fatal_error is not None:
                     self.abort(self.fatal_error)  # no producer id will come: every record fails with why
                     return float("inf")
@@ -216,6 +255,8 @@ class Sender:
                 continue
             if idem is not None and not idem.may_send(batch):
                 continue
+            if txn is not None and not txn.may_send(tp):
+                continue  # not in the coordinator's transaction yet
             size = sizes.get(leader, 0)
             if size and size + batch.size > self._max_request_size:
                 more = True  # the next request to this broker takes it
@@ -338,9 +379,10 @@ class Sender:
                     data = TopicData(name=topic, partition_data=[])
                     names[topic] = topic
                 topics[topic] = data
-            data.partition_data.append(PartitionData(index=batch.tp.partition,
-                                                     records=batch.encode(compression, magic)))
-        request = messages.ProduceRequest(transactional_id=None, acks=self._acks, timeout_ms=self._ack_timeout_ms,
+            records = batch.encode(compression, magic) if self._txn is None else _encode_transactional(batch, compression)
+            data.partition_data.append(PartitionData(index=batch.tp.partition, records=records))
+        request = messages.ProduceRequest(transactional_id=None if self._txn is None else self._txn.transactional_id,
+                                          acks=self._acks, timeout_ms=self._ack_timeout_ms,
                                           topic_data=list(topics.values()))
         return request, version, names
 
@@ -374,14 +416,17 @@ class Sender:
                 # closes.
                 if idem.is_next(batch):
                     idem.request_reset(batch.tp, f"the broker refused sequence {batch.sequence} as out of order")
+                    if idem.transactional:  # the abort bumps the epoch
+                        self._fail(batch, error, maybe_written=batch.ambiguous)
+                        return
                 self._retry_or_fail(batch, error, retriable=True)
                 return
             if code == UNKNOWN_PRODUCER_ID:
                 idem.request_reset(batch.tp, "the broker no longer knows the producer id")
-                self._retry_or_fail(batch, error, retriable=True)
+                self._retry_or_fail(batch, error, retriable=not idem.transactional)
                 return
             if code == INVALID_PRODUCER_EPOCH:
-                if (batch.producer_id, batch.epoch) != (idem.producer_id, idem.epoch):
+                if (batch.producer_id, batch.epoch) != (idem.producer_id, idem.epoch) and not idem.transactional:
                     # Numbered under an epoch the producer has left: renumber it.
                     idem.request_reset(batch.tp, f"epoch {batch.epoch} is stale")
                     self._retry_or_fail(batch, error, retriable=True)
@@ -427,8 +472,24 @@ class Sender:
             return
         if self._idem is not None:
             self._idem.failed(batch, maybe_written=maybe_written)
+        if self._txn is not None and not isinstance(error, (TransactionAbortedError, TransactionAbortRequiredError)):
+            self._txn.fail(error)
         self._acc.complete(batch)
         self._deliver(batch, -1, -1, error)
+
+    def _fail_queued(self, txn: TransactionManager) -> None:
+        """Fail the batches not sent (queued, or back for a retry) of a failing or aborted transaction."""
+        if not any(self._acc.queues.values()):
+            return
+        if txn.state is TxnState.ABORTING:
+            error: BaseException = TransactionAbortedError("the transaction was aborted before the record was sent")
+        elif txn.state is TxnState.FATAL_ERROR:
+            error = txn.error
+        else:
+            error = TransactionAbortRequiredError(f"the transaction failed before the record was sent: {txn.error}")
+            error.__cause__ = txn.error
+        for batch in self._acc.abort_all():
+            self._fail(batch, error, maybe_written=batch.ambiguous)
 
     def abort(self, error: BaseException) -> None:
         """Fail every batch not yet completed (queued or in flight) with ``error``."""
@@ -493,3 +554,97 @@ class Sender:
         finally:
             self._init_task = None
             self._wakeup.set()
+
+    # -- transactions -----------------------------------------------------------------------------
+    async def coordinator_call(self, key: str, key_type: int, build: Callable[[Any], tuple[Any, int]],
+                               check: Callable[[Any, int], Any], *, what: str, timeout: float) -> Any:
+        """Send a request to the coordinator of ``key`` until it is answered without a retriable
+        error (``timeout`` seconds at most): ``build(conn)`` makes (request, version), ``check(response,
+        version)`` raises the response's error or returns the result.  A coordinator that moved
+        (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, its connection lost) is looked up again."""
+        cluster = self._cluster
+
+        async def attempt() -> Any:
+            node = await cluster.coordinator(key, key_type)
+            conn = await cluster.connection(node)
+            request, version = build(conn)
+            response = await conn.send(request, version=version)
+            return check(response, version)
+
+        def before_retry(exc: BaseException) -> None:
+            if isinstance(exc, (NotCoordinatorError, CoordinatorNotAvailableError, BrokerConnectionError)):
+                cluster.forget_coordinator(key, key_type)
+
+        return await retrying(attempt, timeout=timeout, backoff=cluster.retry_backoff, what=what,
+                              before_retry=before_retry)
+
+    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
+        """AddPartitionsToTxn for ``tps`` (the sender sends their batches once it succeeds)."""
+        txn = self._txn
+        request_type = messages.AddPartitionsToTxnRequest
+        topic_type = request_type.AddPartitionsToTxnTopic
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+        def build(conn) -> tuple[Any, int]:
+            # v4+ is the brokers' batched form (KIP-890); clients send v3 and below.
+            version = conn.version_for(request_type.API_KEY, 0, 3)
+            return request_type(v3_and_below_transactional_id=txn.transactional_id,
+                                v3_and_below_producer_id=txn.producer_id,
+                                v3_and_below_producer_epoch=txn.epoch,
+                                v3_and_below_topics=[topic_type(name=t, partitions=ps) for t, ps in by_topic.items()]), version
+
+        def check(response, version: int) -> None:
+            codes = {TopicPartition(t.name, p.partition_index): p.partition_error_code
+                     for t in response.results_by_topic_v3_and_below for p in t.results_by_partition}
+            raise_partition_errors(codes, "AddPartitionsToTxn")
+
+        try:
+            await self.coordinator_call(txn.transactional_id, TRANSACTION_COORDINATOR, build, check,
+                                        what=f"AddPartitionsToTxn of {len(tps)} partition(s)",
+                                        timeout=self._delivery_timeout_ms / 1000)
+        except asyncio.CancelledError:
+            txn.partitions_added(tps, asyncio.CancelledError())
+            raise
+        except Exception as exc:  # noqa: BLE001 - the transaction's outcome
+            txn.partitions_added(tps, exc)
+            txn.fail(exc)
+        else:
+            txn.partitions_added(tps)
+        finally:
+            self._add_task = None
+            self._wakeup.set()
+
+    async def transaction_quiet(self) -> None:
+        """Wait until no AddPartitionsToTxn is out (before EndTxn: it must not reopen the transaction)."""
+        while self._add_task is not None:
+            await asyncio.wait([self._add_task])
+
+
+def raise_partition_errors(codes: dict[TopicPartition, int], what: str) -> None:
+    """Raise the error that matters most among per-partition ``codes`` (0: none): a non-retriable
+    one before a retriable one, and OPERATION_NOT_ATTEMPTED (caused by another) last."""
+    failed = {code for code in codes.values() if code}
+    if not failed:
+        return
+    def rank(code: int) -> tuple[int, int]:
+        cls = KafkaError.for_code(code)
+        return (code == OperationNotAttemptedError.code, cls.retriable)
+
+    code = min(failed, key=rank)
+    names = ", ".join(str(tp) for tp, c in sorted(codes.items()) if c == code)
+    raise KafkaError.for_code(code)(f"{what} of {names}")
+
+
+def _encode_transactional(batch: ProducerBatch, compression: int) -> bytes:
+    """A transactional producer's batch: a record batch with the transactional bit (built once per
+    numbering, kept for resends as ``ProducerBatch.encode`` keeps its own)."""
+    if batch.data is None or batch.data_magic != 2:
+        builder = RecordBatchBuilder(compression=compression, producer_id=batch.producer_id,
+                                     producer_epoch=batch.epoch, base_sequence=wire_sequence(batch.sequence),
+                                     transactional=True)
+        builder.extend(batch.records)
+        batch.data_magic = 2
+        batch.data = builder.build()
+    return batch.data
