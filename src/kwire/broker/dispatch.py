@@ -31,8 +31,12 @@ from .context import RequestContext
 from .handlers import HANDLERS
 from .handlers.api_versions import API_VERSIONS, unsupported_version_response
 from .handlers.registry import CloseConnection
+from .log_limiter import ProblemLog
 
 logger = logging.getLogger("kwire.broker.requests")
+# Requests for apis this broker does not serve: one line each, a few per api per interval (a client
+# retrying one in a loop must not flood the log).
+_unserved_log = ProblemLog(logger)
 
 _KEY_VERSION = struct.Struct(">hh")
 
@@ -117,7 +121,17 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
         return Reply(key, 0, header.correlation_id, encode_response_parts(resp, 0, header.correlation_id))
     cls = request_class(key)
     if entry is None:
-        return _refuse(header, UnsupportedVersionError.code, f"{cls.SPEC.name} is not served by this broker")
+        # One line per request, rate limited: a warning here when answered, else the network
+        # layer's line for the connection it closes (which names the api too).
+        resp = _error_response(key, version, UnsupportedVersionError.code)
+        if resp is None:
+            raise CloseConnection(f"{cls.SPEC.name} v{version} is not served by this broker (its response has no "
+                                  "top-level error code to refuse it with)")
+        name = cls.SPEC.name.removesuffix("Request")
+        _unserved_log.log(logging.WARNING, f"unserved {name}",
+                          "%s v%d (api key %d) from %s (client %s) is not served by this broker: answered "
+                          "UNSUPPORTED_VERSION", name, version, key, client_host, header.client_id)
+        return _finish(header, resp)
     if not entry.min_version <= version <= entry.max_version:
         return _refuse(header, UnsupportedVersionError.code,
                        f"{cls.SPEC.name} v{version} is not served (v{entry.min_version}-{entry.max_version} are)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from kwire.protocol import messages
 from kwire.protocol.errors import UnsupportedEndpointTypeError
 
+from ..auth.acls import ResourceType
+from .authorized_ops import authorized_operations
 from .common import NO_AUTHORIZED_OPERATIONS
 from .registry import handler
 
@@ -22,6 +24,9 @@ def handle_describe_cluster(ctx, request):
              cluster_id=broker.cluster_id, controller_id=node,
              brokers=[R.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None, is_fenced=False)],
              cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+    if request.include_cluster_authorized_operations:
+        # Kafka's KafkaApis.handleDescribeCluster: the operations the ACLs allow on the cluster.
+        resp.cluster_authorized_operations = authorized_operations(ctx, ResourceType.CLUSTER)
     if ctx.api_version >= 1 and request.endpoint_type != BROKERS_ENDPOINT:
         # Controllers are not a separate endpoint here (Kafka answers brokers-only listeners the same way).
         resp.error_code = UnsupportedEndpointTypeError.code

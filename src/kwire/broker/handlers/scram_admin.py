@@ -1,0 +1,144 @@
+"""DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554) on the credential store
+behind ``kwire users``: a credential altered here is the one the next SASL login checks.
+
+Follows Kafka: describing needs DESCRIBE on the cluster (KafkaApis; ScramPublisher's view of the
+credentials), altering needs ALTER on it (ControllerApis, ScramControlManager.alterCredentials),
+with Kafka's per-user errors: RESOURCE_NOT_FOUND for a user or credential that does not exist,
+DUPLICATE_RESOURCE for a user named twice, UNSUPPORTED_SASL_MECHANISM for an unknown mechanism,
+UNACCEPTABLE_CREDENTIAL for an empty name or an iteration count outside 4096-16384.  A user's
+changes apply together, or not at all when one of them is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from kwire.protocol import messages
+from kwire.protocol.admin import ScramMechanism
+from kwire.protocol.errors import (
+    ClusterAuthorizationFailedError,
+    DuplicateResourceError,
+    KafkaError,
+    ResourceNotFoundError,
+    UnacceptableCredentialError,
+    UnsupportedSaslMechanismError,
+)
+from kwire.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramCredential
+
+from ..auth.acls import AclOperation, ResourceType
+from ..auth.credentials import CredentialStore, check_username
+from .registry import handler
+
+__all__ = ["credential_from_salted_password"]
+
+
+def credential_from_salted_password(mechanism: str, salt: bytes, salted_password: bytes,
+                                    iterations: int) -> ScramCredential:
+    """The stored form (RFC 5802: StoredKey = H(HMAC(salted, "Client Key")), ServerKey =
+    HMAC(salted, "Server Key")) of what an AlterUserScramCredentials upsertion carries."""
+    hash_name = MECHANISMS[mechanism]
+    client_key = hmac.new(salted_password, b"Client Key", hash_name).digest()
+    return ScramCredential(mechanism, bytes(salt), hashlib.new(hash_name, client_key).digest(),
+                           hmac.new(salted_password, b"Server Key", hash_name).digest(), iterations)
+
+
+def _apply(store: CredentialStore, user: str, deletions: list[str], upserts: list[ScramCredential]) -> None:
+    """Change one user's credentials in one write of the store's file (which keeps no user
+    without credentials)."""
+
+    def change(users):
+        mechanisms = {m: c for m, c in users.get(user, {}).items() if m not in deletions}
+        mechanisms.update((c.mechanism, c) for c in upserts)
+        rest = {n: m for n, m in users.items() if n != user}
+        return {**rest, user: mechanisms} if mechanisms else rest
+
+    store._file.update(change)  # the store's own file: kwire users sees the same records
+
+
+def _mechanism(code: int) -> str:
+    try:
+        mechanism = ScramMechanism(code)
+    except ValueError:
+        mechanism = ScramMechanism.UNKNOWN
+    if mechanism == ScramMechanism.UNKNOWN:
+        raise UnsupportedSaslMechanismError("Unknown SCRAM mechanism")
+    return mechanism.sasl_name
+
+
+@handler(messages.DescribeUserScramCredentialsRequest.API_KEY, 0)
+def handle_describe_user_scram_credentials(ctx, request):
+    R = messages.DescribeUserScramCredentialsResponse
+    Result = R.DescribeUserScramCredentialsResult
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code,
+                 error_message="Cluster authorization failed.", results=[])
+    store = ctx.broker.security.credentials
+
+    def infos(name: str):
+        return [Result.CredentialInfo(mechanism=ScramMechanism[m.replace("-", "_")], iterations=i)
+                for m, i in sorted(store.iterations(name).items())]
+
+    users = store.users()
+    results = []
+    if not request.users:  # null or empty: every user with a credential
+        results = [Result(user=n, error_code=0, error_message=None, credential_infos=infos(n)) for n in users]
+    else:
+        names = [u.name for u in request.users]
+        for name in dict.fromkeys(names):
+            if names.count(name) > 1:
+                results.append(Result(user=name, error_code=DuplicateResourceError.code,
+                                      error_message=f"Cannot describe SCRAM credentials for the same user twice in a "
+                                                    f"single request: {name}", credential_infos=[]))
+            elif name not in users:
+                results.append(Result(user=name, error_code=ResourceNotFoundError.code,
+                                      error_message=f"Attempt to describe a user credential that does not exist: "
+                                                    f"{name}", credential_infos=[]))
+            else:
+                results.append(Result(user=name, error_code=0, error_message=None, credential_infos=infos(name)))
+    return R(throttle_time_ms=0, error_code=0, error_message=None, results=results)
+
+
+@handler(messages.AlterUserScramCredentialsRequest.API_KEY, 0)
+def handle_alter_user_scram_credentials(ctx, request):
+    R = messages.AlterUserScramCredentialsResponse
+    store = ctx.broker.security.credentials
+    users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
+    if not ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER):
+        return R(throttle_time_ms=0, results=[R.AlterUserScramCredentialsResult(
+            user=u, error_code=ClusterAuthorizationFailedError.code, error_message=None) for u in users])
+    results = []
+    for user in users:
+        code, message = 0, None
+        try:
+            if not user:
+                raise UnacceptableCredentialError("Username must not be empty")
+            try:
+                check_username(user)
+            except ValueError as exc:
+                raise UnacceptableCredentialError(str(exc)) from None
+            deletions = [_mechanism(d.mechanism) for d in request.deletions if d.name == user]
+            upserts = []
+            for u in request.upsertions:
+                if u.name != user:
+                    continue
+                mechanism = _mechanism(u.mechanism)
+                if u.iterations < MIN_ITERATIONS:
+                    raise UnacceptableCredentialError(f"Too few iterations: {u.iterations} < {MIN_ITERATIONS}")
+                if u.iterations > MAX_ITERATIONS:
+                    raise UnacceptableCredentialError(f"Too many iterations: {u.iterations} > {MAX_ITERATIONS}")
+                if not u.salt or not u.salted_password:
+                    raise UnacceptableCredentialError("The salt and the salted password must not be empty")
+                upserts.append(credential_from_salted_password(mechanism, u.salt, u.salted_password, u.iterations))
+            touched = deletions + [c.mechanism for c in upserts]
+            if len(set(touched)) != len(touched):
+                raise DuplicateResourceError("A user credential cannot be altered twice in the same request")
+            have = store.iterations(user)
+            for m in deletions:
+                if m not in have:
+                    raise ResourceNotFoundError("Attempt to delete a user credential that does not exist")
+            _apply(store, user, deletions, upserts)
+        except KafkaError as exc:
+            code, message = exc.code, str(exc)
+        results.append(R.AlterUserScramCredentialsResult(user=user, error_code=code, error_message=message))
+    return R(throttle_time_ms=0, results=results)
