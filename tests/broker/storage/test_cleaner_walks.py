@@ -82,7 +82,11 @@ def test_compiled_walks_match_python_walks_on_fuzzed_batches(seed):
             break
         for m in maps:
             m.latest_offset = batch.last_offset
-    # What each batch keeps, whatever the latest offset and the tombstones' fate.
+    # What each batch keeps, whatever the latest offset and the tombstones' fate; with and
+    # without the bitmap of the offsets the map holds.
+    if rng.random() < 0.5:
+        for m in maps:
+            m.mark_dirty(start)
     for raw in batches:
         batch, buf, s, e = _section(raw)
         latest = rng.choice([-1, offset // 2, maps[0].latest_offset, offset])
@@ -163,3 +167,45 @@ def test_a_key_whose_map_is_full_is_not_found():
     assert m.get(b"a") == 5 and m.get(b"b") == -1
     with pytest.raises(OverflowError):
         m.put(b"b", 6)
+
+
+@pytest.mark.parametrize("compiled", [True, False] if has_compiled_walk() else [False])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_bitmap_of_mapped_offsets_answers_as_the_map(seed, compiled):
+    """After a map is built from every record of [start, latest] (as the cleaner builds it), a
+    record there is kept by the bitmap exactly when the map's lookup keeps it."""
+    rng = random.Random(seed)
+    batches, offset = [], 0
+    for _ in range(30):
+        raw = _batch(rng, offset)
+        batches.append(raw)
+        offset = RecordBatch(raw).next_offset
+    start = RecordBatch(batches[rng.randrange(10)]).base_offset
+    plain, marked = (OffsetMap(ENTRY_BYTES * 20_000, compiled=compiled) for _ in range(2))
+    for m in (plain, marked):
+        for raw in batches:
+            batch, buf, s, e = _section(raw)
+            if batch.last_offset >= start:
+                assert m.put_records(buf, s, e, batch.record_count, batch.base_offset, start) == -1
+                m.latest_offset = batch.last_offset
+    assert marked.mark_dirty(start) and not plain._bits
+    for raw in batches:
+        batch, buf, s, e = _section(raw)
+        for keep_tombstones in (True, False):
+            kept = marked.keep_records(buf, s, e, batch.record_count, batch.base_offset, keep_tombstones)
+            assert kept == plain.keep_records(buf, s, e, batch.record_count, batch.base_offset, keep_tombstones)
+        # A batch the bitmap says is wholly superseded keeps nothing (the cleaner skips its walk).
+        if marked.none_latest(batch.base_offset, batch.last_offset):
+            assert kept[0] == 0 and batch.base_offset >= start
+        elif batch.base_offset >= start:
+            assert any(bool(marked.keep_records(buf, s, e, batch.record_count, batch.base_offset, t)[0])
+                       for t in (True,)) or all(r.key is None for r in batch.records())
+    assert not plain.none_latest(start, start)
+
+
+def test_the_bitmap_stays_within_the_buffer():
+    m = OffsetMap(ENTRY_BYTES * 10 + 8)
+    m.put(b"a", 1_000)
+    m.latest_offset = 1_000
+    assert not m.mark_dirty(0)  # 126 bytes of bits beside 240 of table: more than the buffer
+    assert m.mark_dirty(990)  # 2 bytes

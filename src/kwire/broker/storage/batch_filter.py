@@ -171,10 +171,14 @@ class BatchFilter:
         stats.records_read += count
         discard = self.txns.on_batch(batch)
         horizon = batch.delete_horizon_ms
-        if not discard:
+        # Wholly superseded (every record has a later one of its key): known from the offsets
+        # alone, without reading the records.
+        if not discard and not self.map.none_latest(h[0], h[0] + h[6]):
             buf, start, end, _ = batch.records_section()
             kept, tombstones, max_ts_delta, spans = self.map.keep_records(
                 buf, start, end, count, h[0], horizon is None or self.now_ms < horizon)
+        else:
+            kept = 0
         if discard or not kept:
             stats.records_removed += count
             if not self._retain_empty(batch):

@@ -272,6 +272,7 @@ class Cleaner:
                     return None
                 offset_map.latest_offset = first_dirty - 1  # the clean section only
                 end = first_dirty
+            offset_map.mark_dirty(first_dirty)
             to_clean = [s for s in candidates if s.base_offset < end]
             stats = FilterStats()
             batch_filter = BatchFilter(offset_map, now_ms=now, delete_retention_ms=view.config.delete_retention_ms,

@@ -64,6 +64,7 @@ class OffsetMap:
     ``compiled``: use the compiled walks (default: when built), False for the Python ones."""
 
     def __init__(self, buffer_bytes: int, *, load_factor: float = LOAD_FACTOR, compiled: bool | None = None):
+        self.buffer_bytes = buffer_bytes
         self.max_slots = max(1, buffer_bytes // ENTRY_BYTES)
         self.load_factor = load_factor
         self._size = 0
@@ -71,6 +72,11 @@ class OffsetMap:
         # The last offset taken into the map (Kafka's latestOffset): records after it were not
         # looked at, so the cleaner keeps them whatever their key.
         self.latest_offset = -1
+        # Which offsets of [_bits_from, latest_offset] the map holds (``mark_dirty``): for the
+        # copy, a record there is the latest of its key iff its offset is one of them, so its
+        # key needs no hashing (Kafka hashes every key again).  b"": none (look keys up).
+        self._bits: bytes | bytearray = b""
+        self._bits_from = 0
         if compiled and _layout is None:
             raise RuntimeError("the compiled helper kwire.protocol.records._layout is not built")
         self.compiled = _layout is not None if compiled is None else compiled
@@ -103,6 +109,39 @@ class OffsetMap:
         self._buf = new
         old.close()
         return True
+
+    def mark_dirty(self, start: int) -> bool:
+        """Once the map is built from the records of ``[start, latest_offset]``, note which of
+        those offsets it holds, for ``keep_records``: one bit per offset, if that bitmap fits in
+        the buffer beside the table (else keys are looked up).  Whether it did."""
+        n = self.latest_offset - start + 1
+        size = (n + 7) // 8
+        if n <= 0 or size + self.slots * ENTRY_BYTES > self.buffer_bytes:
+            self._bits = b""
+            return False
+        bits = bytearray(size)
+        if self.compiled:
+            _layout.map_bitmap(self._buf, self.slots, start, bits)
+        else:
+            buf, span = self._buf, 8 * size
+            for pos in range(0, self.slots * ENTRY_BYTES, ENTRY_BYTES):
+                if buf[pos:pos + _HASH_BYTES] != _EMPTY:
+                    bit = _OFFSET.unpack_from(buf, pos + _HASH_BYTES)[0] - start
+                    if 0 <= bit < span:
+                        bits[bit >> 3] |= 1 << (bit & 7)
+        self._bits, self._bits_from = bits, start
+        return True
+
+    def none_latest(self, first: int, last: int) -> bool:
+        """Whether ``mark_dirty`` showed that no offset of ``[first, last]`` is the latest of its
+        key: then a batch spanning them keeps none of its records (they are all superseded),
+        which the cleaner knows without reading (or decompressing) them."""
+        bits, bits_from = self._bits, self._bits_from
+        if not bits or first < bits_from or last > self.latest_offset or last < first:
+            return False
+        a, b = first - bits_from, last - bits_from
+        window = int.from_bytes(bits[a >> 3:(b >> 3) + 1], "little") >> (a & 7)
+        return not window & ((1 << (b - a + 1)) - 1)
 
     @staticmethod
     def hash_key(key: bytes) -> bytes:
@@ -181,7 +220,7 @@ class OffsetMap:
         adjacent records in one span)."""
         if self.compiled:
             result = _layout.map_keep_v2(buf, pos, stop, count, base_offset, self.latest_offset, keep_tombstones,
-                                         self._buf, self.slots)
+                                         self._buf, self.slots, self._bits, self._bits_from)
         else:
             result = self._keep_records_py(buf, pos, stop, count, base_offset, keep_tombstones)
         if result[0] < 0:
@@ -205,6 +244,8 @@ class OffsetMap:
 
     def _keep_records_py(self, buf, pos, stop, count, base_offset, keep_tombstones) -> tuple[int, int, int, list[int]]:
         latest = self.latest_offset
+        bits, bits_from = self._bits, self._bits_from
+        bits_end = bits_from + 8 * len(bits)
         kept = tombstones = 0
         max_ts = _NO_TIMESTAMP_DELTA
         spans: list[int] = []
@@ -215,7 +256,11 @@ class OffsetMap:
             if offset <= latest:
                 if key_len < 0:
                     continue
-                if offset < self.get(bytes(buf[key_at:key_at + key_len])):
+                if bits_from <= offset < bits_end:
+                    bit = offset - bits_from
+                    if not bits[bit >> 3] & (1 << (bit & 7)):
+                        continue
+                elif offset < self.get(bytes(buf[key_at:key_at + key_len])):
                     continue
                 if value_len < 0 and not keep_tombstones:
                     continue

@@ -561,11 +561,13 @@ done:
 }
 
 PyDoc_STRVAR(map_keep_v2_doc,
-"map_keep_v2(buf, pos, stop, count, base_offset, latest, keep_tombstones, map, slots)\n"
+"map_keep_v2(buf, pos, stop, count, base_offset, latest, keep_tombstones, map, slots, bits, bits_from)\n"
 "    -> (kept, tombstones, max_ts_delta, spans)\n\n"
 "Which of the `count` v2 records in buf[pos:stop] the log cleaner keeps: one whose offset is after\n"
 "`latest`; else one with a key that `map` (as map_put_v2 fills it) does not map to a later offset,\n"
-"a null value only if `keep_tombstones`.  Returns how many are kept, how many of them have a null\n"
+"a null value only if `keep_tombstones`.  For an offset o that `bits` covers (bits_from <= o <\n"
+"bits_from + 8 * len(bits)), bit o - bits_from (as map_bitmap sets them) answers instead of the\n"
+"map: set if the map holds o for some key, so the key needs no hashing.  Returns how many are kept, how many of them have a null\n"
 "value, the largest timestamp delta among them (-2**63 if none) and a list of their byte spans in\n"
 "buf (start, end, start, end, ...; adjacent records in one span).  `kept` is -1 - the index of a\n"
 "record that does not parse (-1 - count: the records end short of `stop`).  Walks without the GIL.");
@@ -577,8 +579,10 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
     Py_ssize_t pos, stop, count, slots;
     long long base_offset, latest;
     int keep_tombstones;
-    if (!PyArg_ParseTuple(args, "y*nnnLLpy*n", &data, &pos, &stop, &count, &base_offset, &latest, &keep_tombstones,
-                          &map, &slots))
+    Py_buffer bits;
+    long long bits_from;
+    if (!PyArg_ParseTuple(args, "y*nnnLLpy*ny*L", &data, &pos, &stop, &count, &base_offset, &latest,
+                          &keep_tombstones, &map, &slots, &bits, &bits_from))
         return NULL;
     PyObject *result = NULL, *spans = NULL;
     Py_ssize_t *at = NULL;
@@ -598,7 +602,7 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t kept = 0, tombstones = 0, n_spans = 0;
-    int64_t max_ts = INT64_MIN;
+    int64_t max_ts = INT64_MIN, bits_end = (int64_t)bits.len * 8;
     Py_BEGIN_ALLOW_THREADS
     const uint8_t *buf = (const uint8_t *)data.buf, *p = buf + pos, *limit = buf + stop;
     uint8_t digest[DIGEST_BYTES];
@@ -612,6 +616,14 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
         if (offset <= latest) {
             if (r.key_length < 0)
                 continue;
+            if (offset >= bits_from && offset - bits_from < bits_end) {
+                int64_t bit = offset - bits_from;
+                if (!(((const uint8_t *)bits.buf)[bit >> 3] & (1u << (bit & 7))))
+                    continue;  /* the map holds a later offset for its key */
+                if (r.value_length < 0 && !keep_tombstones)
+                    continue;
+                goto keep;
+            }
             key_digest(r.key, r.key_length, digest);
             int found;
             uint8_t *slot = find_slot((uint8_t *)map.buf, slots, digest, &found);
@@ -620,6 +632,7 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
             if (r.value_length < 0 && !keep_tombstones)
                 continue;
         }
+    keep:
         kept++;
         if (r.value_length < 0)
             tombstones++;
@@ -653,6 +666,45 @@ done:
     PyMem_Free(at);
     PyBuffer_Release(&data);
     PyBuffer_Release(&map);
+    PyBuffer_Release(&bits);
+    return result;
+}
+
+PyDoc_STRVAR(map_bitmap_doc,
+"map_bitmap(map, slots, first, out) -> int\n\n"
+"Set bit o - first of `out` (bit i is bit i % 8 of byte i // 8) for every offset o the map holds\n"
+"with first <= o < first + 8 * len(out); returns how many.  Without the GIL.");
+
+static PyObject *map_bitmap(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer map, out;
+    Py_ssize_t slots, set = 0;
+    long long first;
+    if (!PyArg_ParseTuple(args, "y*nLw*", &map, &slots, &first, &out))
+        return NULL;
+    PyObject *result = NULL;
+    if (check_map(&map, slots)) {
+        Py_BEGIN_ALLOW_THREADS
+        static const uint8_t zero[DIGEST_BYTES];
+        int64_t span = (int64_t)out.len * 8;
+        uint8_t *bits = (uint8_t *)out.buf;
+        for (Py_ssize_t i = 0; i < slots; i++) {
+            const uint8_t *entry = (const uint8_t *)map.buf + i * SLOT_BYTES;
+            if (memcmp(entry, zero, DIGEST_BYTES) == 0)
+                continue;
+            int64_t offset = load_offset(entry + DIGEST_BYTES);
+            if (offset >= first && offset - first < span) {
+                int64_t bit = offset - first;
+                bits[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+                set++;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyLong_FromSsize_t(set);
+    }
+    PyBuffer_Release(&map);
+    PyBuffer_Release(&out);
     return result;
 }
 
@@ -720,6 +772,7 @@ static PyMethodDef layout_methods[] = {
     {"map_put_v2", map_put_v2, METH_VARARGS, map_put_v2_doc},
     {"map_keep_v2", map_keep_v2, METH_VARARGS, map_keep_v2_doc},
     {"map_rehash", map_rehash, METH_VARARGS, map_rehash_doc},
+    {"map_bitmap", map_bitmap, METH_VARARGS, map_bitmap_doc},
     {"key_digest", md5_digest, METH_VARARGS, md5_digest_doc},
     {NULL, NULL, 0, NULL},
 };
