@@ -327,6 +327,8 @@ class AsyncProducer:
         future = self._loop.create_future()
         if size > self._max_request_size or size > self._buffer_memory:
             error = self._too_large(size)
+            if self._txn is not None:
+                self._txn.fail(error)  # as Java: a record refused in a transaction fails the transaction
             future.set_exception(error)
             if self._on_delivery is not None:
                 future.exception()  # reported through the callback
@@ -908,7 +910,10 @@ class Producer:
         future = RecordFuture(core.condition, on_delivery or self._default_callback)
         record = (key, value, ts, headers)
         if size > core._max_request_size or size > core._buffer_memory:
-            core.fail_record(future, record, topic, partition, core._too_large(size))
+            error = core._too_large(size)
+            if core._txn is not None:
+                self._lt.call_soon(core._txn.fail, error)  # the transaction fails with it (on the loop)
+            core.fail_record(future, record, topic, partition, error)
             return future
         known = self._known_topics.get(topic)
         if known is None or (partition is not None and (known[0] is not core._cluster.metadata or type(partition)
