@@ -949,7 +949,16 @@ class Producer:
         seconds (None: until one) for a first one.  Returns how many ran."""
         core = self._core
         if not core.callbacks and timeout != 0:
-            core.callbacks_ready.wait(timeout)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            # The event is also set when a flush or a transactional call ends (see
+            # _wait_running_callbacks): wait again unless a callback came.
+            while not core.callbacks:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                core.callbacks_ready.clear()
+                if not core.callbacks:
+                    core.callbacks_ready.wait(left)
         return self._run_callbacks()
 
     def _run_callbacks(self) -> int:
@@ -987,6 +996,7 @@ class Producer:
 
     def _wait_running_callbacks(self, future: concurrent.futures.Future) -> None:
         core = self._core
+        future.add_done_callback(lambda _: core.callbacks_ready.set())  # wake at once when it ends
         while not future.done():
             core.callbacks_ready.wait(0.1)
             self._run_callbacks()
