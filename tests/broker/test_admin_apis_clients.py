@@ -175,6 +175,7 @@ def test_confluent_elect_leaders(ck):
     got = ck.elect_leaders(ElectionType.PREFERRED, [TopicPartition(TOPIC, 0), TopicPartition("nope", 0)]).result(30)
     codes = {(tp.topic, tp.partition): err.code() for tp, err in got.items()}
     assert codes == {(TOPIC, 0): ElectionNotNeededError.code, ("nope", 0): UnknownTopicOrPartitionError.code}
+    # All partitions: Kafka leaves out those that need no election
     assert ck.elect_leaders(ElectionType.UNCLEAN, None).result(30) == {}
 
 

@@ -19,6 +19,7 @@ from kwire.protocol.errors import (
     DuplicateResourceError,
     ElectionNotNeededError,
     InvalidReplicaAssignmentError,
+    InvalidRequestError,
     InvalidUpdateVersionError,
     LogDirNotFoundError,
     NoReassignmentInProgressError,
@@ -106,6 +107,15 @@ def test_describe_topic_partitions_pages_with_cursor(topics):
     assert b.error_code == 0 and b.topic_id == topics.topics.get("beta").topic_id
     assert [(p.leader_id, p.replica_nodes, p.isr_nodes) for p in b.partitions] == [(1, [1], [1])] * 2
     assert b.topic_authorized_operations > 0 and resp.next_cursor is None
+    # a page ending exactly with a topic points at the next topic's partition 0
+    resp = serve(topics, Req(topics=[Req.TopicRequest(name="alpha"), Req.TopicRequest(name="beta")],
+                             response_partition_limit=3, cursor=None), 0)
+    assert [t.name for t in resp.topics] == ["alpha"]
+    assert (resp.next_cursor.topic_name, resp.next_cursor.partition_index) == ("beta", 0)
+    # Kafka: the cursor's topic must be among those named
+    resp = serve(topics, Req(topics=[Req.TopicRequest(name="beta")], response_partition_limit=3,
+                             cursor=Req.Cursor(topic_name="alpha", partition_index=1)), 0)
+    assert [(t.name, t.error_code) for t in resp.topics] == [("beta", InvalidRequestError.code)]
 
 
 def test_elect_leaders_not_needed_and_unknown(topics):
@@ -121,7 +131,8 @@ def test_elect_leaders_not_needed_and_unknown(topics):
         assert got == {("alpha", 0): ElectionNotNeededError.code, ("alpha", 5): UnknownTopicOrPartitionError.code,
                        ("ghost", 0): UnknownTopicOrPartitionError.code}
     resp = serve(topics, M.ElectLeadersRequest(election_type=1, topic_partitions=None, timeout_ms=10), 2)
-    assert resp.error_code == 0 and resp.replica_election_results == []
+    assert resp.error_code == 0
+    assert {(r.topic, tuple(r.partition_result)) for r in resp.replica_election_results} >= {("alpha", ()), ("beta", ())}
 
 
 def test_partition_reassignments(topics):

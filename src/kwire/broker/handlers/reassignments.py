@@ -25,19 +25,23 @@ from ..auth.acls import AclOperation, ResourceType
 from .registry import handler
 
 
-def _check_partition(broker, topic: str, partition: int) -> None:
+def _check_partition(broker, topic: str, partition: int, *, reassigning: bool = False) -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION in the words of Kafka's ElectLeaders or reassignment."""
     info = broker.topics.get(topic)
     if info is None:
-        raise UnknownTopicOrPartitionError(f"Topic {topic} not found.")
+        raise UnknownTopicOrPartitionError(f"Unable to find a topic named {topic}." if reassigning
+                                           else f"No such topic as {topic}")
     if not 0 <= partition < info.partitions:
-        raise UnknownTopicOrPartitionError(f"Partition {topic}-{partition} not found.")
+        raise UnknownTopicOrPartitionError(f"Unable to find partition {topic}:{partition}." if reassigning
+                                           else f"No such partition as {topic}-{partition}")
 
 
 @handler(messages.ElectLeadersRequest.API_KEY, 0)
 def handle_elect_leaders(ctx, request):
     """Per named partition: ELECTION_NOT_NEEDED (the preferred and only replica leads, which also
     leaves nothing for an unclean election), UNKNOWN_TOPIC_OR_PARTITION if it does not exist.
-    With no partitions named (all of them) Kafka leaves the not-needed ones out: an empty answer."""
+    With no partitions named (all of them) Kafka answers every topic, leaving the not-needed
+    partitions out: each topic with an empty list."""
     R = messages.ElectLeadersResponse
     Result = R.ReplicaElectionResult
     broker = ctx.broker
@@ -49,7 +53,11 @@ def handle_elect_leaders(ctx, request):
         top = ClusterAuthorizationFailedError.code
     elif election_type not in tuple(ElectionType):
         top = InvalidRequestError.code
-    for t in request.topic_partitions or ():
+    if request.topic_partitions is None:
+        if not top:
+            results = [Result(topic=n, partition_result=[]) for n in broker.topics.names(internal=True)]
+        return R(throttle_time_ms=0, error_code=top, replica_election_results=results)
+    for t in request.topic_partitions:
         parts = []
         for p in t.partitions:
             if top:
@@ -84,22 +92,22 @@ def handle_alter_partition_reassignments(ctx, request):
             code, msg = top, None
             if not top:
                 try:
-                    _check_partition(broker, t.name, p.partition_index)
+                    _check_partition(broker, t.name, p.partition_index, reassigning=True)
                     replicas = p.replicas
                     if replicas is None:
-                        raise NoReassignmentInProgressError(
-                            f"Unable to cancel reassignment for {t.name}-{p.partition_index}: "
-                            "no reassignment is in progress.")
+                        raise NoReassignmentInProgressError("No reassignment is in progress for the given partition.")
                     if not replicas:
                         raise InvalidReplicaAssignmentError("The manual partition assignment includes an empty "
                                                             "replica list.")
-                    if len(set(replicas)) != len(replicas):
-                        raise InvalidReplicaAssignmentError(f"The manual partition assignment includes the broker "
-                                                            f"{replicas} more than once.")
-                    for b in replicas:
+                    previous = None
+                    for b in sorted(replicas):  # Kafka's order of checks: registered, then once only
                         if b != node:
                             raise InvalidReplicaAssignmentError(f"The manual partition assignment includes broker "
-                                                                f"{b}, but no broker with that id is registered.")
+                                                                f"{b}, but no such broker is registered.")
+                        if b == previous:
+                            raise InvalidReplicaAssignmentError(f"The manual partition assignment includes the "
+                                                                f"broker {b} more than once.")
+                        previous = b
                     if not allow_rf_change and len(replicas) != 1:
                         raise InvalidReplicationFactorError("The replication factor is changed from 1 to "
                                                             f"{len(replicas)}")
