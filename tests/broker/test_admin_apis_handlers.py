@@ -25,6 +25,7 @@ from kwire.protocol.errors import (
     NoReassignmentInProgressError,
     ReplicaNotAvailableError,
     ResourceNotFoundError,
+    ThrottlingQuotaExceededError,
     UnacceptableCredentialError,
     UnknownSubscriptionIdError,
     UnknownTopicOrPartitionError,
@@ -261,9 +262,17 @@ def test_telemetry_as_without_plugin(state):
     assert resp.push_interval_ms == 300000 and resp.telemetry_max_bytes > 0
     push = M.PushTelemetryRequest(client_instance_id=resp.client_instance_id, subscription_id=resp.subscription_id,
                                   terminating=False, compression_type=0, metrics=b"x")
-    assert serve(state, push, 0).error_code == 0
+    assert serve(state, push, 0).error_code == 0  # right after the subscription: accepted
+    assert serve(state, push, 0).error_code == ThrottlingQuotaExceededError.code  # before the interval
+    again = M.GetTelemetrySubscriptionsRequest(client_instance_id=resp.client_instance_id)
+    assert serve(state, again, 0).error_code == ThrottlingQuotaExceededError.code
     push.subscription_id += 1
+    push.terminating = True  # a terminating push is never too early
     assert serve(state, push, 0).error_code == UnknownSubscriptionIdError.code
+    push.subscription_id -= 1
+    assert serve(state, push, 0).error_code == InvalidRequestError.code  # nothing after terminating
+    push.client_instance_id = uuid.UUID(int=0)
+    assert serve(state, push, 0).error_code == InvalidRequestError.code
 
 
 def test_still_unserved_api_answers_unsupported_version_and_logs_it(state, caplog):
