@@ -98,38 +98,34 @@ def features_of(broker) -> FeatureStore:
     return store
 
 
-def _check(name: str, level: int, upgrade_type: int, current: dict[str, int]) -> None:
-    """Kafka's FeatureControlManager checks, in its words where it has them."""
+def _check(name: str, level: int, upgrade_type: int, current: dict[str, int], node: int) -> None:
+    """Kafka's FeatureControlManager.updateFeature checks, in its order and words."""
+    prefix = f"Invalid update version {level} for feature {name}."
     if name not in SUPPORTED:
-        raise InvalidUpdateVersionError(f"Invalid update version {level} for feature {name}. The controller does "
-                                        "not support the given feature.")
-    if upgrade_type not in tuple(FeatureUpgradeType):
-        raise InvalidUpdateVersionError(f"Unknown upgrade type {upgrade_type}.")
+        raise InvalidUpdateVersionError(f"{prefix} Local controller {node} does not support this feature.")
     lo, hi = SUPPORTED[name]
+    if not lo <= level <= hi:
+        raise InvalidUpdateVersionError(f"{prefix} Local controller {node} only supports versions {lo}-{hi}")
+    if upgrade_type not in tuple(FeatureUpgradeType):
+        raise InvalidUpdateVersionError(f"{prefix} Unknown upgrade type {upgrade_type}.")
     now = current.get(name, 0)
-    if name == METADATA_VERSION and level < lo:
-        raise InvalidUpdateVersionError(f"Invalid update version {level} for feature {name}. The metadata.version "
-                                        f"cannot be lower than {lo}.")
-    if level > hi or (level != 0 and level < lo):
-        raise InvalidUpdateVersionError(f"Invalid update version {level} for feature {name}. Broker supports "
-                                        f"versions {lo}-{hi}.")
-    if level < now:
-        if upgrade_type == FeatureUpgradeType.UPGRADE:
-            raise InvalidUpdateVersionError(f"Invalid update version {level} for feature {name}. Can't downgrade "
-                                            "the version of this feature without setting the upgrade type to either "
-                                            "safe or unsafe downgrade.")
-        if name == METADATA_VERSION and any(_MV_CHANGES[v] for v in range(level + 1, now + 1)):
-            if upgrade_type == FeatureUpgradeType.UNSAFE_DOWNGRADE:
-                raise InvalidUpdateVersionError(f"Invalid metadata.version {level}. Unsafe metadata downgrade is not "
-                                                "supported in this version.")
-            raise InvalidUpdateVersionError(f"Invalid metadata.version {level}. Refusing to perform the requested "
-                                            "downgrade because it might delete metadata information.")
+    if level < now and upgrade_type == FeatureUpgradeType.UPGRADE:
+        raise InvalidUpdateVersionError(f"{prefix} Can't downgrade the version of this feature without setting the "
+                                        "upgrade type to either safe or unsafe downgrade.")
+    if level > now and upgrade_type != FeatureUpgradeType.UPGRADE:
+        raise InvalidUpdateVersionError(f"{prefix} Can't downgrade to a newer version.")
+    if name == METADATA_VERSION and level < now and any(_MV_CHANGES[v] for v in range(level + 1, now + 1)):
+        why = ("Unsafe metadata downgrade is not supported in this version."
+               if upgrade_type == FeatureUpgradeType.UNSAFE_DOWNGRADE else
+               "Refusing to perform the requested downgrade because it might delete metadata information.")
+        raise InvalidUpdateVersionError(f"Unsupported metadata.version downgrade from {now} to {level}. {why}")
 
 
 @handler(messages.UpdateFeaturesRequest.API_KEY, 0)
 def handle_update_features(ctx, request):
-    """All or nothing, as Kafka 4's controller: the first refused update fails the request (its
-    error at the top level and, before v2, for every feature named); validate_only changes nothing."""
+    """All or nothing, as Kafka 4's controller: the first refused update fails the request, its
+    error at the top level with no per-feature results (UpdateFeaturesResponse.createWithErrors);
+    on success v0-1 list each feature with no error; validate_only changes nothing."""
     R = messages.UpdateFeaturesResponse
     v = ctx.api_version
     store = features_of(ctx.broker)
@@ -148,7 +144,7 @@ def handle_update_features(ctx, request):
                 else:
                     upgrade = u.upgrade_type
                 level = max(int(u.max_version_level), 0)
-                _check(u.feature, level, upgrade, current)
+                _check(u.feature, level, upgrade, current, ctx.broker.config.node_id)
                 levels[u.feature] = level
             if levels and not (v >= 1 and request.validate_only):
                 store.set_levels(levels)
@@ -156,6 +152,6 @@ def handle_update_features(ctx, request):
             code, message = exc.code, str(exc)
     resp = R(throttle_time_ms=0, error_code=code, error_message=message)
     if v < 2:
-        resp.results = [R.UpdatableFeatureResult(feature=u.feature, error_code=code, error_message=message)
-                        for u in request.feature_updates]
+        resp.results = [] if code else [R.UpdatableFeatureResult(feature=u.feature, error_code=0, error_message=None)
+                                        for u in request.feature_updates]
     return resp
