@@ -12,7 +12,7 @@ import confluent_kafka
 import pytest
 
 from kwire.broker import EmbeddedBroker
-from kwire.client import Consumer, Producer, TopicPartition
+from kwire.client import ClientTimeoutError, Consumer, IllegalStateError, Producer, TopicPartition
 from kwire.client.producer import AsyncProducer
 from kwire.client.transactions import TRANSACTION_COORDINATOR
 from kwire.protocol.errors import ConcurrentTransactionsError, CoordinatorLoadInProgressError
@@ -113,3 +113,43 @@ def test_a_wrong_coordinator_answers_not_coordinator_and_is_looked_up_again(mock
     finally:
         c.close()
     assert sorted(got) == sorted(b"v%d" % i for i in range(8))
+
+
+def test_a_commit_that_times_out_goes_on_and_is_finished_by_calling_it_again(tmp_path):
+    """Java's rule: after a timeout the commit goes on in the background; the same call again
+    waits for it, another transactional call is refused meanwhile."""
+    with EmbeddedBroker(tmp_path / "data", default_partitions=1) as broker:
+        coordinator = broker.state.transactions
+        real_end, busy_until = coordinator.end_txn, time.monotonic() + 3600
+
+        def end_txn(*args, **kwargs):
+            if time.monotonic() < busy_until:
+                return ConcurrentTransactionsError.code
+            return real_end(*args, **kwargs)
+
+        coordinator.end_txn = end_txn
+        p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "slow-1", "retry.backoff.ms": 10,
+                      "retry.backoff.max.ms": 50})
+        try:
+            p.init_transactions(10)
+            p.begin_transaction()
+            p.produce("slow", b"x", partition=0)
+            with pytest.raises(ClientTimeoutError, match=r"call commit_transaction\(\) again"):
+                p.commit_transaction(0.3)
+            with pytest.raises(IllegalStateError, match=r"commit_transaction\(\) is still in progress"):
+                p.abort_transaction(1)
+            busy_until = time.monotonic()  # the coordinator is done with whatever kept it busy
+            p.commit_transaction(10)
+            p.begin_transaction()  # ready for the next one
+            p.abort_transaction(10)
+        finally:
+            p.close()
+        with Consumer({"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest",
+                       "isolation.level": "read_committed"}) as c:
+            c.assign([TopicPartition("slow", 0)])
+            got = []
+            deadline = time.monotonic() + 10
+            while not got:
+                assert time.monotonic() < deadline
+                got += [r.value for r in c.poll(0.2)]
+            assert got == [b"x"]

@@ -553,6 +553,8 @@ class AsyncProducer:
         negative: no limit).  After a timeout the operation goes on; calling the same method again
         waits for it (Java's rule), calling another is refused until then."""
         op = self._txn_op
+        if op is not None and op[0] != name and op[1].done():
+            op = self._txn_op = None  # it ended since it timed out; its outcome is in the state now
         if op is not None and op[0] != name:
             raise IllegalStateError(f"{op[0]}() is still in progress (it timed out): call it again to finish it")
         wait = self._max_block if timeout is None else (None if timeout < 0 else timeout)
