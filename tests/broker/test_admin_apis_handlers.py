@@ -252,6 +252,12 @@ def test_scram_credentials_describe_and_alter(state):
         "bob": 0, "eve": UnacceptableCredentialError.code}
     assert store.users() == {"bob": ["SCRAM-SHA-512"]}
     assert verify_password(store.get("bob", "SCRAM-SHA-512"), "pw-b")
+    # one change per user and request, as Kafka
+    req = A(deletions=[A.ScramCredentialDeletion(name="bob", mechanism=2)],
+            upsertions=[A.ScramCredentialUpsertion(name="bob", mechanism=1, iterations=4096, salt=salt,
+                                                   salted_password=salted)])
+    assert [(r.user, r.error_code) for r in serve(state, req, 0).results] == [("bob", DuplicateResourceError.code)]
+    assert store.users() == {"bob": ["SCRAM-SHA-512"]}
     assert credential_from_salted_password("SCRAM-SHA-512", salt, salted, 8192) == \
         make_credential("SCRAM-SHA-512", "pw-b", iterations=8192, salt=salt)
 

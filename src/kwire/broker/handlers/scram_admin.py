@@ -5,8 +5,8 @@ Follows Kafka: describing needs DESCRIBE on the cluster (KafkaApis; ScramPublish
 credentials), altering needs ALTER on it (ControllerApis, ScramControlManager.alterCredentials),
 with Kafka's per-user errors: RESOURCE_NOT_FOUND for a user or credential that does not exist,
 DUPLICATE_RESOURCE for a user named twice, UNSUPPORTED_SASL_MECHANISM for an unknown mechanism,
-UNACCEPTABLE_CREDENTIAL for an empty name or an iteration count outside 4096-16384.  A user's
-changes apply together, or not at all when one of them is refused.
+UNACCEPTABLE_CREDENTIAL for an empty name or an iteration count outside 4096-16384.  Each user
+may be changed once per request.
 """
 
 from __future__ import annotations
@@ -101,44 +101,63 @@ def handle_describe_user_scram_credentials(ctx, request):
 
 @handler(messages.AlterUserScramCredentialsRequest.API_KEY, 0)
 def handle_alter_user_scram_credentials(ctx, request):
+    """As Kafka's ScramControlManager.alterCredentials: one change per user and request (a second
+    one, of any mechanism, fails the user with DUPLICATE_RESOURCE), deletions checked before
+    upsertions, the successful deletions, then upsertions, then the failures in the answer."""
     R = messages.AlterUserScramCredentialsResponse
+    Result = R.AlterUserScramCredentialsResult
     store = ctx.broker.security.credentials
-    users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
     if not ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER):
-        return R(throttle_time_ms=0, results=[R.AlterUserScramCredentialsResult(
-            user=u, error_code=ClusterAuthorizationFailedError.code, error_message=None) for u in users])
-    results = []
-    for user in users:
-        code, message = 0, None
+        users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+        return R(throttle_time_ms=0, results=[
+            Result(user=u, error_code=ClusterAuthorizationFailedError.code,
+                   error_message="Cluster authorization failed.") for u in users])
+    deletions: dict[str, str] = {}  # user -> mechanism
+    upserts: dict[str, ScramCredential] = {}
+    errors: dict[str, KafkaError] = {}
+    twice = "A user credential cannot be altered twice in the same request"
+    for d in request.deletions:
+        if d.name in errors:
+            continue
+        if deletions.pop(d.name, None) is not None:
+            errors[d.name] = DuplicateResourceError(twice)
+            continue
         try:
-            if not user:
-                raise UnacceptableCredentialError("Username must not be empty")
-            try:
-                check_username(user)
-            except ValueError as exc:
-                raise UnacceptableCredentialError(str(exc)) from None
-            deletions = [_mechanism(d.mechanism) for d in request.deletions if d.name == user]
-            upserts = []
-            for u in request.upsertions:
-                if u.name != user:
-                    continue
-                mechanism = _mechanism(u.mechanism)
-                if u.iterations < MIN_ITERATIONS:
-                    raise UnacceptableCredentialError(f"Too few iterations: {u.iterations} < {MIN_ITERATIONS}")
-                if u.iterations > MAX_ITERATIONS:
-                    raise UnacceptableCredentialError(f"Too many iterations: {u.iterations} > {MAX_ITERATIONS}")
-                if not u.salt or not u.salted_password:
-                    raise UnacceptableCredentialError("The salt and the salted password must not be empty")
-                upserts.append(credential_from_salted_password(mechanism, u.salt, u.salted_password, u.iterations))
-            touched = deletions + [c.mechanism for c in upserts]
-            if len(set(touched)) != len(touched):
-                raise DuplicateResourceError("A user credential cannot be altered twice in the same request")
-            have = store.iterations(user)
-            for m in deletions:
-                if m not in have:
-                    raise ResourceNotFoundError("Attempt to delete a user credential that does not exist")
-            _apply(store, user, deletions, upserts)
+            mechanism = _check_user_and_mechanism(d.name, d.mechanism)
+            if mechanism not in store.iterations(d.name):
+                raise ResourceNotFoundError("Attempt to delete a user credential that does not exist")
+            deletions[d.name] = mechanism
         except KafkaError as exc:
-            code, message = exc.code, str(exc)
-        results.append(R.AlterUserScramCredentialsResult(user=user, error_code=code, error_message=message))
+            errors[d.name] = exc
+    for u in request.upsertions:
+        if u.name in errors:
+            continue
+        if deletions.pop(u.name, None) is not None or upserts.pop(u.name, None) is not None:
+            errors[u.name] = DuplicateResourceError(twice)
+            continue
+        try:
+            mechanism = _check_user_and_mechanism(u.name, u.mechanism)
+            if u.iterations < MIN_ITERATIONS:
+                raise UnacceptableCredentialError("Too few iterations")
+            if u.iterations > MAX_ITERATIONS:
+                raise UnacceptableCredentialError("Too many iterations")
+            upserts[u.name] = credential_from_salted_password(mechanism, u.salt, u.salted_password, u.iterations)
+        except KafkaError as exc:
+            errors[u.name] = exc
+    for user, mechanism in deletions.items():
+        _apply(store, user, [mechanism], [])
+    for user, credential in upserts.items():
+        _apply(store, user, [], [credential])
+    results = [Result(user=n, error_code=0, error_message=None) for n in [*deletions, *upserts]]
+    results += [Result(user=n, error_code=e.code, error_message=str(e)) for n, e in errors.items()]
     return R(throttle_time_ms=0, results=results)
+
+
+def _check_user_and_mechanism(user: str, code: int) -> str:
+    if not user:
+        raise UnacceptableCredentialError("Username must not be empty")
+    try:
+        check_username(user)  # what kwire's credential store can keep (Kafka has no such limit)
+    except ValueError as exc:
+        raise UnacceptableCredentialError(str(exc)) from None
+    return _mechanism(code)
