@@ -13,10 +13,12 @@ import pytest
 
 from kwire.broker import EmbeddedBroker
 from kwire.client import (
+    Admin,
     AsyncProducer,
     Consumer,
     ConsumerGroupMetadata,
     IllegalStateError,
+    NewTopic,
     Producer,
     ProducerConfig,
     ProducerFencedError,
@@ -25,6 +27,7 @@ from kwire.client import (
     TransactionAbortedError,
     TransactionAbortRequiredError,
 )
+from kwire.protocol.errors import MessageTooLargeError
 from kwire.settings import ConfigError
 
 PARTITIONS = 3
@@ -324,3 +327,29 @@ def test_transactional_settings():
     with pytest.raises(ConfigError, match="must not be empty"):
         ProducerConfig.from_settings({"transactional.id": ""})
 
+
+
+def test_a_batch_the_broker_refuses_is_aborted_and_the_epoch_bumped(broker):
+    """A sent batch failing for good leaves a gap in its partition's sequences: the abort asks the
+    coordinator for the next epoch (InitProducerId with the current id and epoch, KIP-360), and the
+    next transaction's sequences start again at 0 under it."""
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topics([NewTopic("small", 1, configs={"max.message.bytes": "1000"})])
+    p = txn_producer(broker, "bump-1", linger_ms=0)
+    try:
+        p.init_transactions(10)
+        epoch = p._core._txn.epoch
+        p.begin_transaction()
+        assert p.produce("small", b"fits", partition=0).result(10).offset == 0
+        refused = p.produce("small", b"x" * 2000, partition=0)
+        assert isinstance(refused.exception(10), MessageTooLargeError)
+        with pytest.raises(TransactionAbortRequiredError):
+            p.commit_transaction(10)
+        p.abort_transaction(10)
+        assert p._core._txn.epoch == epoch + 1
+        p.begin_transaction()
+        p.produce("small", b"after", partition=0)
+        p.commit_transaction(10)
+    finally:
+        p.close()
+    assert kwire_read_all(broker.bootstrap, "small", "read_committed", partitions=1) == [(0, b"after")]
