@@ -180,7 +180,9 @@ def test_list_config_resources(topics):
     assert {(2, "alpha"), (2, "beta"), (4, "1")} <= got
     resp = serve(topics, M.ListConfigResourcesRequest(resource_types=[4]), 1)
     assert [(r.resource_type, r.resource_name) for r in resp.config_resources] == [(4, "1")]
-    assert serve(topics, M.ListConfigResourcesRequest(resource_types=[8]), 1).error_code == \
+    resp = serve(topics, M.ListConfigResourcesRequest(resource_types=[8, 32]), 1)  # loggers, groups: none here
+    assert resp.error_code == 0 and resp.config_resources == []
+    assert serve(topics, M.ListConfigResourcesRequest(resource_types=[64]), 1).error_code == \
         UnsupportedVersionError.code
 
 

@@ -1,10 +1,11 @@
 """ListConfigResources (KIP-1000, extended by KIP-1142 in Kafka 4.1): the resources with configs.
 
 Follows Kafka's KafkaApis.handleListConfigResources: DESCRIBE_CONFIGS on the cluster is required;
-v0 lists client-metrics subscriptions only (kwire has none: an empty list); v1 lists the resource
-types asked for (all it supports when none are): topics, this broker, groups and client metrics.
-A type it does not support (broker loggers: kwire has no dynamic log levels) fails the request
-with UNSUPPORTED_VERSION, as Kafka answers a type it lacks.
+v0 lists client-metrics subscriptions only; v1 lists the resource types asked for, all five that
+v1 knows when none are (topics, brokers, broker loggers, client metrics, groups), and a type
+outside those fails the request with UNSUPPORTED_VERSION.  What kwire has of each: every topic,
+this broker; no client-metrics subscriptions, no dynamic log levels (broker loggers) and no
+group configs, so none of those (Kafka lists groups that have configs, not every group).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from kwire.protocol.errors import ClusterAuthorizationFailedError, UnsupportedVe
 from ..auth.acls import AclOperation, ResourceType
 from .registry import handler
 
-SUPPORTED_TYPES = (ConfigResourceType.TOPIC, ConfigResourceType.BROKER, ConfigResourceType.GROUP,
-                   ConfigResourceType.CLIENT_METRICS)
+V1_TYPES = (ConfigResourceType.TOPIC, ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER,
+            ConfigResourceType.CLIENT_METRICS, ConfigResourceType.GROUP)
 
 
 @handler(messages.ListConfigResourcesRequest.API_KEY, 0)
@@ -27,13 +28,11 @@ def handle_list_config_resources(ctx, request):
         return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code, config_resources=[])
     if ctx.api_version == 0:
         return R(throttle_time_ms=0, error_code=0, config_resources=[])  # no client-metrics subscriptions
-    wanted = list(request.resource_types) or [int(t) for t in SUPPORTED_TYPES]
-    if any(t not in SUPPORTED_TYPES for t in wanted):
+    wanted = list(request.resource_types) or [int(t) for t in V1_TYPES]
+    if any(t not in V1_TYPES for t in wanted):
         return R(throttle_time_ms=0, error_code=UnsupportedVersionError.code, config_resources=[])
     broker = ctx.broker
     found: list[tuple[int, str]] = []
-    if ConfigResourceType.GROUP in wanted:
-        found += [(ConfigResourceType.GROUP, g.group_id) for g in broker.coordinator.list_groups()]
     if ConfigResourceType.BROKER in wanted:
         found.append((ConfigResourceType.BROKER, str(broker.config.node_id)))
     if ConfigResourceType.TOPIC in wanted:
