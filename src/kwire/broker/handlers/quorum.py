@@ -3,7 +3,8 @@
 Follows KafkaRaftClient.handleDescribeQuorumRequest on the leader of a single-voter quorum: the
 metadata partition ``__cluster_metadata``-0 led by this node, the leader's own replica state at the
 high watermark with fetch and caught-up times of now (as Kafka reports the leader), no observers.
-Any other partition named gets UNKNOWN_TOPIC_OR_PARTITION.  kwire keeps no metadata log; its
+A request naming anything but exactly that one partition gets UNKNOWN_TOPIC_OR_PARTITION for every
+partition it names (KafkaRaftClient's hasValidTopicPartition).  kwire keeps no metadata log; its
 offsets count what a KRaft log would hold for the topics, partitions and feature changes here, so
 they grow as the metadata changes.
 """
@@ -45,11 +46,13 @@ def handle_describe_quorum(ctx, request):
     v = ctx.api_version
     now = int(time.time() * 1000)
     offset = metadata_offset(broker)
+    valid = (len(request.topics) == 1 and request.topics[0].topic_name == METADATA_TOPIC
+             and [p.partition_index for p in request.topics[0].partitions] == [0])
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            if t.topic_name == METADATA_TOPIC and p.partition_index == 0:
+            if valid:
                 me = Partition.ReplicaState(replica_id=node, replica_directory_id=_ZERO_UUID, log_end_offset=offset,
                                             last_fetch_timestamp=now, last_caught_up_timestamp=now)
                 parts.append(Partition(partition_index=0, error_code=0, error_message=None, leader_id=node,
