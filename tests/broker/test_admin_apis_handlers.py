@@ -20,6 +20,7 @@ from kwire.protocol.errors import (
     ElectionNotNeededError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
+    InvalidTopicException,
     InvalidUpdateVersionError,
     LogDirNotFoundError,
     NoReassignmentInProgressError,
@@ -194,6 +195,10 @@ def test_describe_producers_from_producer_state(topics):
     p0, p99 = resp.topics[0].partitions
     assert p0.error_code == 0 and p0.active_producers == []  # a non-idempotent batch has no producer
     assert p99.error_code == UnknownTopicOrPartitionError.code
+    resp = serve(topics, M.DescribeProducersRequest(topics=[T(name="ghost", partition_indexes=[0]),
+                                                            T(name="bad name!", partition_indexes=[0])]), 0)
+    assert [t.partitions[0].error_code for t in resp.topics] == [UnknownTopicOrPartitionError.code,
+                                                                 InvalidTopicException.code]
     resp = serve(topics, M.DescribeProducersRequest(topics=[T(name="beta", partition_indexes=[0])]), 0)
     [p] = resp.topics[0].partitions[0].active_producers
     assert (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset) == (42, 0, 0, -1)

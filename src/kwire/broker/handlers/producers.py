@@ -1,18 +1,21 @@
 """DescribeProducers: the idempotent and transactional producers each partition knows.
 
 Follows Kafka's KafkaApis.handleDescribeProducersRequest and ReplicaManager.activeProducerState:
-READ on the topic is required (else TOPIC_AUTHORIZATION_FAILED for its partitions), a partition not
-hosted is UNKNOWN_TOPIC_OR_PARTITION, and each producer is reported from the partition's producer
-state: epoch, last sequence, the time of its last append, and the first offset of its open
-transaction (-1 when none).
+per topic, an invalid name is INVALID_TOPIC_EXCEPTION, READ is required (else
+TOPIC_AUTHORIZATION_FAILED), an unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION; each
+producer is reported from the partition's producer state: epoch, last sequence, the time of its
+last append (the broker's clock at the append: kwire keeps no batch timestamp there, where Kafka
+reports the batch's), no coordinator epoch (-1), and the first offset of its open transaction
+(-1 when none).
 """
 
 from __future__ import annotations
 
 from kwire.protocol import messages
-from kwire.protocol.errors import TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from kwire.protocol.errors import KafkaError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 
 from ..auth.acls import AclOperation, ResourceType
+from ..storage import validate_topic_name
 from .registry import handler
 
 
@@ -24,24 +27,34 @@ def handle_describe_producers(ctx, request):
     broker = ctx.broker
     topics = []
     for t in request.topics:
-        allowed = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
+        try:  # the topic's error, for all its partitions: name, then READ, then existence
+            validate_topic_name(t.name)
+            if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.name):
+                raise TopicAuthorizationFailedError(None)
+            info = broker.topics.get(t.name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(None)
+            topic_error = None
+        except KafkaError as exc:
+            topic_error, info = exc, None
         parts = []
         for p in t.partition_indexes:
-            if not allowed:
-                parts.append(Partition(partition_index=p, error_code=TopicAuthorizationFailedError.code,
+            if topic_error is not None:
+                parts.append(Partition(partition_index=p, error_code=topic_error.code, error_message=None,
+                                       active_producers=[]))
+                continue
+            if not 0 <= p < info.partitions:
+                parts.append(Partition(partition_index=p, error_code=UnknownTopicOrPartitionError.code,
                                        error_message=None, active_producers=[]))
                 continue
             try:
-                log = broker.logs.get(t.name, p)
-            except UnknownTopicOrPartitionError as exc:
-                parts.append(Partition(partition_index=p, error_code=exc.code,
-                                       error_message=f"This server does not host this topic-partition {t.name}-{p}.",
-                                       active_producers=[]))
-                continue
+                entries = sorted(broker.logs.get(t.name, p).producer_state.producers.items())
+            except UnknownTopicOrPartitionError:
+                entries = []  # an internal topic's partition not used yet: no log, no producers
             producers = [Partition.ProducerState(
                 producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
                 last_timestamp=e.last_update_ms, coordinator_epoch=-1, current_txn_start_offset=e.txn_first_offset)
-                for _, e in sorted(log.producer_state.producers.items())]
+                for _, e in entries]
             parts.append(Partition(partition_index=p, error_code=0, error_message=None, active_producers=producers))
         topics.append(Topic(name=t.name, partitions=parts))
     return R(throttle_time_ms=0, topics=topics)
