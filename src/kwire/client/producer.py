@@ -346,6 +346,8 @@ class AsyncProducer:
             await accumulator.wait_for_room(size, self._max_block)
         if self._state != _RUNNING:
             self._check_started()  # closed while this send waited
+        if self._txn is not None:
+            self._txn.check_send()  # (a commit or abort may have begun while this send waited)
         self._append(topic, route, partition, key, (key, value, timestamp, headers), future, size)
         return future
 
@@ -786,6 +788,8 @@ class _SyncCore(AsyncProducer):
             route = await self._route(topic, partition)
             if self._state != _RUNNING:
                 raise IllegalStateError("the producer was closed before the record was queued")
+            if self._txn is not None:
+                self._txn.check_send()
         except Exception as exc:  # noqa: BLE001 - the record's outcome
             self.fail_record(future, record, topic, partition, exc)
             return
