@@ -220,3 +220,31 @@ def test_aiokafka_partition_reassignment_requests(broker):
     assert resp.error_code == 0
     assert [(p[0], p[1]) for t in resp.responses for p in t[1]] == [(0, 0), (7, UnknownTopicOrPartitionError.code)]
     assert listed.error_code == 0 and listed.topics == []
+
+
+# -- kwire's own admin client ------------------------------------------------------------------
+def test_kwire_admin_log_dirs_producers_scram_features(broker):
+    from kwire.client.admin import Admin, ScramDeletion, ScramUpsertion
+    from kwire.client.types import TopicPartition as KwTP
+    from kwire.protocol.errors import ResourceNotFoundError as NotFound
+
+    with Admin(bootstrap_servers=[broker.bootstrap]) as admin:
+        [d] = admin.describe_log_dirs({TOPIC: [0, 1]})[1]
+        assert d.path == os.path.abspath(broker.data_dir) and d.error == 0 and d.total_bytes >= d.usable_bytes > 0
+        assert set(d.replicas) == {KwTP(TOPIC, 0), KwTP(TOPIC, 1)} and d.replicas[KwTP(TOPIC, 0)].size > 0
+        got = admin.describe_producers([(TOPIC, 0)])
+        [p] = got[KwTP(TOPIC, 0)]
+        assert p.last_sequence == 9 and p.current_txn_start_offset == -1
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.describe_producers([(TOPIC, 99)])
+        admin.alter_user_scram_credentials([ScramUpsertion("kw-user", "kw-pw", "SCRAM-SHA-256", 4096)])
+        assert [(c.mechanism, c.iterations) for c in admin.describe_user_scram_credentials(["kw-user"])["kw-user"]] \
+            == [("SCRAM-SHA-256", 4096)]
+        assert broker.call(lambda: broker.state.security.credentials.check_password("kw-user", "kw-pw"))
+        admin.alter_user_scram_credentials([ScramDeletion("kw-user", "SCRAM-SHA-256")])
+        with pytest.raises(NotFound):
+            admin.describe_user_scram_credentials(["kw-user"])
+        with pytest.raises(NotFound):
+            admin.alter_user_scram_credentials([ScramDeletion("kw-user", "SCRAM-SHA-256")])
+        features = admin.describe_features()
+        assert features.finalized["metadata.version"] == 30 and features.supported["transaction.version"] == (0, 1)

@@ -49,6 +49,16 @@ from kwire.protocol.messages import Request, Response
 from kwire.security.acl import AclBinding, AclFilter
 
 from . import admin_acls as acls
+from . import admin_cluster as cluster_admin
+from .admin_cluster import (
+    FeatureVersions,
+    LogDirDescription,
+    ProducerStateInfo,
+    ReplicaInfo,
+    ScramCredentialInfo,
+    ScramDeletion,
+    ScramUpsertion,
+)
 from .assignors.protocol import decode_assignment, decode_subscription
 from .cluster import Cluster
 from .errors import ClientError, UnsupportedApiError, is_retriable
@@ -71,14 +81,21 @@ __all__ = [
     "ConfigSource",
     "ConfigSynonym",
     "CreatedTopic",
+    "FeatureVersions",
     "GroupDescription",
     "GroupLag",
     "GroupListing",
     "ListedOffset",
+    "LogDirDescription",
     "MemberDescription",
     "NewTopic",
     "PartitionLag",
+    "ProducerStateInfo",
+    "ReplicaInfo",
     "ResourceType",
+    "ScramCredentialInfo",
+    "ScramDeletion",
+    "ScramUpsertion",
 ]
 
 logger = logging.getLogger("kwire.client.admin")
@@ -1065,6 +1082,125 @@ class AsyncAdmin:
                 member.host if member else None))
         return GroupLag(group_id, description.state if description else None, tuple(rows))
 
+    # -- log directories, producers, SCRAM credentials, features ----------------------------------
+    async def describe_log_dirs(self, topics: Mapping[str, Iterable[int]] | None = None, *,
+                                brokers: Iterable[int] | None = None,
+                                timeout: float | None = None) -> dict[int, list[LogDirDescription]]:
+        """Each broker's log directories (DescribeLogDirs): path, disk space, and the size and lag
+        of the replicas in it, by node id.  ``topics`` ({topic: partitions}) limits the replicas
+        listed (default: all); ``brokers`` the brokers asked (default: every one).  Raises
+        ClusterAuthorizationFailedError for a principal that may not DESCRIBE the cluster."""
+        metadata = await self._metadata([], timeout)
+        nodes = sorted(metadata.brokers) if brokers is None else sorted(set(brokers))
+        wanted = None if topics is None else {t: sorted(set(ps)) for t, ps in topics.items()}
+        batch: _Batch[int, list[LogDirDescription]] = _Batch(nodes, lambda n: f"broker {n}")
+
+        async def send(node: int | None, keys: list[int]) -> None:
+            response = await self._send(lambda v: cluster_admin.describe_log_dirs_request(wanted), node,
+                                        api_key=cluster_admin.DESCRIBE_LOG_DIRS, low=1)
+            if getattr(response, "error_code", 0):
+                batch.fail(keys[0], _broker_error(response.error_code, f"broker {node}"), final=True)
+            else:
+                batch.succeed(keys[0], cluster_admin.log_dirs(response))
+
+        async def round_(keys: list[int]) -> None:
+            await self._per_node(batch, {n: [n] for n in keys}, send)
+
+        return await self._run(batch, round_, what="DescribeLogDirs", timeout=timeout)
+
+    async def describe_producers(self, partitions: Iterable[TopicPartition | tuple[str, int]], *,
+                                 timeout: float | None = None) -> dict[TopicPartition, list[ProducerStateInfo]]:
+        """The idempotent and transactional producers each partition's leader knows
+        (DescribeProducers): id, epoch, last sequence and timestamp, open transaction's first
+        offset.  Raises UnknownTopicOrPartitionError, TopicAuthorizationFailedError (no READ)..."""
+        wanted = sorted({TopicPartition(*tp) for tp in partitions})
+        batch: _Batch[TopicPartition, list[ProducerStateInfo]] = _Batch(wanted, _partition)
+
+        async def send(node: int | None, tps: list[TopicPartition]) -> None:
+            response = await self._send(lambda v: cluster_admin.describe_producers_request(tps), node,
+                                        api_key=cluster_admin.DESCRIBE_PRODUCERS)
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if p.error_code:
+                        batch.fail(tp, _broker_error(p.error_code, _partition(tp), p.error_message),
+                                   final=p.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                    else:
+                        batch.succeed(tp, cluster_admin.producer_states(p))
+
+        async def round_(tps: list[TopicPartition]) -> None:
+            metadata = await self._cluster.refresh_metadata({tp.topic for tp in tps})
+            by_node: dict[int | None, list[TopicPartition]] = {}
+            for tp in tps:
+                _check_partition_known(batch, metadata, tp)
+                if tp in batch.pending:
+                    by_node.setdefault(metadata.leader(*tp), []).append(tp)
+            await self._per_node(batch, by_node, send)
+
+        return await self._run(batch, round_, what="DescribeProducers", timeout=timeout, refresh_metadata=True)
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None, *,
+                                              timeout: float | None = None) -> dict[str, list[ScramCredentialInfo]]:
+        """The SCRAM credentials (mechanism and iteration count, never secrets) of ``users``, or of
+        every user that has one.  Raises ResourceNotFoundError for a named user without any,
+        ClusterAuthorizationFailedError for a principal that may not DESCRIBE the cluster."""
+        names = None if users is None else list(dict.fromkeys(users))
+
+        async def attempt() -> dict[str, list[ScramCredentialInfo]]:
+            response = await self._send(lambda v: cluster_admin.describe_scram_request(names),
+                                        api_key=cluster_admin.DESCRIBE_SCRAM)
+            if response.error_code:
+                raise _broker_error(response.error_code, "DescribeUserScramCredentials", response.error_message)
+            batch: _Batch[str, list[ScramCredentialInfo]] = _Batch(
+                names if names is not None else [r.user for r in response.results], lambda u: f"user {u!r}")
+            for r in response.results:
+                if r.error_code:
+                    batch.fail(r.user, _broker_error(r.error_code, f"user {r.user!r}", r.error_message), final=True)
+                else:
+                    batch.succeed(r.user, cluster_admin.scram_infos(r))
+            batch.end_round()
+            return batch.outcome()
+
+        return await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff,
+                              what="DescribeUserScramCredentials")
+
+    async def alter_user_scram_credentials(self, changes: Iterable[ScramUpsertion | ScramDeletion], *,
+                                           timeout: float | None = None) -> None:
+        """Create, replace (``ScramUpsertion``, the password salted and hashed here) or remove
+        (``ScramDeletion``) users' SCRAM credentials; the broker allows one change per user and
+        request.  The next SASL login checks the new credential.  Raises the first failure:
+        ResourceNotFoundError (nothing to remove), UnacceptableCredentialError (iterations outside
+        4096-16384), DuplicateResourceError (a user changed twice)..."""
+        todo = list(changes)
+        request = cluster_admin.alter_scram_request(todo)  # hashed once: the same salt for every retry
+        users = list(dict.fromkeys(c.user for c in todo))
+        batch: _Batch[str, None] = _Batch(users, lambda u: f"user {u!r}")
+
+        async def round_(pending: list[str]) -> None:
+            response = await self._send(lambda v: request, await self._controller(),
+                                        api_key=cluster_admin.ALTER_SCRAM)
+            for r in response.results:
+                if r.error_code:
+                    batch.fail(r.user, _broker_error(r.error_code, f"user {r.user!r}", r.error_message))
+                else:
+                    batch.succeed(r.user, None)
+
+        await self._run(batch, round_, what="AlterUserScramCredentials", timeout=timeout)
+
+    async def describe_features(self, *, timeout: float | None = None) -> FeatureVersions:
+        """The feature versions (KIP-584) a broker supports and the cluster finalized, from
+        ApiVersions v3+: e.g. ``finalized["metadata.version"]``."""
+        async def attempt() -> FeatureVersions:
+            response = await self._send(
+                lambda v: messages.ApiVersionsRequest(client_software_name="kwire", client_software_version="0"),
+                api_key=cluster_admin.API_VERSIONS, low=cluster_admin.FIRST_VERSION_WITH_FEATURES)
+            if response.error_code:
+                raise _broker_error(response.error_code, "ApiVersions")
+            return cluster_admin.feature_versions(response)
+
+        return await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff,
+                              what="ApiVersions")
+
 
 # -- decoding helpers -------------------------------------------------------------------------------
 def _offset_spec(spec: int | str) -> int:
@@ -1182,3 +1318,8 @@ class Admin:
     create_acls = _sync("create_acls")
     describe_acls = _sync("describe_acls")
     delete_acls = _sync("delete_acls")
+    describe_log_dirs = _sync("describe_log_dirs")
+    describe_producers = _sync("describe_producers")
+    describe_user_scram_credentials = _sync("describe_user_scram_credentials")
+    alter_user_scram_credentials = _sync("alter_user_scram_credentials")
+    describe_features = _sync("describe_features")
