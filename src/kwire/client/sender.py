@@ -44,6 +44,7 @@ from typing import Any
 from kwire.protocol import messages
 from kwire.protocol.errors import (
     CoordinatorNotAvailableError,
+    InvalidProducerIdMappingError,
     KafkaError,
     NotCoordinatorError,
     OperationNotAttemptedError,
@@ -609,6 +610,8 @@ class Sender:
             raise
         except Exception as exc:  # noqa: BLE001 - the transaction's outcome
             txn.partitions_added(tps, exc)
+            if isinstance(exc, InvalidProducerIdMappingError) and self._idem is not None:
+                self._idem.bump_needed = True  # the coordinator lost the id's state: a new epoch (KIP-360)
             txn.fail(exc)
         else:
             txn.partitions_added(tps)

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
     InvalidProducerEpochError,
-    InvalidProducerIdMappingError,
     InvalidTxnStateError,
     KafkaError,
     TransactionalIdAuthorizationFailedError,
@@ -103,10 +102,11 @@ class TxnState(enum.Enum):
 
 
 RETRY, FATAL, ABORTABLE = "retry", "fatal", "abortable"
+# INVALID_PRODUCER_ID_MAPPING is not among them: since KIP-360 it is abortable, the abort bumping
+# the epoch (the sender sees to that).
 _FATAL = (ProducerFencedError, _BrokerProducerFencedError, InvalidProducerEpochError,
           TransactionalIdAuthorizationFailedError, TransactionCoordinatorFencedError, InvalidTxnStateError,
-          InvalidProducerIdMappingError, ClusterAuthorizationFailedError, UnsupportedVersionError,
-          UnsupportedApiError)
+          ClusterAuthorizationFailedError, UnsupportedVersionError, UnsupportedApiError)
 _FENCED = (ProducerFencedError, _BrokerProducerFencedError, InvalidProducerEpochError,
            TransactionCoordinatorFencedError)
 
