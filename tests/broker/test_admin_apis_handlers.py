@@ -296,3 +296,20 @@ def test_still_unserved_api_answers_unsupported_version_and_logs_it(state, caplo
         resp = serve(state, M.CreateDelegationTokenRequest(renewers=[], max_lifetime_ms=-1), 2)
     assert resp.error_code == UnsupportedVersionError.code
     assert any("CreateDelegationToken" in r.getMessage() for r in caplog.records)
+
+
+def test_finalized_features_survive_restart(tmp_path):
+    from kwire.broker.config import load_config
+    from kwire.broker.state import BrokerState
+
+    U = M.UpdateFeaturesRequest.FeatureUpdateKey
+    down = M.UpdateFeaturesRequest(timeout_ms=10, validate_only=False,
+                                   feature_updates=[U(feature="transaction.version", max_version_level=0, upgrade_type=2)])
+    for expected in ({"metadata.version": 30, "transaction.version": 1}, {"metadata.version": 30}):
+        s = BrokerState(load_config(None, data_dir=tmp_path / "data", port=9092))
+        try:
+            assert {f.name: f.max_version_level for f in serve(s, M.ApiVersionsRequest(), 3).finalized_features} \
+                == expected
+            assert serve(s, down, 2).error_code == 0
+        finally:
+            s.close()
