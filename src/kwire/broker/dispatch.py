@@ -5,7 +5,9 @@ of it), and the network layer only moves bytes.  Refusals follow Kafka:
 
 * ApiVersions at a version we lack: our list at v0 with UNSUPPORTED_VERSION (KIP-511);
 * a known api key we don't serve, or a version outside the handler's range: the response with
-  UNSUPPORTED_VERSION in its top-level error code where it has one, else the connection closes;
+  UNSUPPORTED_VERSION in its top-level error code where it has one, else the connection closes
+  (an unserved api is named in one warning per request, a few per api and interval: see
+  ``log_limiter.ProblemLog``; a closed connection is logged by the network layer the same way);
 * an unknown api key, a version the codec lacks, or a body that doesn't decode: the connection
   closes (there is no response layout to answer in).  Every refusal is logged.
 
