@@ -221,15 +221,23 @@ class Cleaner:
     def _check(self, log: PartitionLog) -> None:
         """Between two batches: abort if asked to, and let the broker's threads run.
 
-        How the cleaner shares the GIL, chosen by measurement (bench_cleaner.py --only produce,
-        p50 produce latency with the cleaner busy against without it): the heavy loops (the
-        walks of the records, MD5 and the map's probes) run in the compiled helper without the
-        GIL, once or twice a batch, so the event loop gets the GIL at every batch without being
-        asked; no explicit yield (0.84x).  A ``time.sleep(0)`` every batch on top of that made
-        it worse (0.58x): each one sleeps ~60 us (the kernel's timer slack) and the cleaner then
-        waits to get the GIL back, while the broker does not run any faster.  A child process
-        doing the copy would not share the GIL at all, but would leave the two cores just as
-        busy and need the segments, the producer state and the hooks across a process boundary.
+        How the cleaner shares the GIL, chosen by measurement (bench_cleaner.py --only produce:
+        p50 produce latency with the cleaner busy, cleaner-off/cleaner-on; the shared 2-core VM
+        made every figure move by +-0.2 between runs).  The heavy loops (the walks of the
+        records, MD5, the map's probes) run in the compiled helper without the GIL, once or
+        twice a batch, so the broker's event loop can take the GIL at every batch; the cleaner
+        adds no explicit yield: 0.84x, then 0.58-0.67x once the copy stopped hashing dirty keys
+        (shorter GIL-free walks, load 2-3).  Tried and dropped:
+        - ``time.sleep(0)`` every batch (the pure-Python cleaner's way): 0.58x.  Each sleeps
+          ~60 us (the kernel's timer slack), so the cleaner gets slower and no fairer.
+        - ``time.sleep(0)`` every 0.5 ms of work: 0.42x (load 3.4).
+        - Walking all the batches of 256 KiB in one call without the GIL (fewer, longer
+          GIL-free stretches): 0.21x.  Gathering them is itself ms of Python holding the GIL
+          when batches are small, and the event loop waits the interpreter's 5 ms switch
+          interval for it.
+        - A child process doing the copy (no GIL shared at all) was not tried: it leaves the two
+          cores as busy, and needs the segments, the producer state and the hooks across a
+          process boundary.
         Without the compiled helper the walks are Python and never release the GIL: then the
         cleaner sleeps(0) once per ``PYTHON_SLICE_S`` of work."""
         if not self._compiled:
