@@ -313,3 +313,21 @@ def test_finalized_features_survive_restart(tmp_path):
             assert serve(s, down, 2).error_code == 0
         finally:
             s.close()
+
+
+def test_unserved_version_of_served_api_is_logged_once_per_request(state, caplog):
+    from kwire.broker.dispatch import _error_response
+    from kwire.protocol.messages import request_class
+
+    # a served api with a newer version the codec knows, whose response has a top-level error code
+    key, version = next((k, e.max_version + 1) for k, e in sorted(HANDLERS.items())
+                        if e.max_version < request_class(k).SPEC.max_version
+                        and _error_response(k, e.max_version + 1, 0) is not None)
+    cls = request_class(key)
+    with caplog.at_level(logging.WARNING, logger="kwire.broker.requests"):
+        resp = serve(state, cls(), version)
+    assert resp.error_code == UnsupportedVersionError.code
+    name = cls.SPEC.name.removesuffix("Request")
+    assert [r.getMessage() for r in caplog.records if name in r.getMessage()] == [
+        f"{name} v{version} (api key {key}) from 127.0.0.1:1 (client test) is not served "
+        f"(v{HANDLERS[key].min_version}-{HANDLERS[key].max_version} are): answered UNSUPPORTED_VERSION"]

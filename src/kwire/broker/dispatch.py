@@ -82,6 +82,22 @@ def _refuse(header, code: int, why: str) -> Reply:
     return _finish(header, resp)
 
 
+def _unserved(header, request_name: str, client_host: str, why: str) -> Reply:
+    """UNSUPPORTED_VERSION for an api or version this broker does not serve, in the response's
+    top-level error code; without one the connection closes.  One line per request, a few per
+    api and interval: a warning here when answered, else the network layer's line for the
+    connection it closes (which names the api too)."""
+    key, version = header.request_api_key, header.request_api_version
+    resp = _error_response(key, version, UnsupportedVersionError.code)
+    if resp is None:
+        raise CloseConnection(f"{request_name} v{version} {why} (its response has no top-level error code to "
+                              "refuse it with)")
+    name = request_name.removesuffix("Request")
+    _unserved_log.log(logging.WARNING, f"unserved {name}", "%s v%d (api key %d) from %s (client %s) %s: answered "
+                      "UNSUPPORTED_VERSION", name, version, key, client_host, header.client_id, why)
+    return _finish(header, resp)
+
+
 def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id: int, session=None,
              listener=None):
     """Serve one request frame body (no size prefix).
@@ -123,20 +139,10 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
         return Reply(key, 0, header.correlation_id, encode_response_parts(resp, 0, header.correlation_id))
     cls = request_class(key)
     if entry is None:
-        # One line per request, rate limited: a warning here when answered, else the network
-        # layer's line for the connection it closes (which names the api too).
-        resp = _error_response(key, version, UnsupportedVersionError.code)
-        if resp is None:
-            raise CloseConnection(f"{cls.SPEC.name} v{version} is not served by this broker (its response has no "
-                                  "top-level error code to refuse it with)")
-        name = cls.SPEC.name.removesuffix("Request")
-        _unserved_log.log(logging.WARNING, f"unserved {name}",
-                          "%s v%d (api key %d) from %s (client %s) is not served by this broker: answered "
-                          "UNSUPPORTED_VERSION", name, version, key, client_host, header.client_id)
-        return _finish(header, resp)
+        return _unserved(header, cls.SPEC.name, client_host, "is not served by this broker")
     if not entry.min_version <= version <= entry.max_version:
-        return _refuse(header, UnsupportedVersionError.code,
-                       f"{cls.SPEC.name} v{version} is not served (v{entry.min_version}-{entry.max_version} are)")
+        return _unserved(header, cls.SPEC.name, client_host,
+                         f"is not served (v{entry.min_version}-{entry.max_version} are)")
     try:
         request, end = cls.codec(version).decode(frame, offset, strict=False, record_views=True)
     except ProtocolError as exc:
