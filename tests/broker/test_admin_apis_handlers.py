@@ -132,6 +132,9 @@ def test_elect_leaders_not_needed_and_unknown(topics):
                for p in r.partition_result}
         assert got == {("alpha", 0): ElectionNotNeededError.code, ("alpha", 5): UnknownTopicOrPartitionError.code,
                        ("ghost", 0): UnknownTopicOrPartitionError.code}
+        messages_ = {(r.topic, p.partition_id): p.error_message for r in resp.replica_election_results
+                     for p in r.partition_result}
+        assert messages_[("ghost", 0)] == "No such topic as ghost"  # Kafka's words, bare
     resp = serve(topics, M.ElectLeadersRequest(election_type=1, topic_partitions=None, timeout_ms=10), 2)
     assert resp.error_code == 0
     assert {(r.topic, tuple(r.partition_result)) for r in resp.replica_election_results} >= {("alpha", ()), ("beta", ())}

@@ -149,7 +149,7 @@ def handle_update_features(ctx, request):
             if levels and not (v >= 1 and request.validate_only):
                 store.set_levels(levels)
         except KafkaError as exc:
-            code, message = exc.code, str(exc)
+            code, message = exc.code, exc.message  # Kafka sends the bare message
     resp = R(throttle_time_ms=0, error_code=code, error_message=message)
     if v < 2:
         resp.results = [] if code else [R.UpdatableFeatureResult(feature=u.feature, error_code=0, error_message=None)

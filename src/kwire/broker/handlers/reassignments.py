@@ -67,7 +67,7 @@ def handle_elect_leaders(ctx, request):
                     _check_partition(broker, t.topic, p)
                     code, msg = ElectionNotNeededError.code, "Leader election not needed for topic partition."
                 except KafkaError as exc:
-                    code, msg = exc.code, str(exc)
+                    code, msg = exc.code, exc.message  # Kafka sends the bare message
             parts.append(Result.PartitionResult(partition_id=p, error_code=code, error_message=msg))
         results.append(Result(topic=t.topic, partition_result=parts))
     return R(throttle_time_ms=0, error_code=top, replica_election_results=results)
@@ -112,7 +112,7 @@ def handle_alter_partition_reassignments(ctx, request):
                         raise InvalidReplicationFactorError("The replication factor is changed from 1 to "
                                                             f"{len(replicas)}")
                 except KafkaError as exc:
-                    code, msg = exc.code, str(exc)
+                    code, msg = exc.code, exc.message
             parts.append(Topic.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code,
                                                              error_message=msg))
         responses.append(Topic(name=t.name, partitions=parts))

@@ -149,7 +149,7 @@ def handle_alter_user_scram_credentials(ctx, request):
     for user, credential in upserts.items():
         _apply(store, user, [], [credential])
     results = [Result(user=n, error_code=0, error_message=None) for n in [*deletions, *upserts]]
-    results += [Result(user=n, error_code=e.code, error_message=str(e)) for n, e in errors.items()]
+    results += [Result(user=n, error_code=e.code, error_message=e.message) for n, e in errors.items()]
     return R(throttle_time_ms=0, results=results)
 
 
