@@ -209,3 +209,20 @@ def test_the_bitmap_stays_within_the_buffer():
     m.latest_offset = 1_000
     assert not m.mark_dirty(0)  # 126 bytes of bits beside 240 of table: more than the buffer
     assert m.mark_dirty(990)  # 2 bytes
+
+
+@compiled_only
+def test_the_walks_holding_the_gil_answer_the_same():
+    rng = random.Random(9)
+    maps = [OffsetMap(ENTRY_BYTES * 500) for _ in range(2)]
+    maps[1].release_gil = False
+    offset = 0
+    for _ in range(20):
+        raw = _batch(rng, offset)
+        batch, buf, s, e = _section(raw)
+        offset = batch.next_offset
+        assert len({m.put_records(buf, s, e, batch.record_count, batch.base_offset, 0) for m in maps}) == 1
+        for m in maps:
+            m.latest_offset = batch.last_offset
+        assert len({str(m.keep_records(buf, s, e, batch.record_count, batch.base_offset, True)) for m in maps}) == 1
+    assert _table(maps[0]) == _table(maps[1])

@@ -217,6 +217,7 @@ class Cleaner:
         self._map_bytes = self.config.dedupe_buffer_size // max(self.config.threads, 1)
         self._compiled = has_compiled_walk() if compiled is None else compiled
         self._yield_at = 0.0
+        self._slice = 0.0 if self._compiled else PYTHON_SLICE_S  # see _check
 
     def _check(self, log: PartitionLog) -> None:
         """Between two batches: abort if asked to, and let the broker's threads run.
@@ -230,7 +231,11 @@ class Cleaner:
         (shorter GIL-free walks, load 2-3).  Tried and dropped:
         - ``time.sleep(0)`` every batch (the pure-Python cleaner's way): 0.58x.  Each sleeps
           ~60 us (the kernel's timer slack), so the cleaner gets slower and no fairer.
-        - ``time.sleep(0)`` every 0.5 ms of work: 0.42x (load 3.4).
+        - ``time.sleep(0)`` every 0.5 ms of work: 0.42x (load 3.4); the same with the walks
+          holding the GIL (``OffsetMap.release_gil``: no short releases, which keep resetting
+          the waiting thread's switch-interval timer in CPython, so it only gets the GIL when
+          it wins a race): 0.11x and 0.18x against 0.08x and 0.09x without, alternated at load
+          5-8, where every figure is noise.
         - Walking all the batches of 256 KiB in one call without the GIL (fewer, longer
           GIL-free stretches): 0.21x.  Gathering them is itself ms of Python holding the GIL
           when batches are small, and the event loop waits the interpreter's 5 ms switch
@@ -240,11 +245,11 @@ class Cleaner:
           process boundary.
         Without the compiled helper the walks are Python and never release the GIL: then the
         cleaner sleeps(0) once per ``PYTHON_SLICE_S`` of work."""
-        if not self._compiled:
+        if self._slice:
             now = time.perf_counter()
             if now >= self._yield_at:
                 time.sleep(0)
-                self._yield_at = time.perf_counter() + PYTHON_SLICE_S
+                self._yield_at = time.perf_counter() + self._slice
         if self._stop.is_set() or log.closed:
             raise CleanAborted(f"{log.name}: clean aborted ({'cleaner stopping' if self._stop.is_set() else 'closed'})")
 

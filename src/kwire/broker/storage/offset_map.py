@@ -77,6 +77,8 @@ class OffsetMap:
         # key needs no hashing (Kafka hashes every key again).  b"": none (look keys up).
         self._bits: bytes | bytearray = b""
         self._bits_from = 0
+        # Whether the compiled walks release the GIL (see kwire.broker.storage.cleaner).
+        self.release_gil = True
         if compiled and _layout is None:
             raise RuntimeError("the compiled helper kwire.protocol.records._layout is not built")
         self.compiled = _layout is not None if compiled is None else compiled
@@ -199,7 +201,8 @@ class OffsetMap:
         while True:
             if self.compiled:
                 stopped, self._size = _layout.map_put_v2(buf, pos, stop, count, base_offset, start, self._buf,
-                                                        self.slots, self.capacity, self._size, skip)
+                                                        self.slots, self.capacity, self._size, skip,
+                                                        self.release_gil)
             else:
                 stopped = self._put_records_py(buf, pos, stop, count, base_offset, start, skip)
             if stopped < 0 or not self._grow():
@@ -220,7 +223,7 @@ class OffsetMap:
         adjacent records in one span)."""
         if self.compiled:
             result = _layout.map_keep_v2(buf, pos, stop, count, base_offset, self.latest_offset, keep_tombstones,
-                                         self._buf, self.slots, self._bits, self._bits_from)
+                                         self._buf, self.slots, self._bits, self._bits_from, self.release_gil)
         else:
             result = self._keep_records_py(buf, pos, stop, count, base_offset, keep_tombstones)
         if result[0] < 0:

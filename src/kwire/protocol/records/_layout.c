@@ -497,14 +497,16 @@ static int check_map(const Py_buffer *map, Py_ssize_t slots)
 }
 
 PyDoc_STRVAR(map_put_v2_doc,
-"map_put_v2(buf, pos, stop, count, base_offset, start, map, slots, capacity, size, skip) -> (stopped, size)\n\n"
+"map_put_v2(buf, pos, stop, count, base_offset, start, map, slots, capacity, size, skip, release_gil=True)\n"
+"    -> (stopped, size)\n\n"
 "For each of the `count` v2 records in buf[pos:stop] from the `skip`-th on (the ones before are\n"
 "only walked over), in order, whose offset (base_offset + its\n"
 "offset delta) is at least `start` and whose key is not null, put key -> offset into `map` (a\n"
 "writable buffer of `slots` 24-byte slots holding `size` keys), unless it holds `capacity` keys\n"
 "already: that stops the walk.  Returns (-1 if every record was taken, else the index of the\n"
 "record that found the map full, or -2 - the index of a record that does not parse (-2 - count:\n"
-"the records end short of `stop`); the keys the map holds now).  Runs without the GIL.");
+"the records end short of `stop`); the keys the map holds now).  Runs without the GIL unless\n"
+"`release_gil` is false (a short walk: see kwire.broker.storage.cleaner).");
 
 static PyObject *map_put_v2(PyObject *self, PyObject *args)
 {
@@ -512,8 +514,9 @@ static PyObject *map_put_v2(PyObject *self, PyObject *args)
     Py_buffer data, map;
     Py_ssize_t pos, stop, count, slots, capacity, size, skip;
     long long base_offset, start;
-    if (!PyArg_ParseTuple(args, "y*nnnLLw*nnnn", &data, &pos, &stop, &count, &base_offset, &start, &map, &slots,
-                          &capacity, &size, &skip))
+    int release_gil = 1;
+    if (!PyArg_ParseTuple(args, "y*nnnLLw*nnnn|p", &data, &pos, &stop, &count, &base_offset, &start, &map, &slots,
+                          &capacity, &size, &skip, &release_gil))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t stopped = -1;
@@ -525,7 +528,7 @@ static PyObject *map_put_v2(PyObject *self, PyObject *args)
         goto done;
     if (capacity > slots)
         capacity = slots;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *saved = release_gil ? PyEval_SaveThread() : NULL;
     const uint8_t *buf = (const uint8_t *)data.buf, *p = buf + pos, *limit = buf + stop;
     uint8_t digest[DIGEST_BYTES];
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -552,7 +555,8 @@ static PyObject *map_put_v2(PyObject *self, PyObject *args)
     }
     if (stopped == -1 && p != limit)
         stopped = -2 - count;
-    Py_END_ALLOW_THREADS
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
     result = Py_BuildValue("(nn)", stopped, size);
 done:
     PyBuffer_Release(&data);
@@ -561,7 +565,8 @@ done:
 }
 
 PyDoc_STRVAR(map_keep_v2_doc,
-"map_keep_v2(buf, pos, stop, count, base_offset, latest, keep_tombstones, map, slots, bits, bits_from)\n"
+"map_keep_v2(buf, pos, stop, count, base_offset, latest, keep_tombstones, map, slots, bits, bits_from,\n"
+"            release_gil=True)\n"
 "    -> (kept, tombstones, max_ts_delta, spans)\n\n"
 "Which of the `count` v2 records in buf[pos:stop] the log cleaner keeps: one whose offset is after\n"
 "`latest`; else one with a key that `map` (as map_put_v2 fills it) does not map to a later offset,\n"
@@ -570,7 +575,8 @@ PyDoc_STRVAR(map_keep_v2_doc,
 "map: set if the map holds o for some key, so the key needs no hashing.  Returns how many are kept, how many of them have a null\n"
 "value, the largest timestamp delta among them (-2**63 if none) and a list of their byte spans in\n"
 "buf (start, end, start, end, ...; adjacent records in one span).  `kept` is -1 - the index of a\n"
-"record that does not parse (-1 - count: the records end short of `stop`).  Walks without the GIL.");
+"record that does not parse (-1 - count: the records end short of `stop`).  Walks without the GIL\n"
+"unless `release_gil` is false.");
 
 static PyObject *map_keep_v2(PyObject *self, PyObject *args)
 {
@@ -581,8 +587,9 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
     int keep_tombstones;
     Py_buffer bits;
     long long bits_from;
-    if (!PyArg_ParseTuple(args, "y*nnnLLpy*ny*L", &data, &pos, &stop, &count, &base_offset, &latest,
-                          &keep_tombstones, &map, &slots, &bits, &bits_from))
+    int release_gil = 1;
+    if (!PyArg_ParseTuple(args, "y*nnnLLpy*ny*L|p", &data, &pos, &stop, &count, &base_offset, &latest,
+                          &keep_tombstones, &map, &slots, &bits, &bits_from, &release_gil))
         return NULL;
     PyObject *result = NULL, *spans = NULL;
     Py_ssize_t *at = NULL;
@@ -603,7 +610,7 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
     }
     Py_ssize_t kept = 0, tombstones = 0, n_spans = 0;
     int64_t max_ts = INT64_MIN, bits_end = (int64_t)bits.len * 8;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *saved = release_gil ? PyEval_SaveThread() : NULL;
     const uint8_t *buf = (const uint8_t *)data.buf, *p = buf + pos, *limit = buf + stop;
     uint8_t digest[DIGEST_BYTES];
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -649,7 +656,8 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
     }
     if (kept >= 0 && p != limit)
         kept = -1 - count;
-    Py_END_ALLOW_THREADS
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
     if (kept < 0)
         n_spans = 0;
     if ((spans = PyList_New(2 * n_spans)) == NULL)
