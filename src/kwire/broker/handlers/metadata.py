@@ -24,6 +24,7 @@ from kwire.protocol.errors import (
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import validate_topic_name
 from ..topics import is_internal
+from .authorized_ops import authorized_operations
 from .common import NO_AUTHORIZED_OPERATIONS
 from .registry import CloseConnection, handler
 from .topic_admin import create_topic
@@ -113,8 +114,18 @@ def handle_metadata(ctx, request) -> Response:
                     topics.append(_topic(ctx, name, error=exc.code))
                     continue
             topics.append(_topic(ctx, name))
+    # KIP-430, as Kafka's KafkaApis: asked-for topic operations are computed for each topic the
+    # answer names without an error; cluster operations only where the version still has them
+    # (v8-v10; Kafka 4 moved them to DescribeCluster).
+    if v >= 8 and request.include_topic_authorized_operations:
+        for topic in topics:
+            if topic.error_code == 0 and topic.name is not None:
+                topic.topic_authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, topic.name)
+    cluster_ops = NO_AUTHORIZED_OPERATIONS
+    if 8 <= v <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER)
     return Response(
         throttle_time_ms=0,
         brokers=[Response.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)],
         cluster_id=broker.cluster_id, controller_id=node, topics=topics,
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS, error_code=0)
+        cluster_authorized_operations=cluster_ops, error_code=0)
