@@ -191,7 +191,7 @@ def test_aborted_transactions_never_become_rows_and_open_ones_wait(spark, broker
 
 def test_records_deleted_by_retention_fail_the_read_or_are_skipped_with_a_warning(spark, broker):
     topic = "aged"
-    create_topic(broker.bootstrap, topic, partitions=1, segment_bytes="2048", retention_bytes="4096")
+    create_topic(broker.bootstrap, topic, partitions=1, internal_segment_bytes="2048", retention_bytes="4096")
     produce(broker.bootstrap, topic, [(None, b"v" * 100, None, 0) for _ in range(200)], **{"batch.size": "1024"})
     log = broker.state.logs.get(topic, 0)
     broker.call(lambda: log.apply_retention())

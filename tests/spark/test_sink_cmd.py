@@ -128,7 +128,7 @@ def test_records_deleted_by_retention_fail_the_stream_or_are_skipped_with_a_warn
     # Its own broker: retention runs only when the test says so.
     with EmbeddedBroker(retention_check_interval_ms=10**9) as b:
         topic = "aged-stream"
-        create_topic(b.bootstrap, topic, partitions=1, segment_bytes="2048", retention_bytes="4096")
+        create_topic(b.bootstrap, topic, partitions=1, internal_segment_bytes="2048", retention_bytes="4096")
         small = {"batch.size": "1024"}
         produce(b.bootstrap, topic, [(None, b"v" * 100, None, 0) for _ in range(60)], **small)
 
