@@ -4,8 +4,9 @@ SkimpyOffsetMap), and the two walks over a batch's records that use it.
 As Kafka's, the map is one buffer of ``log.cleaner.dedupe.buffer.size`` bytes (per cleaner
 thread) of 24-byte slots, a 16-byte MD5 of the key and an 8-byte offset, filled to at most
 ``log.cleaner.io.buffer.load.factor`` (0.9) with open addressing.  So the setting bounds the
-cleaner's memory for real, and a buffer of a given size holds as many keys as in Kafka: when the
-dirty part of a log has more keys than that, one pass cleans what fits and the next goes on.
+cleaner's memory for real, and a buffer of a given size holds about as many keys as in Kafka (2/3
+at worst, see below): when the dirty part of a log has more keys than that, one pass cleans what
+fits and the next goes on.
 Two keys with the same MD5 would collide (Kafka accepts the same risk).  An all-zero hash marks
 an empty slot (a key whose MD5 is all zeros is taken as the hash with its last bit set).
 
@@ -13,9 +14,9 @@ Unlike Kafka's, the table starts small (``INITIAL_SLOTS``) and doubles as keys c
 growth allocating the new table while the old one still exists, within the buffer size: old
 and new together never exceed it, so the last table is about 2/3 of the buffer (the map holds
 about 2/3 of the keys Kafka's would, at worst).  A table sized for the keys there are, not for
-the buffer, keeps the probes in the processor's caches and TLB: a clean of a log with 10,000
-keys probed a 128 MiB table at random, about 500 ns a probe on the benchmark's VM, against
-about 100 ns in a table of 16,384 slots; and its memory is what the keys need.
+the buffer, keeps the probes in the processor's caches and TLB: mapping a log of 10,000 keys
+took ~890 ns a record (MD5 included) with a 128 MiB table probed at random on the benchmark's
+VM, ~400 ns with a table of 16,384 slots; and its memory is what the keys need.
 
 The walks (``OffsetMap.put_records`` for the map, ``OffsetMap.keep_records`` for the copy) read
 only what they need of each record (where it lies, its offset and timestamp deltas, its key,
