@@ -185,3 +185,29 @@ def wait_for_assignment(consumers: list[confluent_kafka.Consumer], partitions: i
         if all(shares) and sum(shares) == partitions:
             return
     raise AssertionError(f"the group never assigned its {partitions} partitions to its members")
+
+
+def confluent_read_all(bootstrap: str, topic: str, isolation: str, partitions: int = 3,
+                       timeout: float = 15) -> list[tuple[int, bytes]]:
+    """Every record a consumer with ``isolation`` sees, read to the end of each partition (the LSO
+    for read_committed), without a group rebalance (assigned partitions)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}",
+                                  "isolation.level": isolation, "enable.partition.eof": True,
+                                  "enable.auto.commit": False, "log_level": 0})
+    c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
+    got, at_end = [], set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"{isolation} reader stuck: {len(got)} records, ends {at_end}"
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                assert m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, m.error()
+                at_end.add(m.partition())
+                continue
+            got.append((m.partition(), m.value()))
+    finally:
+        c.close()
+    return got

@@ -18,7 +18,7 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 import kwire
 from kwire.broker import EmbeddedBroker
 
-from .clients import run
+from .clients import confluent_read_all, run
 
 PARTITIONS = 3
 QUIET = {"log_level": 0}  # librdkafka's connection chatter when a test's broker stops
@@ -31,32 +31,6 @@ def committed_and_aborted(n: int = 30) -> tuple[list[tuple[int, bytes]], list[tu
 
 
 # -- readers -------------------------------------------------------------------------------------
-def confluent_read_all(bootstrap: str, topic: str, isolation: str, partitions: int = PARTITIONS,
-                       timeout: float = 15) -> list[tuple[int, bytes]]:
-    """Every record a consumer with ``isolation`` sees, read to the end of each partition (the LSO
-    for read_committed), without a group rebalance (assigned partitions)."""
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}",
-                                  "isolation.level": isolation, "enable.partition.eof": True,
-                                  "enable.auto.commit": False, **QUIET})
-    c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
-    got, at_end = [], set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(at_end) < partitions:
-            assert time.monotonic() < deadline, f"{isolation} reader stuck: {len(got)} records, ends {at_end}"
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, m.error()
-                at_end.add(m.partition())
-                continue
-            got.append((m.partition(), m.value()))
-    finally:
-        c.close()
-    return got
-
-
 def kafka_python_read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 15) -> list[tuple[int, bytes]]:
     c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]

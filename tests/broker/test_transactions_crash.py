@@ -12,7 +12,8 @@ import confluent_kafka
 from kwire.broker.storage import AbortedTxn, LogManager
 
 from .test_crash import _free_port, _start
-from .test_transactions_clients import QUIET, confluent_read_all
+from .clients import confluent_read_all
+from .test_transactions_clients import QUIET
 
 
 def test_kill_9_keeps_transactions_and_rebuilds_the_txn_index(tmp_path):

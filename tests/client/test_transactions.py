@@ -30,6 +30,8 @@ from kwire.client import (
 from kwire.protocol.errors import MessageTooLargeError
 from kwire.settings import ConfigError
 
+from ..broker.clients import confluent_read_all
+
 PARTITIONS = 3
 QUIET = {"log_level": 0}
 
@@ -65,29 +67,6 @@ def kwire_read_all(bootstrap: str, topic: str, isolation: str, partitions: int =
             assert time.monotonic() < deadline, f"kwire {isolation} reader stuck at {len(got)} records"
             got += [(r.partition, r.value) for r in c.poll(0.2)]
         got += [(r.partition, r.value) for r in c.poll(0.2)]  # nothing past the end
-    return got
-
-
-def confluent_read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 10) -> list[tuple[int, bytes]]:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}",
-                                  "isolation.level": isolation, "enable.partition.eof": True,
-                                  "enable.auto.commit": False, **QUIET})
-    c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got, at_end = [], set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"confluent {isolation} reader stuck at {len(got)} records"
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                assert m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, m.error()
-                at_end.add(m.partition())
-                continue
-            got.append((m.partition(), m.value()))
-    finally:
-        c.close()
     return got
 
 
