@@ -11,8 +11,8 @@ import confluent_kafka
 
 from kwire.broker.storage import AbortedTxn, LogManager
 
-from .test_crash import _free_port, _start
 from .clients import confluent_read_all
+from .test_crash import _free_port, _start
 from .test_transactions_clients import QUIET
 
 
