@@ -87,14 +87,16 @@ class ProducerBatch:
         self.sent = False
         self.ambiguous = False  # (of this numbering: it has not been sent yet)
 
-    def encode(self, compression: int, magic: int) -> bytes:
-        """The batch's bytes (built once, and again after the producer state changed)."""
+    def encode(self, compression: int, magic: int, *, transactional: bool = False) -> bytes:
+        """The batch's bytes (built once, and again after the producer state changed).
+        ``transactional``: a transactional producer's batch (v2 only; the attribute bit set)."""
         if self.data is None or self.data_magic != magic:
             self.data_magic = magic
             if magic == 2:
                 builder = RecordBatchBuilder(compression=compression, producer_id=self.producer_id,
                                              producer_epoch=self.epoch,
-                                             base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1)
+                                             base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                             transactional=transactional)
                 builder.extend(self.records)
             else:
                 builder = LegacyMessageSetBuilder(magic, compression=compression)

@@ -49,7 +49,6 @@ from kwire.protocol.errors import (
     NotCoordinatorError,
     OperationNotAttemptedError,
 )
-from kwire.protocol.records import RecordBatchBuilder
 
 from .accumulator import ProducerBatch, RecordAccumulator
 from .cluster import Cluster
@@ -61,7 +60,7 @@ from .errors import (
     UnsupportedApiError,
     is_retriable,
 )
-from .idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceState, wire_sequence
+from .idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceState
 from .producer_errors import DeliveryTimeoutError, ProducerFencedError
 from .retry import retrying
 from .transactions import (
@@ -380,7 +379,7 @@ class Sender:
                     data = TopicData(name=topic, partition_data=[])
                     names[topic] = topic
                 topics[topic] = data
-            records = batch.encode(compression, magic) if self._txn is None else _encode_transactional(batch, compression)
+            records = batch.encode(compression, magic if self._txn is None else 2, transactional=self._txn is not None)
             data.partition_data.append(PartitionData(index=batch.tp.partition, records=records))
         request = messages.ProduceRequest(transactional_id=None if self._txn is None else self._txn.transactional_id,
                                           acks=self._acks, timeout_ms=self._ack_timeout_ms,
@@ -638,16 +637,3 @@ def raise_partition_errors(codes: dict[TopicPartition, int], what: str) -> None:
     code = min(failed, key=rank)
     names = ", ".join(str(tp) for tp, c in sorted(codes.items()) if c == code)
     raise KafkaError.for_code(code)(f"{what} of {names}")
-
-
-def _encode_transactional(batch: ProducerBatch, compression: int) -> bytes:
-    """A transactional producer's batch: a record batch with the transactional bit (built once per
-    numbering, kept for resends as ``ProducerBatch.encode`` keeps its own)."""
-    if batch.data is None or batch.data_magic != 2:
-        builder = RecordBatchBuilder(compression=compression, producer_id=batch.producer_id,
-                                     producer_epoch=batch.epoch, base_sequence=wire_sequence(batch.sequence),
-                                     transactional=True)
-        builder.extend(batch.records)
-        batch.data_magic = 2
-        batch.data = builder.build()
-    return batch.data
