@@ -236,6 +236,9 @@ class Cleaner:
           the waiting thread's switch-interval timer in CPython, so it only gets the GIL when
           it wins a race): 0.11x and 0.18x against 0.08x and 0.09x without, alternated at load
           5-8, where every figure is noise.
+        - The cleaner thread at nice 10 (``os.setpriority`` on its thread id): p50 0.63x
+          against 0.58x, but p99 121 ms against 32 ms: preempted while holding the GIL, it
+          kept the event loop waiting.
         - Walking all the batches of 256 KiB in one call without the GIL (fewer, longer
           GIL-free stretches): 0.21x.  Gathering them is itself ms of Python holding the GIL
           when batches are small, and the event loop waits the interpreter's 5 ms switch
