@@ -54,7 +54,9 @@ def test_confluent_consumer_reads_the_compacted_topic(tmp_path):
     topic, keys, rounds = "compacted-e2e", 20, 15
     with EmbeddedBroker(tmp_path / "data", log_cleaner_backoff_ms=20) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+        # A dirty ratio no log passes (cleaning needs one above it) until the size before cleaning
+        # has been read: the cleaner threads would otherwise clean while the records are written.
+        config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "1.0"}
         admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(timeout=30)
         # Kafka's floor for segment.bytes is 1 MiB: small segments are set on the log directly.
         log = broker.call(lambda: broker.state.logs.get(topic, 0))
@@ -77,8 +79,10 @@ def test_confluent_consumer_reads_the_compacted_topic(tmp_path):
         producer.produce(topic, key=None, value=b"no key", on_delivery=lambda err, msg: refused.append(err))
         producer.flush(30)
         assert refused and refused[0].code() == confluent_kafka.KafkaError.INVALID_RECORD
+        assert read_cleaner_checkpoint(log.dir) is None  # nothing cleaned yet
         size_before = _on_disk(broker, topic)
         broker.call(lambda: log.roll())  # everything produced is now cleanable
+        broker.call(lambda: broker.state.logs.set_topic_config(topic, log.config.with_(min_cleanable_dirty_ratio=0.01)))
 
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and read_cleaner_checkpoint(log.dir) != keys * rounds:
