@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kwire.protocol.errors import KafkaStorageError
+
 __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "TXNINDEX_SUFFIX", "DELETED_SUFFIX", "CLEANED_SUFFIX",
     "SWAP_SUFFIX", "STRAY_SUFFIXES",
-    "segment_path", "offset_from_name", "fsync_dir", "atomic_write",
+    "segment_path", "offset_from_name", "fsync_dir", "atomic_write", "pread_exact",
 ]
 
 LOG_SUFFIX = ".log"
@@ -67,3 +69,16 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
     os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)
+
+
+def pread_exact(fd: int, length: int, position: int) -> bytes:
+    """``length`` bytes at ``position`` of ``fd`` (pread may return fewer); KafkaStorageError at
+    the end of the file."""
+    chunks, got = [], 0
+    while got < length:
+        chunk = os.pread(fd, length - got, position + got)
+        if not chunk:
+            raise KafkaStorageError(f"short read: {got} of {length} bytes at position {position}")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from kwire.protocol.errors import KafkaStorageError
 from kwire.protocol.records import HEADER_SIZE, RecordBatch
 
-from ._files import CLEANED_SUFFIX, segment_path
+from ._files import CLEANED_SUFFIX, pread_exact, segment_path
 from .batch_filter import BatchFilter, FilterStats, TransactionTracker, empty_batch
 from .cleaner_checkpoint import read_cleaner_checkpoint, write_cleaner_checkpoint
 from .config import LONG_MAX
@@ -175,16 +175,6 @@ def _group_by_size(segments: list[LogSegment], max_bytes: int) -> list[list[LogS
     return groups
 
 
-def _pread_exact(fd: int, length: int, position: int) -> bytes:
-    chunks, got = [], 0
-    while got < length:
-        chunk = os.pread(fd, length - got, position + got)
-        if not chunk:
-            raise KafkaStorageError(f"short read: {got} of {length} bytes at position {position}")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
 
 def _batches(fd: int, size: int, chunk: int) -> Iterator[memoryview]:
     """The raw batches of a segment file, read ``chunk`` bytes at a time (a bigger batch whole)."""
@@ -192,12 +182,12 @@ def _batches(fd: int, size: int, chunk: int) -> Iterator[memoryview]:
     while pos + 12 <= size:
         off = pos - buf_start
         if off + 12 > len(buf):
-            buf, buf_start, off = memoryview(_pread_exact(fd, min(chunk, size - pos), pos)), pos, 0
+            buf, buf_start, off = memoryview(pread_exact(fd, min(chunk, size - pos), pos)), pos, 0
         n = _PREFIX.unpack_from(buf, off)[1] + 12
         if n < HEADER_SIZE or pos + n > size:
             raise KafkaStorageError(f"bad batch length {n - 12} at position {pos}")
         if off + n > len(buf):
-            buf, buf_start, off = memoryview(_pread_exact(fd, min(max(chunk, n), size - pos), pos)), pos, 0
+            buf, buf_start, off = memoryview(pread_exact(fd, min(max(chunk, n), size - pos), pos)), pos, 0
         yield buf[off:off + n]
         pos += n
 

@@ -20,7 +20,15 @@ from pathlib import Path
 from kwire.protocol.errors import CorruptRecordError, KafkaStorageError
 from kwire.protocol.records import HEADER_SIZE, RecordBatch
 
-from ._files import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, segment_path
+from ._files import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
+    pread_exact,
+    segment_path,
+)
 from .batch_header import BatchHeader, iter_headers
 from .index import INT32_MAX, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
@@ -89,7 +97,7 @@ class FileSlice:
 
     def read(self) -> bytes:
         """The bytes (for tests, or transports that can't sendfile)."""
-        return _pread_exact(self.file.fd, self.length, self.position)
+        return pread_exact(self.file.fd, self.length, self.position)
 
     def send_to(self, out_fd: int) -> int:
         """Copy the slice to ``out_fd`` (a blocking socket or file) with ``os.sendfile``."""
@@ -447,7 +455,7 @@ class LogSegment:
         for pos, base, size, buf, off in self._scan(position, HEADER_SIZE):
             if base + _LAST_OFFSET_DELTA.unpack_from(buf, off + _LAST_OFFSET_DELTA_AT)[0] >= start_offset:
                 if buf[off + _ATTRIBUTES_AT + 1] & _CONTROL_BIT:
-                    yield _pread_exact(self._fd(), size, pos)
+                    yield pread_exact(self._fd(), size, pos)
                 else:
                     yield bytes(buf[off:off + HEADER_SIZE])
 
@@ -516,12 +524,12 @@ class LogSegment:
         _, start = self.offset_index.lookup(start_offset)
         fd = self._fd()
         for pos, base, size in self._walk(start):
-            header = _pread_exact(fd, HEADER_SIZE, pos)
+            header = pread_exact(fd, HEADER_SIZE, pos)
             max_ts = _MAX_TIMESTAMP.unpack_from(header, _MAX_TIMESTAMP_AT)[0]
             last = base + _LAST_OFFSET_DELTA.unpack_from(header, _LAST_OFFSET_DELTA_AT)[0]
             if max_ts < timestamp or last < min_offset:
                 continue
-            for record in RecordBatch(_pread_exact(fd, size, pos)).records():
+            for record in RecordBatch(pread_exact(fd, size, pos)).records():
                 if record.timestamp >= timestamp and record.offset >= min_offset:
                     return record.offset, record.timestamp
         return None
@@ -538,7 +546,7 @@ class LogSegment:
             found = self._locate(offset)
             if found is not None:
                 pos, size = found
-                header = _pread_exact(fd, HEADER_SIZE, pos)
+                header = pread_exact(fd, HEADER_SIZE, pos)
                 base = _PREFIX.unpack_from(header)[0]
                 last = base + _LAST_OFFSET_DELTA.unpack_from(header, _LAST_OFFSET_DELTA_AT)[0]
                 # The located batch holds offset (or starts after it): it goes.  If it ends
@@ -606,13 +614,3 @@ class LogSegment:
             except FileNotFoundError:
                 pass
 
-
-def _pread_exact(fd: int, length: int, position: int) -> bytes:
-    chunks, got = [], 0
-    while got < length:
-        chunk = os.pread(fd, length - got, position + got)
-        if not chunk:
-            raise KafkaStorageError(f"short read: {got} of {length} bytes at position {position}")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
