@@ -52,7 +52,9 @@ def test_busy_and_loading_coordinators_are_retried(tmp_path):
             p.commit_transaction(10)
         finally:
             p.close()
-        assert calls.count("add_partitions") == 3 and calls.count("end_txn") == 3
+        # Two refusals, then the partitions added: in one request, or in two when the first record
+        # went out before the second was produced (a loaded machine).
+        assert calls.count("add_partitions") in (3, 4) and calls.count("end_txn") == 3
         assert calls.count("add_offsets") == 2
         tps = [TopicPartition("retried", 0), TopicPartition("retried", 1)]
         with Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "retry-group"}) as c:
