@@ -36,7 +36,6 @@ import os
 import platform
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ from pathlib import Path
 
 import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
-from peers import TansuBroker, find_tansu  # same directory
+from peers import TansuBroker, find_tansu, process_rss_bytes, terminate  # same directory
 
 PARTITIONS = 4          # the mock cluster auto-creates topics with 4 partitions; kwire is told the same
 MOCK_WINDOW = 3_500_000  # bytes of values per partition kept below the mock's ~5 MB per-partition retention
@@ -94,14 +93,7 @@ class KwireBroker:
         self.pid = self.proc.pid
 
     def rss_bytes(self) -> int | None:
-        try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for row in f:
-                    if row.startswith("VmRSS:"):
-                        return int(row.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
+        return process_rss_bytes(self.pid)
 
     def log_bytes(self) -> tuple[int, int]:
         """(bytes of .log segment files, bytes the whole data dir takes on disk)."""
@@ -118,16 +110,7 @@ class KwireBroker:
         return logs, disk
 
     def stop(self) -> int | None:
-        code = None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        else:
-            code = self.proc.returncode
+        code = terminate(self.proc, 60)
         self.proc.stdout.close()
         self.stderr.close()
         return code

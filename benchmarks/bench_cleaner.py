@@ -45,7 +45,6 @@ import random
 import re
 import select
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -57,6 +56,7 @@ from pathlib import Path
 import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from peers import process_rss_bytes, terminate  # same directory
 
 from kwire.broker.storage import Cleaner, CleanerConfig, LogConfig, PartitionLog
 from kwire.broker.storage.cleaner_checkpoint import read_cleaner_checkpoint
@@ -226,14 +226,7 @@ class KwireBroker:
         self._read_upto = 0
 
     def rss_bytes(self) -> int | None:
-        try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for row in f:
-                    if row.startswith("VmRSS:"):
-                        return int(row.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
+        return process_rss_bytes(self.pid)
 
     def cpu_seconds(self) -> float:
         """user + system CPU time of the broker process so far."""
@@ -262,16 +255,7 @@ class KwireBroker:
         return [row for row in text.splitlines() if " ERROR " in row or "Traceback" in row]
 
     def stop(self) -> int | None:
-        code = None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        else:
-            code = self.proc.returncode
+        code = terminate(self.proc, 60)
         self.proc.stdout.close()
         self.stderr.close()
         return code

