@@ -1,0 +1,3 @@
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe: KIP-848 consumer groups."""
+
+from __future__ import annotations
