@@ -3,33 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Iterable
 
 from kwire import __version__
 
-from . import (
-    acls_cmd,
-    analyze_cmd,
-    broker_cmd,
-    configs_cmd,
-    consume_cmd,
-    groups_cmd,
-    lag_cmd,
-    metadata_cmd,
-    produce_cmd,
-    protocol_cmd,
-    sink_cmd,
-    topics_cmd,
-    users_cmd,
-)
-
-# Each command module exposes register(subparsers); its parsers set ``func`` to a handler that
-# takes the parsed arguments and returns an exit code.
-COMMAND_MODULES = [protocol_cmd, broker_cmd, produce_cmd, consume_cmd, metadata_cmd, topics_cmd, configs_cmd, groups_cmd,
-                   lag_cmd, analyze_cmd, sink_cmd, users_cmd, acls_cmd]
+# command -> the module that registers it: register(subparsers) adds that one command, whose
+# parser sets ``func`` to a handler taking the parsed arguments and returning an exit code.
+# A command line imports only its own command's module (the others cost up to half a second
+# of imports between them: the broker's storage, the analyzer, the ACL files).
+COMMANDS: dict[str, str] = {
+    "protocol": "protocol_cmd", "broker": "broker_cmd", "produce": "produce_cmd", "consume": "consume_cmd",
+    "metadata": "metadata_cmd", "topics": "topics_cmd", "configs": "configs_cmd", "groups": "groups_cmd",
+    "lag": "lag_cmd", "analyze": "analyze_cmd", "sink": "sink_cmd", "users": "users_cmd", "acls": "acls_cmd",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The ``kwire`` parser with every command, or with just the commands in ``only``."""
     parser = argparse.ArgumentParser(
         prog="kwire",
         description="Kafka's wire protocol in Python: codec, client, broker, analyzer.",
@@ -37,13 +29,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kwire {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    wanted = COMMANDS if only is None else [name for name in COMMANDS if name in set(only)]
+    for name in wanted:
+        importlib.import_module(f"{__package__}.{COMMANDS[name]}").register(sub)
     return parser
 
 
+def _commands_needed(argv: list[str]) -> list[str] | None:
+    """Which commands' parsers this command line needs: its own command's, none for a bare
+    ``--version``, and all (None) for ``--help`` or anything argparse must reject with the list."""
+    for arg in argv:
+        if arg == "--version":
+            return []
+        if not arg.startswith("-"):
+            return [arg] if arg in COMMANDS else None
+        if arg in ("-h", "--help"):
+            return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_commands_needed(argv))
     args, extra = parser.parse_known_args(argv)
     # argparse stops filling a trailing ``nargs="*"`` positional at the first option, so in
     # ``kwire produce t -p 2 a b`` the values a b come back unparsed; commands that name such a
