@@ -17,6 +17,7 @@ from .auth.security import BrokerSecurity
 from .broker_configs import DynamicBrokerConfigs
 from .config import BrokerConfig, new_cluster_id
 from .durability import GroupCommit
+from .group_configs import GroupConfigStore
 from .internal_topics import InternalTopics
 from .storage import LogConfig, LogManager
 from .storage._files import atomic_write
@@ -65,6 +66,9 @@ class BrokerState:
         self.dynamic_configs = DynamicBrokerConfigs(self.data_dir, config.node_id)
         self.config = self.dynamic_configs.broker_config(config, config)
         self.cluster_id = self._load_cluster_id()
+        # Configs set on GROUP resources (consumer.*, share.*): the coordinators read
+        # group_configs.get(group_id) for a group's session timeout, record lock duration...
+        self.group_configs = GroupConfigStore(self.data_dir)
         self.logs = LogManager(self.data_dir, config.log,
                                configs={t: self.log_config_for(self.topics.get(t))
                                         for t in self.topics.names(internal=True)},
