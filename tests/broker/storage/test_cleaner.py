@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from kwire.broker.storage import Cleaner, CleanerConfig, LogCleaner, LogManager, PartitionLog
 from kwire.broker.storage.cleaner import CleanAborted
 from kwire.broker.storage.cleaner_checkpoint import read_cleaner_checkpoint
+from kwire.broker.storage.segment import LogSegment
 from kwire.broker.storage.throttler import Throttler
 from kwire.protocol.errors import InvalidRecordError, OutOfOrderSequenceNumberError
 from kwire.protocol.records import Compression
@@ -237,16 +239,54 @@ def test_max_compaction_lag_forces_a_clean_below_the_ratio(tmp_path):
         assert len(records(log)) == 5
 
 
-def test_small_cleaned_segments_are_merged(log):
-    fill_rounds(log, 20)
+def test_small_cleaned_segments_are_merged_in_the_same_clean(log):
+    # Grouped by their sizes after cleaning, not before (unlike Kafka's groupSegmentsBySize):
+    # sixty rounds of the same 5 keys over many full segments end in one segment.
+    fill_rounds(log, 60)
     log.roll()
-    clean(log)  # grouped by their size before cleaning: the shrunk segments stay apart
     many = len(log.segments)
-    put(log, [("k0", "new")])
-    log.roll()
-    clean(log)
-    assert len(log.segments) == 2 < many  # one merged segment + the active one
+    result = clean(log)
+    assert many > 4 and result is not None and result.segments_before == many - 1
+    assert len(log.segments) == 2 and result.segments_after == 1  # one cleaned segment + the active one
     assert len(records(log)) == 5
+    assert [r[0] for r in records(log)] == list(range(295, 300))
+
+
+def test_cleaned_segments_stay_within_segment_bytes(log):
+    # Nothing to remove from most segments (distinct keys): they stay as big as they were, and
+    # no output grows past segment.bytes; the few shrunk ones merge with their neighbours.
+    for r in range(30):
+        put(log, [(f"u{r}-{i}", "x" * 20) for i in range(6)] + [("same", f"v{r}")], ts=1_000 + r)
+    log.roll()
+    before = latest(records(log))
+    clean(log)
+    assert all(s.size <= COMPACT.segment_bytes for s in log.segments)
+    assert latest(records(log)) == before
+    assert len(records(log)) == 30 * 6 + 1
+
+
+def test_segments_are_not_merged_across_int32_relative_offsets(tmp_path):
+    # Kafka's rule: a segment's offsets must fit int32 relative to its base (the index stores
+    # them so).  Two small segments 2^31 offsets apart stay two segments.
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    far = 1 << 31
+    for base, tag in ((0, "a"), (far, "b"), (far + 10, "c")):
+        segment = LogSegment(directory, base, index_interval_bytes=64)
+        raw = struct.pack(">q", base) + kv([("k0", tag), (f"only-{tag}", "x")])[8:]
+        segment.append(raw, base, base + 1, -1)
+        segment.flush()
+        segment.close()
+    log = PartitionLog(directory, COMPACT)
+    try:
+        assert [s.base_offset for s in log.segments] == [0, far, far + 10]
+        result = clean(log)
+        assert result is not None and result.segments_after == 2
+        assert [s.base_offset for s in log.segments] == [0, far, far + 10]
+        assert records(log) == [(1, "only-a", "x"), (far, "k0", "b"), (far + 1, "only-b", "x"),
+                                (far + 10, "k0", "c"), (far + 11, "only-c", "x")]
+    finally:
+        log.close()
 
 
 def test_indexes_after_cleaning_match_rebuilt_ones(log, tmp_path):

@@ -14,9 +14,9 @@ record of every key:
 * **Cleaning** (``Cleaner.clean``): the dirty part's keys go into a dedupe map (``OffsetMap``,
   bounded by log.cleaner.dedupe.buffer.size: when it fills, the pass cleans up to there and the
   next pass goes on).  Then every segment from the log's start up to the end of the mapped range
-  is copied, in groups merged up to segment.bytes, into ``<base>.log.cleaned`` files, keeping
-  what ``BatchFilter`` keeps.  Each dirty batch is walked twice, as in Kafka (once for the map,
-  once for the copy), by the compiled walks of offset_map.py, which release the GIL (see
+  is copied into ``<base>.log.cleaned`` files, keeping what ``BatchFilter`` keeps, merging
+  consecutive segments while what is kept fits in segment.bytes (see ``Cleaner._copy``).
+  Each dirty batch is walked twice, as in Kafka (once for the map, once for the copy), by the compiled walks of offset_map.py, which release the GIL (see
   ``Cleaner._check``).  The copy runs without the partition lock: produce and fetch go
   on.  Only the swap (``PartitionLog.replace_segments``) takes the lock, after checking that
   the segments it replaces are still the log's.
@@ -160,20 +160,33 @@ def log_to_clean(log: PartitionLog, now_ms: int, view: CleaningView | None = Non
     return LogToClean(log, first_dirty, first_uncleanable, clean_bytes, dirty_bytes, forced)
 
 
-def _group_by_size(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
-    """Consecutive segments merged while their total stays within segment.bytes and their
-    offsets within one segment's int32 relative offsets (Kafka's groupSegmentsBySize)."""
-    groups: list[list[LogSegment]] = []
-    for segment in segments:
-        if groups:
-            group = groups[-1]
-            size = sum(s.size for s in group)
-            if size + segment.size <= max_bytes and segment.next_offset - 1 - group[0].base_offset <= INT32_MAX:
-                group.append(segment)
-                continue
-        groups.append([segment])
-    return groups
+class _Output:
+    """A ``.cleaned`` segment being written, and the old segments it replaces so far."""
 
+    __slots__ = ("segment", "group", "pending", "pending_bytes", "changed", "first_abort", "last", "handed_over")
+
+    def __init__(self, segment: LogSegment, first_abort: int):
+        self.segment = segment
+        self.group: list[LogSegment] = []
+        self.pending: list[bytes | memoryview] = []  # kept batches not written yet
+        self.pending_bytes = 0
+        self.changed = False
+        self.first_abort = first_abort   # its first entry in the filter's kept_aborts
+        self.last: RecordBatch | None = None  # the last batch read of its group
+        self.handed_over = False  # the swap began: the files are the loader's to finish or remove
+
+    @property
+    def base(self) -> int:
+        return self.segment.base_offset
+
+    @property
+    def size(self) -> int:
+        return self.segment.size + self.pending_bytes
+
+    def fits(self, nbytes: int, segment: LogSegment, max_bytes: int) -> bool:
+        """Whether ``nbytes`` more, ending with ``segment``'s offsets, stay within segment.bytes
+        and the int32 relative offsets of the index (Kafka's groupSegmentsBySize rules)."""
+        return self.size + nbytes <= max_bytes and segment.next_offset - 1 - self.base <= INT32_MAX
 
 
 def _batches(fd: int, size: int, chunk: int) -> Iterator[memoryview]:
@@ -285,10 +298,8 @@ class Cleaner:
                                        aborted=aborted, last_batch_of_producer=view.last_batch_of_producer,
                                        marker_epoch_of_producer=view.marker_epoch_of_producer, stats=stats)
             before = sum(s.size for s in to_clean)
-            after = 0
-            groups = _group_by_size(to_clean, view.config.segment_bytes)
-            for group in groups:
-                after += self._clean_group(log, group, fd_of, batch_filter, view.config.index_interval_bytes)
+            after, outputs = self._copy(log, to_clean, fd_of, batch_filter, view.config.segment_bytes,
+                                        view.config.index_interval_bytes)
         finally:
             offset_map.close()
             for fd in fds:
@@ -297,12 +308,12 @@ class Cleaner:
         if self.hook:
             self.hook("checkpointed")
         result = CleanResult(log.name, before, after, stats.records_read, stats.records_removed, len(to_clean),
-                             len(groups), first_dirty, end, time.monotonic() - t0, stats.min_delete_horizon)
+                             outputs, first_dirty, end, time.monotonic() - t0, stats.min_delete_horizon)
         # One line per clean, like Kafka's "Cleaner 0: Log ... cleaned: x MB -> y MB".
         logger.info("cleaned %s: %d bytes -> %d bytes (%.1f%% smaller), %d of %d records removed, "
                     "%d segment(s) -> %d, offsets %d-%d dirty, in %.3f s", log.name, before, after,
                     100.0 * (before - after) / before if before else 0.0, stats.records_removed,
-                    stats.records_read, len(to_clean), len(groups), first_dirty, end, result.duration_s)
+                    stats.records_read, len(to_clean), outputs, first_dirty, end, result.duration_s)
         return result
 
     def _build_offset_map(self, log: PartitionLog, segments: list[LogSegment], fd_of: dict[int, int], start: int,
@@ -342,69 +353,136 @@ class Cleaner:
                     offset_map.latest_offset = batch.last_offset
         return offset_map.latest_offset + 1
 
-    def _clean_group(self, log: PartitionLog, group: list[LogSegment], fd_of: dict[int, int],
-                     batch_filter: BatchFilter, index_interval_bytes: int) -> int:
-        """Copy ``group`` into one ``.cleaned`` segment and swap it in; returns its size."""
-        base = group[0].base_offset
+    def _copy(self, log: PartitionLog, segments: list[LogSegment], fd_of: dict[int, int],
+              batch_filter: BatchFilter, max_bytes: int, index_interval_bytes: int) -> tuple[int, int]:
+        """Copy ``segments`` through the filter into cleaned segments of at most segment.bytes
+        and swap each in; returns (bytes after, segments after).
+
+        Kafka groups the segments by their sizes *before* cleaning (groupSegmentsBySize), so a
+        clean of twenty full segments that keeps 1% of them leaves twenty tiny segments until the
+        next clean.  Here the groups are formed by the sizes *after* cleaning: a segment is
+        copied straight into the open output while the output's size plus the segment's (its
+        most) fits; otherwise it is copied into an output of its own, which is then appended to
+        the open one if the two fit together (a second copy, of at most segment.bytes per output
+        made), or else the open one is finished and swapped in.  Kafka's other rules stay: an
+        output never spans more offsets than its index's int32 relative offsets, and never
+        reaches into the active segment (not among ``segments``)."""
+        current: _Output | None = None
+        fresh: _Output | None = None
+        after = outputs = 0
+        aborts = batch_filter.txns.kept_aborts
+        try:
+            for segment in segments:
+                if current is not None and current.fits(segment.size, segment, max_bytes):
+                    self._copy_segment(log, segment, fd_of[id(segment)], current, batch_filter)
+                    continue
+                fresh = self._open_output(log, segment.base_offset, index_interval_bytes, len(aborts))
+                self._copy_segment(log, segment, fd_of[id(segment)], fresh, batch_filter)
+                if current is not None and current.fits(fresh.size, segment, max_bytes):
+                    self._merge(log, current, fresh)
+                else:
+                    if current is not None:
+                        after += self._finish(log, current, aborts[current.first_abort:fresh.first_abort])
+                        outputs += 1
+                    current = fresh
+                fresh = None
+            if current is not None:
+                after += self._finish(log, current, aborts[current.first_abort:])
+                outputs += 1
+                current = None
+        finally:
+            for out in (current, fresh):
+                if out is not None and not out.handed_over:
+                    out.segment.delete()
+        return after, outputs
+
+    def _open_output(self, log: PartitionLog, base: int, index_interval_bytes: int, first_abort: int) -> _Output:
         for suffix in (".log", ".index", ".timeindex", ".txnindex"):  # left by an aborted clean
             segment_path(log.dir, base, suffix + CLEANED_SUFFIX).unlink(missing_ok=True)
-        cleaned = LogSegment(log.dir, base, index_interval_bytes=index_interval_bytes, file_suffix=CLEANED_SUFFIX)
-        done = False
-        try:
-            changed = len(group) > 1
-            aborts_before = len(batch_filter.txns.kept_aborts)
-            out: list[bytes | memoryview] = []
-            pending = 0
-            last: RecordBatch | None = None
-            chunk = self.config.io_buffer_size
-            for segment in group:
-                for raw in _batches(fd_of[id(segment)], segment.size, chunk):
-                    self._check(log)
-                    last = RecordBatch(raw)
-                    kept = batch_filter.filter(raw, last)
-                    if kept is None:
-                        changed = True
-                        continue
-                    if kept is not raw:
-                        changed = True
-                    out.append(kept)
-                    pending += len(kept)
-                    self.throttler.maybe_throttle(len(raw) + len(kept))
-                    if pending >= chunk:
-                        self._write(cleaned, out)
-                        pending = 0
-                    if self.hook:
-                        self.hook("copying")
-            # The aborts whose markers this group keeps with data: its .txnindex.
-            kept_aborts = batch_filter.txns.kept_aborts[aborts_before:]
-            if [t for s in group for t in s.txn_index.entries] != kept_aborts:
-                changed = True
-            if not changed:
-                return sum(s.size for s in group)  # nothing to remove: the segment stays as it is
-            # The cleaned segment ends where the group did, so the loader can tell which old
-            # segments a .swap replaces (those whose base is below its end): when the group's
-            # last batch went, an empty batch owned by no producer keeps its offsets.
-            group_end = group[-1].next_offset
-            if last is not None and (cleaned.next_offset if not out else _end_of(out)) < group_end:
-                out.append(empty_batch(last, keep_producer=False))
-            self._write(cleaned, out)
-            for txn in kept_aborts:
-                cleaned.txn_index.append(txn)
-            cleaned.on_become_inactive()
-            cleaned.flush()
-            if self.hook:
-                self.hook("cleaned")
+        return _Output(LogSegment(log.dir, base, index_interval_bytes=index_interval_bytes,
+                                  file_suffix=CLEANED_SUFFIX), first_abort)
+
+    def _copy_segment(self, log: PartitionLog, segment: LogSegment, fd: int, out: _Output,
+                      batch_filter: BatchFilter) -> None:
+        """Append what the filter keeps of ``segment`` to ``out``."""
+        if out.group:
+            out.changed = True  # segments merged
+        out.group.append(segment)
+        chunk = self.config.io_buffer_size
+        for raw in _batches(fd, segment.size, chunk):
             self._check(log)
-            # From here on the files are the loader's to finish or remove after a failure:
-            # only a swap refused before it began may delete them.
-            done = True
-            if not log.replace_segments(group, cleaned, hook=self.hook):
-                cleaned.delete()
-                raise CleanAborted(f"{log.name}: segments changed during the clean")
-            return cleaned.size
+            out.last = batch = RecordBatch(raw)
+            kept = batch_filter.filter(raw, batch)
+            if kept is None:
+                out.changed = True
+                continue
+            if kept is not raw:
+                out.changed = True
+            self._add(out, kept)
+            self.throttler.maybe_throttle(len(raw) + len(kept))
+            if self.hook:
+                self.hook("copying")
+
+    def _add(self, out: _Output, batch: bytes | memoryview) -> None:
+        out.pending.append(batch)
+        out.pending_bytes += len(batch)
+        if out.pending_bytes >= self.config.io_buffer_size:
+            self._write(out.segment, out.pending)
+            out.pending_bytes = 0
+
+    def _merge(self, log: PartitionLog, into: _Output, other: _Output) -> None:
+        """Append ``other``'s batches (written and pending) to ``into`` and drop ``other``."""
+        other_file = other.segment
+        fd = os.dup(other_file.log_fd()) if other_file.size else -1
+        try:
+            if fd >= 0:
+                for raw in _batches(fd, other_file.size, self.config.io_buffer_size):
+                    self._check(log)
+                    self._add(into, raw)
+                    self.throttler.maybe_throttle(2 * len(raw))
         finally:
-            if not done:
-                cleaned.delete()
+            if fd >= 0:
+                os.close(fd)
+        for raw in other.pending:
+            self._add(into, raw)
+        into.group += other.group
+        into.changed = True
+        into.last = other.last
+        other_file.delete()
+
+    def _finish(self, log: PartitionLog, out: _Output, kept_aborts: list) -> int:
+        """Complete ``out`` and swap it in for its group; returns its size (the group's when
+        nothing changed and it stays)."""
+        group = out.group
+        # The aborts whose markers this group keeps with data: its .txnindex.
+        if not out.changed and [t for s in group for t in s.txn_index.entries] == kept_aborts:
+            out.segment.delete()
+            out.handed_over = True
+            return sum(s.size for s in group)  # nothing to remove: the segment stays as it is
+        cleaned = out.segment
+        # The cleaned segment ends where the group did, so the loader can tell which old
+        # segments a .swap replaces (those whose base is below its end): when the group's
+        # last batch went, an empty batch owned by no producer keeps its offsets.
+        group_end = group[-1].next_offset
+        end = _end_of(out.pending) if out.pending else cleaned.next_offset
+        if out.last is not None and end < group_end:
+            out.pending.append(empty_batch(out.last, keep_producer=False))
+        self._write(cleaned, out.pending)
+        out.pending_bytes = 0
+        for txn in kept_aborts:
+            cleaned.txn_index.append(txn)
+        cleaned.on_become_inactive()
+        cleaned.flush()
+        if self.hook:
+            self.hook("cleaned")
+        self._check(log)
+        # From here on the files are the loader's to finish or remove after a failure:
+        # only a swap refused before it began may delete them.
+        out.handed_over = True
+        if not log.replace_segments(group, cleaned, hook=self.hook):
+            cleaned.delete()
+            raise CleanAborted(f"{log.name}: segments changed during the clean")
+        return cleaned.size
 
     @staticmethod
     def _write(segment: LogSegment, out: list) -> None:
