@@ -1,24 +1,42 @@
 """kwire: Kafka's wire protocol in Python.
 
-The client's main classes are available here (``kwire.Producer``, ``kwire.AsyncConsumer``...),
-imported on first use so that ``import kwire`` stays cheap.
+The client's classes are here (``kwire.Producer``, ``kwire.AsyncConsumer``, ``kwire.Admin``...)
+with its errors and record types, and ``kwire.EmbeddedBroker``, a Kafka-compatible broker in
+your process.  They are imported on first use, so ``import kwire`` stays cheap for those who
+only need the codec (``kwire.protocol``).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
 
-_CLIENT_NAMES = ("Producer", "Consumer", "Admin", "AsyncProducer", "AsyncConsumer", "AsyncAdmin",
-                 "TopicPartition", "RebalanceListener", "NewTopic")
+# Names that live elsewhere, by module: everything kwire.client exports, and the embedded broker.
+_CLIENT = "kwire.client"
+_ELSEWHERE = {"EmbeddedBroker": "kwire.broker"}
 
-__all__ = ["__version__", *_CLIENT_NAMES]
+
+def _client_names() -> list[str]:
+    return list(importlib.import_module(_CLIENT).__all__)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _CLIENT_NAMES:
-        from . import client
+    home = _ELSEWHERE.get(name)
+    if home is None and not name.startswith("_") and name in _client_names():
+        home = _CLIENT
+    if home is None:
+        raise AttributeError(f"module 'kwire' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
 
-        return getattr(client, name)
-    raise AttributeError(f"module 'kwire' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({"__version__", *_client_names(), *_ELSEWHERE})
+
+
+# What `from kwire import *` gives: the classes most programs start from.
+__all__ = ["__version__", "EmbeddedBroker", "Producer", "Consumer", "Admin", "AsyncProducer", "AsyncConsumer",
+           "AsyncAdmin", "TopicPartition", "RebalanceListener", "NewTopic"]

@@ -40,6 +40,14 @@ __all__ = ["EmbeddedBroker"]
 
 
 class EmbeddedBroker:
+    """A kwire broker running inside this process: ``with EmbeddedBroker() as b`` (or ``async
+    with``) starts it on a free port of 127.0.0.1 and stops it at the end.
+
+    ``data_dir``: where the logs live (default: a temporary directory removed at stop).
+    ``settings``: any ``BrokerConfig`` field by name (``default_partitions=3``, ``fsync="always"``,
+    ``listeners=[...]``); an unknown name or a bad value raises ``ConfigError`` naming it.
+    """
+
     def __init__(self, data_dir: str | Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
                  **settings: Any):
         self._tmp: str | None = None
@@ -58,6 +66,7 @@ class EmbeddedBroker:
 
     @property
     def port(self) -> int:
+        """The TCP port of the first listener (chosen by the OS when 0 was asked for)."""
         return self.broker.address[1]
 
     def bootstrap_for(self, listener: str) -> str:
@@ -74,10 +83,13 @@ class EmbeddedBroker:
 
     @property
     def data_dir(self) -> Path:
+        """The directory holding the broker's logs and metadata."""
         return self.config.data_dir
 
     @property
     def state(self):
+        """The broker's ``BrokerState`` (logs, topics, coordinators), for tests that look inside;
+        touch it from the broker's loop only (see ``call``)."""
         return self.broker.state
 
     # -- async ------------------------------------------------------------------------------

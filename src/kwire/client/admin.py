@@ -62,6 +62,7 @@ from .admin_cluster import (
 from .assignors.protocol import decode_assignment, decode_subscription
 from .cluster import Cluster
 from .errors import ClientError, UnsupportedApiError, is_retriable
+from .facade import mirrors
 from .loop_thread import LoopThread
 from .metadata import NO_TOPIC_ID, BrokerInfo, ClusterMetadata, TopicInfo
 from .retry import retrying
@@ -426,9 +427,11 @@ class AsyncAdmin:
 
     @property
     def cluster(self) -> Cluster:
+        """The connections and metadata this admin client uses (shared by its calls)."""
         return self._cluster
 
     async def close(self) -> None:
+        """Close the connections to the brokers; the client can't be used afterwards."""
         await self._cluster.close()
 
     async def __aenter__(self) -> AsyncAdmin:
@@ -1262,11 +1265,11 @@ def _group_description(g, coordinator: int | None) -> GroupDescription:
 def _sync(name: str):
     async_method = getattr(AsyncAdmin, name)
 
+    @mirrors(async_method, blocking=True)
     @functools.wraps(async_method)
     def method(self: Admin, *args, **kwargs):
         return self._call(getattr(self._admin, name)(*args, **kwargs), kwargs.get("timeout"))
 
-    method.__doc__ = f"Synchronous ``AsyncAdmin.{name}``.\n\n{async_method.__doc__ or ''}"
     return method
 
 
@@ -1283,6 +1286,7 @@ class Admin:
 
     @property
     def config(self) -> Any:
+        """The admin client's settings, parsed and checked (read-only)."""
         return self._admin.config
 
     def _call(self, coro, timeout: float | None):
@@ -1290,6 +1294,7 @@ class Admin:
         limit = (self._admin.default_timeout if timeout is None else timeout) * 2 + self._admin.cluster.request_timeout
         return self._loop.run(coro, limit)
 
+    @mirrors(AsyncAdmin.close, blocking=True)
     def close(self) -> None:
         self._loop.run(self._admin.close(), self._admin.cluster.request_timeout)
 

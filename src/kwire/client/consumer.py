@@ -45,6 +45,7 @@ from .cluster import Cluster
 from .config import ConsumerConfig
 from .consumer_errors import CommitFailedError, FatalGroupError, NoOffsetForPartitionError, StaleCommitError
 from .errors import ClientTimeoutError, IllegalStateError
+from .facade import mirrors
 from .fetcher import Fetcher, isolation_level_code
 from .log_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
 from .loop_thread import LoopThread
@@ -87,12 +88,18 @@ class RebalanceListener:
     """
 
     def on_partitions_revoked(self, revoked: list[TopicPartition]) -> Any:
-        pass
+        """``revoked`` are about to be taken from this consumer and are still its own: commit
+        what was processed of them here.  Does nothing unless overridden."""
 
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> Any:
-        pass
+        """``assigned`` were just given to this consumer (after every rebalance, maybe an empty
+        list); seek here to start somewhere else than the committed offsets.  Does nothing unless
+        overridden."""
 
     def on_partitions_lost(self, lost: list[TopicPartition]) -> Any:
+        """``lost`` were taken from this consumer without a revocation (its session expired):
+        another member may own them already, so commits for them are refused.  Calls
+        ``on_partitions_revoked`` unless overridden, as Java's listener does."""
         return self.on_partitions_revoked(lost)
 
 
@@ -199,9 +206,13 @@ class AsyncConsumer:
         self._fetcher.on_assignment_change()
 
     def subscription(self) -> set[str]:
+        """The topics subscribed to (those matched so far, for a pattern); empty when assigned
+        partitions by ``assign`` or not subscribed."""
         return set(self._sub.topics)
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now: the group's assignment, or those given to
+        ``assign``."""
         return set(self._sub.assignment)
 
     # -- polling ----------------------------------------------------------------------------------
@@ -544,6 +555,10 @@ class AsyncConsumer:
                                   isolation_level=self._isolation)
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's log start offset, asked of its leader now (ListOffsets, earliest).
+
+        Raises the broker's error for a partition it refuses (``UnknownTopicOrPartitionError``...)
+        and ``ClientTimeoutError`` past ``default.api.timeout.ms``."""
         found = await list_offsets(self._cluster, {tp: EARLIEST_TIMESTAMP for tp in _partitions(partitions)})
         return {tp: answer.offset for tp, answer in found.items() if answer is not None}
 
@@ -561,6 +576,10 @@ class AsyncConsumer:
         return sorted(info.partitions)
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's end offset, asked of its leader now: the high watermark, or the last
+        stable offset for ``isolation.level=read_committed``.
+
+        Raises as ``beginning_offsets``."""
         found = await list_offsets(self._cluster, {tp: LATEST_TIMESTAMP for tp in _partitions(partitions)},
                                    isolation_level=self._isolation)
         return {tp: answer.offset for tp, answer in found.items() if answer is not None}
@@ -570,10 +589,12 @@ class AsyncConsumer:
         self._sub.pause(_partitions(partitions))
 
     def resume(self, partitions: Iterable[TopicPartition] | TopicPartition) -> None:
+        """Hand out records of these paused partitions again, from where they stopped."""
         self._sub.resume(_partitions(partitions))
         self._wake()
 
     def paused(self) -> set[TopicPartition]:
+        """The partitions paused by ``pause`` (and still assigned)."""
         return self._sub.paused()
 
     def highwater(self, partition: TopicPartition) -> int:
@@ -756,6 +777,7 @@ class AsyncConsumer:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close`` was called; a closed consumer raises ``IllegalStateError`` when used."""
         return self._closed
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -855,6 +877,7 @@ class Consumer:
 
     @property
     def config(self) -> ConsumerConfig:
+        """The consumer's settings, parsed and checked (read-only)."""
         return self._consumer.config
 
     def _run(self, coro, timeout: float | None = None):
@@ -875,19 +898,24 @@ class Consumer:
             callback(offsets, error)
 
     # -- subscription -----------------------------------------------------------------------------
+    @mirrors(AsyncConsumer.subscribe)
     def subscribe(self, topics: Iterable[str] | str | None = None, *, pattern: str | re.Pattern[str] | None = None,
                   listener: RebalanceListener | None = None) -> None:
         self._call(self._consumer.subscribe, topics, pattern=pattern, listener=listener)
 
+    @mirrors(AsyncConsumer.assign)
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._call(self._consumer.assign, _partitions(partitions))
 
+    @mirrors(AsyncConsumer.unsubscribe, blocking=True)
     def unsubscribe(self) -> None:
         self._callbacks.call(self._consumer.unsubscribe())
 
+    @mirrors(AsyncConsumer.subscription)
     def subscription(self) -> set[str]:
         return self._call(self._consumer.subscription)
 
+    @mirrors(AsyncConsumer.assignment)
     def assignment(self) -> set[TopicPartition]:
         return self._call(self._consumer.assignment)
 
@@ -906,48 +934,62 @@ class Consumer:
             self._consumer.getbatches(None if timeout is None else timeout * 1000, max_records))
 
     # -- positions --------------------------------------------------------------------------------
+    @mirrors(AsyncConsumer.seek)
     def seek(self, partition: TopicPartition, offset: int) -> None:
         self._call(self._consumer.seek, partition, offset)
 
+    @mirrors(AsyncConsumer.seek_to_beginning)
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | TopicPartition | None = None) -> None:
         self._call(self._consumer.seek_to_beginning, partitions)
 
+    @mirrors(AsyncConsumer.seek_to_end)
     def seek_to_end(self, partitions: Iterable[TopicPartition] | TopicPartition | None = None) -> None:
         self._call(self._consumer.seek_to_end, partitions)
 
+    @mirrors(AsyncConsumer.seek_to_timestamp, blocking=True)
     def seek_to_timestamp(self, timestamp_ms: int,
                           partitions: Iterable[TopicPartition] | TopicPartition | None = None) -> None:
         self._run(self._consumer.seek_to_timestamp(timestamp_ms, partitions))
 
+    @mirrors(AsyncConsumer.position, blocking=True)
     def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
         return self._run(self._consumer.position(partition, timeout))
 
+    @mirrors(AsyncConsumer.offsets_for_times, blocking=True)
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         return self._run(self._consumer.offsets_for_times(timestamps))
 
+    @mirrors(AsyncConsumer.beginning_offsets, blocking=True)
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._run(self._consumer.beginning_offsets(partitions))
 
+    @mirrors(AsyncConsumer.end_offsets, blocking=True)
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._run(self._consumer.end_offsets(partitions))
 
+    @mirrors(AsyncConsumer.partitions_for, blocking=True)
     def partitions_for(self, topic: str) -> list[int]:
         return self._run(self._consumer.partitions_for(topic))
 
+    @mirrors(AsyncConsumer.pause)
     def pause(self, partitions: Iterable[TopicPartition] | TopicPartition) -> None:
         self._call(self._consumer.pause, partitions)
 
+    @mirrors(AsyncConsumer.resume)
     def resume(self, partitions: Iterable[TopicPartition] | TopicPartition) -> None:
         self._call(self._consumer.resume, partitions)
 
+    @mirrors(AsyncConsumer.paused)
     def paused(self) -> set[TopicPartition]:
         return self._call(self._consumer.paused)
 
+    @mirrors(AsyncConsumer.highwater)
     def highwater(self, partition: TopicPartition) -> int:
         return self._call(self._consumer.highwater, partition)
 
     # -- commits ----------------------------------------------------------------------------------
+    @mirrors(AsyncConsumer.committed, blocking=True)
     def committed(self, partitions: Iterable[TopicPartition] | TopicPartition,
                   timeout: float | None = None) -> dict[TopicPartition, OffsetAndMetadata | None]:
         return self._run(self._consumer.committed(partitions, timeout))
@@ -993,6 +1035,7 @@ class Consumer:
             self._run_commit_callbacks()
 
     @property
+    @mirrors(AsyncConsumer.closed)
     def closed(self) -> bool:
         return self._consumer.closed
 

@@ -65,6 +65,7 @@ from .accumulator import ProducerBatch, RecordAccumulator, record_size
 from .cluster import GROUP_COORDINATOR, Cluster
 from .config import ProducerConfig
 from .errors import ClientTimeoutError, IllegalStateError, UnsupportedApiError, is_retriable
+from .facade import mirrors
 from .idempotence import IdempotenceState
 from .loop_thread import LoopThread
 from .partitioner import Partitioner
@@ -880,6 +881,7 @@ class Producer:
 
     @property
     def config(self) -> ProducerConfig:
+        """The producer's settings, parsed and checked (read-only)."""
         return self._core.config
 
     def _wait(self, coro: Any) -> Any:
@@ -1017,6 +1019,7 @@ class Producer:
         future.result()
         self._run_callbacks()
 
+    @mirrors(AsyncProducer.partitions_for, blocking=True)
     def partitions_for(self, topic: str) -> list[int]:
         return self._wait(self._core.partitions_for(topic))
 
