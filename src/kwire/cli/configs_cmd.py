@@ -1,4 +1,4 @@
-"""``kwire configs``: describe and alter topic and broker configs (the jobs of kafka-configs.sh).
+"""``kwire configs``: describe and alter topic, broker and group configs (the jobs of kafka-configs.sh).
 
     kwire configs describe --topic orders              every config, its value and where it comes from
     kwire configs describe --broker                    the broker's (the one node, or --broker ID)
@@ -6,6 +6,8 @@
     kwire configs alter --topic orders --set retention.ms=86400000 --delete max.message.bytes
     kwire configs alter --broker 1 --add-config 'log.retention.ms=3600000,log.cleanup.policy=[delete,compact]'
     kwire configs alter --topic orders --append cleanup.policy=compact
+    kwire configs describe --group orders-app          consumer.* / share.* configs of a group
+    kwire configs alter --group orders-app --set share.record.lock.duration.ms=60000
 
 alter sends IncrementalAlterConfigs: configs not named keep their values.  ``--add-config`` and
 ``--delete-config`` are kafka-configs.sh's spellings of ``--set`` and ``--delete`` (a list value in
@@ -66,6 +68,8 @@ def _add_resource(parser: argparse.ArgumentParser) -> None:
                        help="a broker by node id (without ID: the broker answering, on a one-node cluster the node)")
     which.add_argument("--broker-defaults", action="store_true",
                        help="the cluster-wide broker defaults (kafka-configs.sh --entity-default)")
+    which.add_argument("--group", "-g", metavar="GROUP",
+                       help="a group's configs (kafka-configs.sh --entity-type groups); the group need not exist yet")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -105,6 +109,8 @@ async def _resource(admin, args: argparse.Namespace):
 
     if args.topic is not None:
         return ConfigResource.topic(args.topic)
+    if getattr(args, "group", None) is not None:
+        return ConfigResource.group(args.group)
     if args.broker_defaults:
         return ConfigResource.broker("")
     if args.broker:
@@ -118,6 +124,8 @@ async def _resource(admin, args: argparse.Namespace):
 def _describe_resource(resource) -> str:
     if resource.type.name == "TOPIC":
         return f"topic {resource.name!r}"
+    if resource.type.name == "GROUP":
+        return f"group {resource.name!r}"
     return "the cluster-wide broker defaults" if resource.name == "" else f"broker {resource.name}"
 
 
@@ -131,9 +139,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
     resource, entries = asyncio.run(main())
     rows = [_entry_document(e) for e in sorted(entries.values(), key=lambda e: e.name)]
-    if args.overrides:  # a topic's own overrides; a broker's dynamic values (kafka-configs.sh --describe)
-        own = ("DYNAMIC_TOPIC_CONFIG",) if resource.type.name == "TOPIC" else \
-            ("DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    if args.overrides:  # a topic's or group's own values; a broker's dynamic ones (kafka-configs.sh --describe)
+        own = {"TOPIC": ("DYNAMIC_TOPIC_CONFIG",), "GROUP": ("GROUP_CONFIG",)}.get(
+            resource.type.name, ("DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG"))
         rows = [r for r in rows if r["source"] in own]
     if args.json:
         print_json({"resource": {"type": resource.type.name.lower(), "name": resource.name}, "configs": rows})

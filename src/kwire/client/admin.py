@@ -165,8 +165,8 @@ ResourceType = ConfigResourceType
 
 
 class ConfigResource(NamedTuple):
-    """A topic (by name) or a broker (by node id as a string; "" for the cluster-wide defaults)
-    whose configs to describe or alter."""
+    """A topic (by name), a broker (by node id as a string; "" for the cluster-wide defaults) or a
+    group (by group id) whose configs to describe or alter."""
 
     type: ResourceType
     name: str
@@ -178,6 +178,11 @@ class ConfigResource(NamedTuple):
     @classmethod
     def broker(cls, node_id: int | str) -> ConfigResource:
         return cls(ResourceType.BROKER, str(node_id))
+
+    @classmethod
+    def group(cls, group_id: str) -> ConfigResource:
+        """A group's configs (consumer.*, share.*), which a group may have before it exists."""
+        return cls(ResourceType.GROUP, group_id)
 
 
 @dataclass(frozen=True)

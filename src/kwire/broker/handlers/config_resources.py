@@ -4,8 +4,8 @@ Follows Kafka's KafkaApis.handleListConfigResources: DESCRIBE_CONFIGS on the clu
 v0 lists client-metrics subscriptions only; v1 lists the resource types asked for, all five that
 v1 knows when none are (topics, brokers, broker loggers, client metrics, groups), and a type
 outside those fails the request with UNSUPPORTED_VERSION.  What kwire has of each: every topic,
-this broker; no client-metrics subscriptions, no dynamic log levels (broker loggers) and no
-group configs, so none of those (Kafka lists groups that have configs, not every group).
+this broker, the groups that have configs set (Kafka lists those, not every group); no
+client-metrics subscriptions and no dynamic log levels (broker loggers), so none of those.
 """
 
 from __future__ import annotations
@@ -37,5 +37,7 @@ def handle_list_config_resources(ctx, request):
         found.append((ConfigResourceType.BROKER, str(broker.config.node_id)))
     if ConfigResourceType.TOPIC in wanted:
         found += [(ConfigResourceType.TOPIC, n) for n in broker.topics.names(internal=True)]
+    if ConfigResourceType.GROUP in wanted:
+        found += [(ConfigResourceType.GROUP, g) for g in broker.group_configs.groups()]
     return R(throttle_time_ms=0, error_code=0,
              config_resources=[R.ConfigResource(resource_name=n, resource_type=int(t)) for t, n in found])

@@ -1,15 +1,16 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and the broker, and the
-topic config listing CreateTopics v5+ returns.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, the broker and groups,
+and the topic config listing CreateTopics v5+ returns.
 
 Topic configs are the catalogue of ``topic_configs`` (every one Kafka 4.3 knows); a topic's
 overrides live in the topic registry.  Broker configs set by the alter requests live in
 ``broker_configs`` (the resource name "" is the cluster-wide default, the node id this broker's
-own).  Both alter requests validate through the same path as CreateTopics
+own).  Group configs (``consumer.*``, ``share.*``, ``streams.*``) live in ``group_configs``, for
+any group id whether the group exists or not, as in Kafka.  Both alter requests validate through the same path as CreateTopics
 (``check_topic_configs``), change nothing of a resource they refuse, and apply the rest live:
 every affected partition gets its recomputed LogConfig (``BrokerState.refresh_log_configs``).
 
 Error codes follow Kafka's broker and controller (ConfigAdminManager, ConfigurationControlManager):
-a bad topic config is INVALID_CONFIG; a bad broker config INVALID_REQUEST (KAFKA-13609 keeps that
+a bad topic or group config is INVALID_CONFIG; a bad broker config INVALID_REQUEST (KAFKA-13609 keeps that
 for compatibility), as are duplicate resources or keys, null values and unknown operations.
 """
 
@@ -23,6 +24,7 @@ from kwire.protocol import messages
 from kwire.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource, ConfigType
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     InvalidConfigError,
     InvalidRequestError,
     KafkaError,
@@ -35,6 +37,7 @@ from kwire.settings import ConfigError
 from ..auth.acls import AclOperation, ResourceType
 from ..broker_configs import CLEANER_CONFIGS, TOPIC_SYNONYM_CONFIGS, check_dynamic_configs, dynamic_definition
 from ..config import BrokerConfig
+from ..group_configs import GROUP_CONFIGS
 from ..storage import CleanerConfig
 from ..topic_configs import (
     TOPIC_CONFIGS,
@@ -48,9 +51,10 @@ from ..topic_configs import (
 )
 from .registry import handler
 
-__all__ = ["ConfigEntry", "broker_config_entries", "check_topic_configs", "topic_config_entries"]
+__all__ = ["ConfigEntry", "broker_config_entries", "check_topic_configs", "group_config_entries",
+           "topic_config_entries"]
 
-TOPIC, BROKER = ConfigResourceType.TOPIC, ConfigResourceType.BROKER
+TOPIC, BROKER, GROUP = ConfigResourceType.TOPIC, ConfigResourceType.BROKER, ConfigResourceType.GROUP
 _STATIC, _DEFAULT = ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG
 
 
@@ -210,6 +214,30 @@ def _broker_scope(broker, name: str) -> str:
     return str(node)
 
 
+# -- groups -----------------------------------------------------------------------------------------
+def _check_group(ctx, group: str, operation: AclOperation) -> None:
+    """A GROUP resource names a group id (which need not exist: Kafka keeps configs of groups to
+    come); the operation is authorized on that group."""
+    if not group:
+        raise InvalidRequestError("Group name must not be empty")
+    if not ctx.allowed(operation, ResourceType.GROUP, group):
+        raise GroupAuthorizationFailedError(f"{ctx.principal} may not {operation.name} of group {group!r}")
+
+
+def group_config_entries(broker, group: str) -> list[ConfigEntry]:
+    """Every group config with the group's value (GROUP_CONFIG) or the broker's (DEFAULT_CONFIG);
+    the synonyms as Kafka's ConfigHelper.createGroupConfigEntry gives them: the group's own
+    value, then the broker config that defaults it (or, for a config without one, the
+    default under the group config's own name)."""
+    out = []
+    store = broker.group_configs
+    for name, value, source, d in store.describe(group):
+        default = Valued(d.broker_name or name, store.broker.default(name), _DEFAULT)
+        synonyms = (Valued(name, value, source), default) if source == ConfigSource.GROUP_CONFIG else (default,)
+        out.append(ConfigEntry(name, value, source, d.type, d.doc, synonyms=synonyms))
+    return out
+
+
 # -- DescribeConfigs --------------------------------------------------------------------------------
 @handler(messages.DescribeConfigsRequest.API_KEY, 0)
 def handle_describe_configs(ctx, request):
@@ -234,9 +262,12 @@ def handle_describe_configs(ctx, request):
                 if not ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
                     raise ClusterAuthorizationFailedError(f"{ctx.principal} may not DESCRIBE_CONFIGS of the broker")
                 entries = broker_config_entries(broker, _broker_scope(broker, res.resource_name))
+            elif res.resource_type == GROUP:
+                _check_group(ctx, res.resource_name, AclOperation.DESCRIBE_CONFIGS)
+                entries = group_config_entries(broker, res.resource_name)
             else:
                 raise InvalidRequestError(f"resource type {res.resource_type} is not supported "
-                                          "(topics 2 and brokers 4 are)")
+                                          "(topics 2, brokers 4 and groups 32 are)")
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
             for e in entries:
                 if keys is not None and e.name not in keys:
@@ -297,8 +328,18 @@ def _alter(ctx, resource_type: int, name: str, new_configs: NewConfigs, validate
             broker.refresh_log_configs()
             if any(getattr(old, d.field) != getattr(config, d.field) for d in CLEANER_CONFIGS.values()):
                 _restart_cleaner(broker)
+    elif resource_type == GROUP:
+        _check_group(ctx, name, AclOperation.ALTER_CONFIGS)
+        store = broker.group_configs
+        try:
+            clean = store.check(new_configs(store.overrides(name), lambda key: store.get(name).value(key)))
+        except ConfigError as exc:  # Kafka's InvalidConfigurationException
+            raise InvalidConfigError(str(exc)) from None
+        if not validate_only:
+            store.replace(name, clean)
     else:
-        raise InvalidRequestError(f"Unknown resource type {resource_type} (topics 2 and brokers 4 can be altered)")
+        raise InvalidRequestError(f"Unknown resource type {resource_type} (topics 2, brokers 4 and groups 32 "
+                                  "can be altered)")
 
 
 _cleaner_restarts = threading.Lock()
@@ -370,6 +411,8 @@ def handle_alter_configs(ctx, request):
 
 
 def _definition(resource_type: int, name: str) -> TopicConfigDef | None:
+    if resource_type == GROUP:
+        return GROUP_CONFIGS.get(name)
     return TOPIC_CONFIGS.get(name) if resource_type == TOPIC else dynamic_definition(name)
 
 
