@@ -54,3 +54,18 @@ def test_changes_by_another_writer_are_seen(tmp_path):
 def test_bad_usernames(tmp_path, name):
     with pytest.raises(ValueError):
         CredentialStore(tmp_path).set_password(name, PASSWORD)
+
+
+def test_change_user_deletes_and_stores_derived_credentials_in_one_write(tmp_path):
+    from kwire.security.scram import make_credential
+
+    store = CredentialStore(tmp_path)
+    store.set_password("alice", PASSWORD)
+    derived = make_credential("SCRAM-SHA-512", "other", iterations=8192)
+    store.change_user("alice", delete=["SCRAM-SHA-256"], upsert=[derived])
+    assert store.users() == {"alice": ["SCRAM-SHA-512"]} and store.iterations("alice") == {"SCRAM-SHA-512": 8192}
+    assert CredentialStore(tmp_path).get("alice", "SCRAM-SHA-512") == derived  # written, not only cached
+    store.change_user("alice", delete=["SCRAM-SHA-512"])
+    assert store.users() == {}  # no user is kept without credentials
+    with pytest.raises(ValueError, match="empty"):
+        store.change_user("", upsert=[derived])

@@ -100,6 +100,25 @@ class CredentialStore:
 
         self._file.update(change)
 
+    def change_user(self, username: str, *, delete: Iterable[str] = (),
+                    upsert: Iterable[ScramCredential] = ()) -> None:
+        """Delete these mechanisms' credentials of ``username`` and store these (already derived:
+        AlterUserScramCredentials carries salted passwords, not passwords) in one write; a user
+        left without credentials is removed (the store keeps none without)."""
+        check_username(username)
+        deleted, upserts = set(delete), list(upsert)
+        unknown = sorted({c.mechanism for c in upserts} - set(MECHANISMS))
+        if unknown:
+            raise ValueError(f"unknown SCRAM mechanism {', '.join(unknown)} (known: {', '.join(MECHANISMS)})")
+
+        def change(users: Users) -> Users:
+            mechanisms = {m: c for m, c in users.get(username, {}).items() if m not in deleted}
+            mechanisms.update((c.mechanism, c) for c in upserts)
+            rest = {n: m for n, m in users.items() if n != username}
+            return {**rest, username: mechanisms} if mechanisms else rest
+
+        self._file.update(change)
+
     def remove(self, username: str) -> bool:
         found = False
 

@@ -27,7 +27,7 @@ from kwire.protocol.errors import (
 from kwire.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramCredential
 
 from ..auth.acls import AclOperation, ResourceType
-from ..auth.credentials import CredentialStore, check_username
+from ..auth.credentials import check_username
 from .registry import handler
 
 __all__ = ["credential_from_salted_password"]
@@ -41,19 +41,6 @@ def credential_from_salted_password(mechanism: str, salt: bytes, salted_password
     client_key = hmac.new(salted_password, b"Client Key", hash_name).digest()
     return ScramCredential(mechanism, bytes(salt), hashlib.new(hash_name, client_key).digest(),
                            hmac.new(salted_password, b"Server Key", hash_name).digest(), iterations)
-
-
-def _apply(store: CredentialStore, user: str, deletions: list[str], upserts: list[ScramCredential]) -> None:
-    """Change one user's credentials in one write of the store's file (which keeps no user
-    without credentials)."""
-
-    def change(users):
-        mechanisms = {m: c for m, c in users.get(user, {}).items() if m not in deletions}
-        mechanisms.update((c.mechanism, c) for c in upserts)
-        rest = {n: m for n, m in users.items() if n != user}
-        return {**rest, user: mechanisms} if mechanisms else rest
-
-    store._file.update(change)  # the store's own file: kwire users sees the same records
 
 
 def _mechanism(code: int) -> str:
@@ -145,9 +132,9 @@ def handle_alter_user_scram_credentials(ctx, request):
         except KafkaError as exc:
             errors[u.name] = exc
     for user, mechanism in deletions.items():
-        _apply(store, user, [mechanism], [])
+        store.change_user(user, delete=[mechanism])
     for user, credential in upserts.items():
-        _apply(store, user, [], [credential])
+        store.change_user(user, upsert=[credential])
     results = [Result(user=n, error_code=0, error_message=None) for n in [*deletions, *upserts]]
     results += [Result(user=n, error_code=e.code, error_message=e.message) for n, e in errors.items()]
     return R(throttle_time_ms=0, results=results)
