@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from kwire.protocol.errors import ProtocolError, UnknownServerError, UnsupportedVersionError
 from kwire.protocol.frames import decode_request_header, encode_response_parts
 from kwire.protocol.messages import Message, request_class, response_class
+from kwire.protocol.quotas import client_throttles
 from kwire.protocol.schema import REQUEST_NAMES
 
 from .auth.sasl import PRE_AUTH_APIS, SaslStateError
@@ -53,6 +54,22 @@ class Reply:
     api_version: int
     correlation_id: int
     parts: list
+    # A client quota was exceeded: the connection reads nothing more for this long once the answer
+    # is out (KIP-219); ``hold``: the client's version predates KIP-219, so the answer itself waits.
+    throttle_ms: int = 0
+    hold: bool = False
+
+
+def has_throttle_field(response) -> bool:
+    """Whether this response (at any version) has a throttle_time_ms to tell a throttle time in."""
+    cls = type(response)
+    has = _THROTTLE_FIELD.get(cls)
+    if has is None:
+        has = _THROTTLE_FIELD[cls] = any(f.name == "ThrottleTimeMs" for f in cls.SPEC.struct.fields)
+    return has
+
+
+_THROTTLE_FIELD: dict[type, bool] = {}
 
 
 def _error_response(api_key: int, version: int, code: int):
@@ -66,11 +83,28 @@ def _error_response(api_key: int, version: int, code: int):
     return resp
 
 
-def _finish(header, response) -> Reply | None:
+def _finish(header, response, meter=None) -> Reply | None:
+    if meter is not None:
+        return _finish_metered(header, response, meter)
     if response is None:
         return None
     return Reply(header.request_api_key, header.request_api_version, header.correlation_id,
                  encode_response_parts(response, header.request_api_version, header.correlation_id))
+
+
+def _finish_metered(header, response, meter) -> Reply | None:
+    """Count the request against the client's quotas (``quotas.RequestMeter``); a throttled answer
+    carries its throttle time, and an acks=0 Produce that has no answer still mutes the connection."""
+    key, version, cid = header.request_api_key, header.request_api_version, header.correlation_id
+    parts = encode_response_parts(response, version, cid) if response is not None and meter.needs_size else None
+    response, throttle_ms = meter.finish(response, sum(map(len, parts)) if parts is not None else None)
+    if response is not None and (throttle_ms or parts is None):
+        if throttle_ms and has_throttle_field(response):
+            response.throttle_time_ms = throttle_ms
+        parts = encode_response_parts(response, version, cid)
+    if not throttle_ms:
+        return None if response is None else Reply(key, version, cid, parts)
+    return Reply(key, version, cid, parts or [], throttle_ms, hold=not client_throttles(key, version))
 
 
 def _refuse(header, code: int, why: str) -> Reply:
@@ -156,16 +190,20 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
                      client_host, header.client_id)
     ctx = RequestContext(state, key, version, header.correlation_id, header.client_id, client_host, connection_id,
                          session, listener)
+    # Client quotas: none set (the usual case) costs this one test.  Requests before a SASL login are
+    # not counted (Kafka's authenticator answers them before quotas apply).
+    meter = state.quota_manager.meter(key, request, len(frame), ctx.principal, header.client_id) \
+        if state.quota_manager.active and (session is None or session.authenticated) else None
     try:
-        result = entry.fn(ctx, request)
+        result = entry.fn(ctx, request) if meter is None else meter.call(entry.fn, ctx, request)
     except CloseConnection:
         raise
     except Exception:
         logger.exception("%s v%d handler failed", cls.SPEC.name, version)
         return _refuse(header, UnknownServerError.code, f"{cls.SPEC.name} handler failed")
     if result is not None and not isinstance(result, Message) and inspect.isawaitable(result):
-        return PendingReply(header, cls.SPEC.name, result)
-    return _finish(header, result)
+        return PendingReply(header, cls.SPEC.name, result, meter)
+    return _finish(header, result, meter)
 
 
 class PendingReply:
@@ -177,20 +215,21 @@ class PendingReply:
 
     __slots__ = ("_outer", "_handler")
 
-    def __init__(self, header, name: str, pending) -> None:
+    def __init__(self, header, name: str, pending, meter=None) -> None:
         self._handler = pending
-        self._outer = _await(header, name, pending) if header is not None else pending
+        self._outer = _await(header, name, pending, meter) if header is not None else pending
 
     def __await__(self):
         return self._outer.__await__()
 
     def close(self) -> None:
         self._outer.close()
-        if inspect.iscoroutine(self._handler):
-            self._handler.close()
+        close = getattr(self._handler, "close", None)  # a coroutine, or a quota meter's wrapper of one
+        if close is not None:
+            close()
 
 
-async def _await(header, name: str, pending) -> Reply | None:
+async def _await(header, name: str, pending, meter=None) -> Reply | None:
     try:
         response = await pending
     except CloseConnection:
@@ -198,7 +237,7 @@ async def _await(header, name: str, pending) -> Reply | None:
     except Exception:
         logger.exception("%s v%d handler failed", name, header.request_api_version)
         return _refuse(header, UnknownServerError.code, f"{name} handler failed")
-    return _finish(header, response)
+    return _finish(header, response, meter)
 
 
 def _raw_token(session, frame) -> PendingReply:

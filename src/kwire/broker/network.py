@@ -173,11 +173,12 @@ class _Unsent:
     """The rest of a reply that could not go out at once (``done``: bytes of its first file range
     already sent)."""
 
-    __slots__ = ("parts", "done")
+    __slots__ = ("parts", "done", "throttle_ms")
 
     def __init__(self, parts: list, done: int = 0):
         self.parts = parts
         self.done = done
+        self.throttle_ms = 0  # the reply's client quota throttle time (see Connection._mute)
 
 
 def _is_loopback(peer) -> bool:
@@ -324,6 +325,8 @@ class Connection(asyncio.BufferedProtocol):
         self.send_mapped = False  # file ranges from a map instead of sendfile (loopback peers)
         self._drained: asyncio.Future | None = None  # set while the transport asks us to pause writing
         self._login_timer: asyncio.TimerHandle | None = None
+        # Muted for a client quota (KIP-219): nothing is read or served until this timer fires.
+        self._throttle_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.BufferedProtocol -------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -417,7 +420,7 @@ class Connection(asyncio.BufferedProtocol):
         """Read while the request queue is short and the splitter is not waiting for memory."""
         if self.peer_ended:  # nothing more to read: asyncio stopped reading at the end
             return
-        stop = self.splitter.blocked or len(self.queue) > MAX_QUEUED_REQUESTS
+        stop = self.splitter.blocked or len(self.queue) > MAX_QUEUED_REQUESTS or self._throttle_timer is not None
         if stop and not self.paused:
             self.paused = True
             self.transport.pause_reading()
@@ -485,7 +488,7 @@ class Connection(asyncio.BufferedProtocol):
     # -- serving --------------------------------------------------------------------------------
     def _serve(self) -> None:
         """Answer queued requests in order until one needs to wait (then a task carries on)."""
-        while self.queue and not self.closed:
+        while self.queue and not self.closed and self._throttle_timer is None:
             if self._linger is not None:
                 self.close(f"request after a failed login ({self.session.close_after})", kind="failed login",
                            flush=True)
@@ -500,13 +503,17 @@ class Connection(asyncio.BufferedProtocol):
             except Exception:
                 self._failed()
                 return
-            if isinstance(result, Reply):
+            if isinstance(result, Reply) and result.hold:
+                result = self._held(result)  # a pre-KIP-219 client: the answer waits out the throttle time
+            elif isinstance(result, Reply):
                 rest = self._write_now(result.parts)
                 if not rest:
                     self._release(charge)
+                    self._mute(result.throttle_ms)
                     if self._after_reply():
                         continue
                     return
+                rest.throttle_ms = result.throttle_ms
                 result = rest  # the socket is full, or TLS must read files: a task sends the rest
             if result is None:
                 self._release(charge)
@@ -519,8 +526,8 @@ class Connection(asyncio.BufferedProtocol):
                 # awaits the handler: close it so it is not reported as never awaited.
                 self.task.add_done_callback(lambda _task, pending=result: pending.close())
             return
-        if self.closed:
-            return
+        if self.closed or (self.queue and self._throttle_timer is not None):
+            return  # muted: _unmute serves the rest
         if self.peer_ended:
             self.transport.close()  # every request answered: close once the answers are out
         else:
@@ -530,10 +537,12 @@ class Connection(asyncio.BufferedProtocol):
         try:
             if isinstance(result, _Unsent):
                 await self._send(result.parts, result.done)
+                self._mute(result.throttle_ms)
             else:
                 result = await result
                 if result is not None and not self.closed:
                     await self._send(result.parts)
+                    self._mute(result.throttle_ms)
         except CloseConnection as exc:
             self.close(str(exc), kind="refused request")
             return
@@ -552,8 +561,38 @@ class Connection(asyncio.BufferedProtocol):
         if not self.closed and self._after_reply():
             self._serve()
 
+    # -- client quotas: muting (KIP-219) --------------------------------------------------------
+    def _mute(self, throttle_ms: int) -> None:
+        """Read and serve nothing more from this client for ``throttle_ms`` (its answer is out): Kafka
+        mutes a throttled channel so that a client that ignores throttle_time_ms is held back too."""
+        if throttle_ms <= 0 or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        timer = self._throttle_timer
+        if timer is not None:
+            if timer.when() >= loop.time() + throttle_ms / 1000.0:
+                return  # muted for longer already
+            timer.cancel()
+        self._throttle_timer = loop.call_later(throttle_ms / 1000.0, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._throttle_timer = None
+        if self.closed:
+            return
+        self._update_reading()
+        if self.queue and not self.busy:
+            self._serve()
+
+    async def _held(self, reply: Reply) -> Reply:
+        """The answer to a client too old to throttle itself, after its throttle time (Kafka delays it;
+        the connection serves nothing else meanwhile, and is not muted after)."""
+        await asyncio.sleep(reply.throttle_ms / 1000.0)
+        reply.throttle_ms = 0
+        return reply
+
     def _cancel_timers(self) -> None:
-        for timer in (self._linger, self._login_timer):
+        for timer in (self._linger, self._login_timer, self._throttle_timer):
             if timer is not None:
                 timer.cancel()
 

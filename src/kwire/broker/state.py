@@ -19,6 +19,7 @@ from .config import BrokerConfig, new_cluster_id
 from .durability import GroupCommit
 from .group_configs import GroupConfigStore
 from .internal_topics import InternalTopics
+from .quotas import ClientQuotaManager, ClientQuotaStore
 from .storage import LogConfig, LogManager
 from .storage._files import atomic_write
 from .topic_configs import topic_log_config
@@ -95,6 +96,9 @@ class BrokerState:
             waiters=self.waiters, durability=self.durability, groups=self.coordinator,
             internal_topics=self.internal_topics)
         self.security = BrokerSecurity(config, self.data_dir)
+        # AlterClientQuotas' store, and what measures requests against it (dispatch asks it).
+        self.client_quotas = ClientQuotaStore(self.data_dir)
+        self.quota_manager = ClientQuotaManager(self.client_quotas)
         self.listeners: list = []  # kwire.broker.listeners.Listener, filled in when the server binds them
         self._closed = False
 

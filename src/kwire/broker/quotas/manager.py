@@ -1,0 +1,248 @@
+"""Enforcing client quotas: which quota a connection falls under, its measured rates, throttle times.
+
+Follows Kafka's ClientQuotaManager / ClientRequestQuotaManager:
+
+* A request is measured against the most specific quota set for its principal's user name and its
+  client id, in Kafka's order: /users/<u>/clients/<c>, /users/<u>/clients/<default>, /users/<u>,
+  /users/<default>/clients/<c>, /users/<default>/clients/<default>, /users/<default>,
+  /clients/<c>, /clients/<default>.  Each quota key is looked up on its own.
+* What is measured is shared by everyone the matching quota covers: a user's quota counts all of
+  that user's clients together, a client id's all users with that client id.
+* Produce counts the request's size (producer_byte_rate), Fetch the size of its answer
+  (consumer_byte_rate; a throttled Fetch is answered empty and not counted, and a Fetch asks for
+  no more than the quota lets through in its window), every request the time its handler ran on
+  the event loop as a percentage of one second (request_percentage; a Produce with acks=0 is not
+  counted there).  The throttle time of a request is the larger of its quotas'.
+* Rates are sampled over ``quota.window.num`` windows of ``quota.window.size.seconds`` (11 and 1
+  s, as Kafka), on ``now_ms`` (the event loop's clock; tests pass their own).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+
+from kwire.protocol.quotas import CLIENT_ID, USER, QuotaKey
+from kwire.protocol.schema import api_key_for
+
+from .rate import SampledRate, throttle_time_ms
+from .store import ClientQuotaStore
+
+__all__ = ["ClientQuotaManager", "RequestMeter"]
+
+WINDOW_NUM = 11  # quota.window.num
+WINDOW_SIZE_S = 1  # quota.window.size.seconds
+# A rate nobody recorded into for this long is dropped (Kafka expires quota sensors after an hour).
+IDLE_EXPIRY_MS = 3600 * 1000
+_SWEEP_ABOVE = 1024  # rates kept before idle ones are looked for
+
+PRODUCE = api_key_for("Produce")
+FETCH = api_key_for("Fetch")
+_NS_TO_PERCENT = 100.0 / 1e9  # handler nanoseconds -> percent of one second (Kafka's request-time unit)
+_ENFORCED = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE)
+
+
+def _levels(user: str, client_id: str):
+    """(entity, the measured rate's (user, client-id) tags) in Kafka's order of precedence."""
+    yield ((CLIENT_ID, client_id), (USER, user)), (user, client_id)
+    yield ((CLIENT_ID, None), (USER, user)), (user, client_id)
+    yield ((USER, user),), (user, "")
+    yield ((CLIENT_ID, client_id), (USER, None)), (user, client_id)
+    yield ((CLIENT_ID, None), (USER, None)), (user, client_id)
+    yield ((USER, None),), (user, "")
+    yield ((CLIENT_ID, client_id),), ("", client_id)
+    yield ((CLIENT_ID, None),), ("", client_id)
+
+
+def user_of(principal: str) -> str:
+    """The user name quotas know a principal by ("User:alice" -> "alice"), as Kafka's principal.getName()."""
+    return principal.partition(":")[2] or principal
+
+
+class ClientQuotaManager:
+    """The quotas of ``store`` applied to requests; ``active`` while any quota kwire enforces is set."""
+
+    def __init__(self, store: ClientQuotaStore, *, now_ms: Callable[[], float] | None = None,
+                 samples: int = WINDOW_NUM, window_s: float = WINDOW_SIZE_S):
+        self.store = store
+        self.now_ms = now_ms or (lambda: time.monotonic() * 1000.0)
+        self.samples = samples
+        self.window_ms = window_s * 1000.0
+        self._seen_version = -1
+        self._resolved: dict[tuple[str, str, str], tuple[float, tuple] | None] = {}
+        self._rates: dict[tuple, SampledRate] = {}
+        self._active = False
+        self._refresh()
+
+    @property
+    def active(self) -> bool:
+        """Whether any quota kwire enforces is set (else requests are not measured at all)."""
+        if self._seen_version != self.store.version:
+            self._refresh()
+        return self._active
+
+    def _refresh(self) -> None:
+        if self._seen_version == self.store.version:
+            return
+        self._seen_version = self.store.version
+        self._resolved.clear()
+        self._active = any(key in values for values in self.store.entries().values() for key in _ENFORCED)
+
+    def quota(self, key: str, user: str, client_id: str) -> tuple[float, tuple] | None:
+        """The bound that applies to this user and client id for ``key`` and the tags of the rate it is
+        measured by, or None (no quota)."""
+        self._refresh()
+        cache_key = (key, user, client_id)
+        try:
+            return self._resolved[cache_key]
+        except KeyError:
+            pass
+        found = None
+        for entity, tags in _levels(user, client_id):
+            values = self.store.get(tuple(sorted(entity)))
+            if values is not None and key in values:
+                found = (values[key], (key, *tags))
+                break
+        if len(self._resolved) > 4 * _SWEEP_ABOVE:
+            self._resolved.clear()
+        self._resolved[cache_key] = found
+        return found
+
+    def _rate(self, tags: tuple, now: float) -> SampledRate:
+        rate = self._rates.get(tags)
+        if rate is None:
+            if len(self._rates) >= _SWEEP_ABOVE:
+                for old in [t for t, r in self._rates.items() if now - r.last_ms >= IDLE_EXPIRY_MS]:
+                    del self._rates[old]
+            rate = self._rates[tags] = SampledRate(self.samples, self.window_ms)
+        return rate
+
+    def record(self, key: str, user: str, client_id: str, value: float, now: float | None = None) -> int:
+        """Count ``value`` against the quota for ``key``; the throttle time in ms (0: within it)."""
+        found = self.quota(key, user, client_id)
+        if found is None:
+            return 0
+        bound, tags = found
+        now = self.now_ms() if now is None else now
+        rate = self._rate(tags, now)
+        rate.record(value, now)
+        throttle = throttle_time_ms(rate, bound, now)
+        if key == QuotaKey.REQUEST_PERCENTAGE:
+            throttle = min(throttle, int(self.window_ms))  # Kafka bounds request throttling by one window
+        return throttle
+
+    def unrecord(self, key: str, user: str, client_id: str, value: float, now: float) -> None:
+        """Take back a value recorded at ``now`` (a throttled Fetch is answered empty)."""
+        found = self.quota(key, user, client_id)
+        if found is not None:
+            self._rate(found[1], now).record(-value, now)
+
+    def max_value_in_window(self, key: str, user: str, client_id: str) -> float | None:
+        """The most one request may count without certainly being throttled (bounds a Fetch's size)."""
+        found = self.quota(key, user, client_id)
+        if found is None:
+            return None
+        return found[0] * (self.samples - 1) * self.window_ms / 1000.0
+
+    def meter(self, api_key: int, request, frame_size: int, principal: str, client_id: str | None) -> RequestMeter | None:
+        """What measures one request, or None when no quota covers it."""
+        user, client = user_of(principal), client_id or ""
+        byte_key = QuotaKey.PRODUCER_BYTE_RATE if api_key == PRODUCE else \
+            QuotaKey.CONSUMER_BYTE_RATE if api_key == FETCH else None
+        by_bytes = byte_key is not None and self.quota(byte_key, user, client) is not None
+        by_time = self.quota(QuotaKey.REQUEST_PERCENTAGE, user, client) is not None
+        if not by_bytes and not by_time:
+            return None
+        if api_key == FETCH and by_bytes:
+            # Kafka asks for no more than the quota lets through in its window (else certainly throttled).
+            most = int(self.max_value_in_window(byte_key, user, client))
+            if request.max_bytes > most:
+                request.max_bytes = max(most, 1)
+        return RequestMeter(self, api_key, request, frame_size, user, client, byte_key if by_bytes else None, by_time)
+
+
+class RequestMeter:
+    """One request's measuring: ``call`` runs the handler timing it, ``finish`` counts the answer."""
+
+    __slots__ = ("manager", "api_key", "request", "frame_size", "user", "client_id", "byte_key", "by_time", "elapsed_ns")
+
+    def __init__(self, manager: ClientQuotaManager, api_key: int, request, frame_size: int, user: str, client_id: str,
+                 byte_key: str | None, by_time: bool):
+        self.manager = manager
+        self.api_key = api_key
+        self.request = request
+        self.frame_size = frame_size
+        self.user = user
+        self.client_id = client_id
+        self.byte_key = byte_key
+        self.by_time = by_time
+        self.elapsed_ns = 0
+
+    @property
+    def needs_size(self) -> bool:
+        """Whether ``finish`` wants the encoded answer's size (a Fetch's byte rate counts it)."""
+        return self.byte_key == QuotaKey.CONSUMER_BYTE_RATE
+
+    def call(self, fn, ctx, request):
+        """``fn(ctx, request)``, its run time counted; an awaitable result is wrapped so that its
+        steps on the loop are counted too (not the time it waits)."""
+        start = time.perf_counter_ns()
+        try:
+            result = fn(ctx, request)
+        finally:
+            self.elapsed_ns += time.perf_counter_ns() - start
+        if self.by_time and inspect.iscoroutine(result):
+            return _Timed(result, self)
+        return result
+
+    def finish(self, response, size: int | None):
+        """Count the request against its quotas: (the response to send, the throttle time in ms).
+        ``size``: the encoded answer's size when ``needs_size``."""
+        m = self.manager
+        now = m.now_ms()
+        user, client = self.user, self.client_id
+        by_time = self.by_time and not (self.api_key == PRODUCE and self.request.acks == 0)
+        time_throttle = m.record(QuotaKey.REQUEST_PERCENTAGE, user, client, self.elapsed_ns * _NS_TO_PERCENT, now) \
+            if by_time else 0
+        if self.byte_key == QuotaKey.PRODUCER_BYTE_RATE:
+            return response, max(time_throttle, m.record(self.byte_key, user, client, self.frame_size, now))
+        if self.byte_key == QuotaKey.CONSUMER_BYTE_RATE and response is not None:
+            byte_throttle = m.record(self.byte_key, user, client, size or 0, now)
+            throttle = max(time_throttle, byte_throttle)
+            if throttle:
+                # Kafka answers a throttled Fetch with no data (and does not count what it would have sent).
+                m.unrecord(self.byte_key, user, client, size or 0, now)
+                response = type(response)(throttle_time_ms=throttle, error_code=0, session_id=0, responses=[])
+            return response, throttle
+        return response, time_throttle
+
+
+class _Timed:
+    """Drives a coroutine, adding the time of each of its steps to a meter.  ``close()`` closes the
+    coroutine (a request whose connection closed before it started)."""
+
+    __slots__ = ("_coro", "_meter")
+
+    def __init__(self, coro, meter: RequestMeter):
+        self._coro = coro
+        self._meter = meter
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self):
+        coro, meter = self._coro, self._meter
+        send, thrown = None, None
+        while True:
+            start = time.perf_counter_ns()
+            try:
+                step = coro.throw(thrown) if thrown is not None else coro.send(send)
+            except StopIteration as done:
+                meter.elapsed_ns += time.perf_counter_ns() - start
+                return done.value
+            meter.elapsed_ns += time.perf_counter_ns() - start
+            try:
+                send, thrown = (yield step), None
+            except BaseException as exc:  # noqa: BLE001 - passed on to the coroutine (cancellation too)
+                send, thrown = None, exc
