@@ -31,27 +31,24 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kwire.protocol.errors import KafkaStorageError
-from kwire.protocol.records import HEADER_SIZE, RecordBatch
 
-from ._files import CLEANED_SUFFIX, pread_exact, segment_path
-from .batch_filter import BatchFilter, FilterStats, TransactionTracker, empty_batch
 from .cleaner_checkpoint import read_cleaner_checkpoint, write_cleaner_checkpoint
+from .cleaner_pass import CleanAborted, CleanJob, CleanPass, SegmentInfo
 from .config import LONG_MAX
-from .index import INT32_MAX
 from .log import CleaningView, PartitionLog
-from .offset_map import OffsetMap, has_compiled_walk
+from .offset_map import has_compiled_walk
 from .segment import LogSegment
 from .throttler import Throttler
 
 if TYPE_CHECKING:
+    from .cleaner_worker import CleanerWorker
     from .manager import LogManager
 
 __all__ = ["CleanerConfig", "CleanResult", "CleanAborted", "Cleaner", "LogCleaner", "LogToClean",
@@ -59,7 +56,6 @@ __all__ = ["CleanerConfig", "CleanResult", "CleanAborted", "Cleaner", "LogCleane
 
 logger = logging.getLogger("kwire.broker.storage.cleaner")
 
-_PREFIX = struct.Struct(">qi")
 _DOUBLE_MAX = 1.7976931348623157e308
 # Without the compiled helper: the longest the cleaner works in Python before handing the GIL over.
 PYTHON_SLICE_S = 0.001
@@ -86,10 +82,6 @@ class CleanerConfig:
         return cls(config.log_cleaner_enable, config.log_cleaner_threads, config.log_cleaner_dedupe_buffer_size,
                    config.log_cleaner_io_buffer_size, config.log_cleaner_io_max_bytes_per_second,
                    config.log_cleaner_backoff_ms)
-
-
-class CleanAborted(Exception):
-    """The clean stopped before its swap (log closed or changed, cleaner stopping)."""
 
 
 @dataclass(frozen=True)
@@ -160,65 +152,23 @@ def log_to_clean(log: PartitionLog, now_ms: int, view: CleaningView | None = Non
     return LogToClean(log, first_dirty, first_uncleanable, clean_bytes, dirty_bytes, forced)
 
 
-class _Output:
-    """A ``.cleaned`` segment being written, and the old segments it replaces so far."""
-
-    __slots__ = ("segment", "group", "pending", "pending_bytes", "changed", "first_abort", "last", "handed_over")
-
-    def __init__(self, segment: LogSegment, first_abort: int):
-        self.segment = segment
-        self.group: list[LogSegment] = []
-        self.pending: list[bytes | memoryview] = []  # kept batches not written yet
-        self.pending_bytes = 0
-        self.changed = False
-        self.first_abort = first_abort   # its first entry in the filter's kept_aborts
-        self.last: RecordBatch | None = None  # the last batch read of its group
-        self.handed_over = False  # the swap began: the files are the loader's to finish or remove
-
-    @property
-    def base(self) -> int:
-        return self.segment.base_offset
-
-    @property
-    def size(self) -> int:
-        return self.segment.size + self.pending_bytes
-
-    def fits(self, nbytes: int, segment: LogSegment, max_bytes: int) -> bool:
-        """Whether ``nbytes`` more, ending with ``segment``'s offsets, stay within segment.bytes
-        and the int32 relative offsets of the index (Kafka's groupSegmentsBySize rules)."""
-        return self.size + nbytes <= max_bytes and segment.next_offset - 1 - self.base <= INT32_MAX
-
-
-def _batches(fd: int, size: int, chunk: int) -> Iterator[memoryview]:
-    """The raw batches of a segment file, read ``chunk`` bytes at a time (a bigger batch whole)."""
-    pos, buf, buf_start = 0, memoryview(b""), 0
-    while pos + 12 <= size:
-        off = pos - buf_start
-        if off + 12 > len(buf):
-            buf, buf_start, off = memoryview(pread_exact(fd, min(chunk, size - pos), pos)), pos, 0
-        n = _PREFIX.unpack_from(buf, off)[1] + 12
-        if n < HEADER_SIZE or pos + n > size:
-            raise KafkaStorageError(f"bad batch length {n - 12} at position {pos}")
-        if off + n > len(buf):
-            buf, buf_start, off = memoryview(pread_exact(fd, min(max(chunk, n), size - pos), pos)), pos, 0
-        yield buf[off:off + n]
-        pos += n
-
-
 class Cleaner:
     """Cleans one log at a time (one per cleaner thread, with its own dedupe map)."""
 
     def __init__(self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None,
                  stop: threading.Event | None = None, hook: Callable[[str], None] | None = None,
-                 compiled: bool | None = None):
+                 compiled: bool | None = None, worker: CleanerWorker | None = None):
         """``compiled``: walk records with the compiled helper (default: when it is built), or
-        False for the Python walks (same results; the tests run both)."""
+        False for the Python walks (same results; the tests run both).  ``worker``: run the map
+        and the copy in that worker process (cleaner_worker.py), the swaps here; ``hook`` then
+        sees only the swap's steps."""
         self.config = config or CleanerConfig()
         self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
         self._stop = stop or threading.Event()
         self.hook = hook
         self._map_bytes = self.config.dedupe_buffer_size // max(self.config.threads, 1)
         self._compiled = has_compiled_walk() if compiled is None else compiled
+        self._worker = worker
         self._yield_at = 0.0
         self._slice = 0.0 if self._compiled else PYTHON_SLICE_S  # see _check
 
@@ -278,233 +228,49 @@ class Cleaner:
         fds = log.duplicate_descriptors(candidates)
         if fds is None:
             raise CleanAborted(f"{log.name}: closed or changed before the clean started")
-        fd_of = {id(s): fd for s, fd in zip(candidates, fds, strict=True)}
-        offset_map = OffsetMap(self._map_bytes, compiled=self._compiled)
         try:
             try:
                 aborted = log.aborted_transactions(candidates[0].base_offset, first_uncleanable)
             except KafkaStorageError:
                 raise CleanAborted(f"{log.name}: closed before the clean started") from None
-            end = self._build_offset_map(log, candidates, fd_of, first_dirty, first_uncleanable, aborted, offset_map)
-            if end <= first_dirty:
-                if not horizon_due:
-                    return None
-                offset_map.latest_offset = first_dirty - 1  # the clean section only
-                end = first_dirty
-            offset_map.mark_dirty(first_dirty)
-            to_clean = [s for s in candidates if s.base_offset < end]
-            stats = FilterStats()
-            batch_filter = BatchFilter(offset_map, now_ms=now, delete_retention_ms=view.config.delete_retention_ms,
-                                       aborted=aborted, last_batch_of_producer=view.last_batch_of_producer,
-                                       marker_epoch_of_producer=view.marker_epoch_of_producer, stats=stats)
-            before = sum(s.size for s in to_clean)
-            after, outputs = self._copy(log, to_clean, fd_of, batch_filter, view.config.segment_bytes,
-                                        view.config.index_interval_bytes)
+            config = view.config
+            job = CleanJob(log.name, str(log.dir), tuple(SegmentInfo.of(s) for s in candidates), first_dirty,
+                           first_uncleanable, horizon_due, now, tuple(aborted), dict(view.last_batch_of_producer),
+                           dict(view.marker_epoch_of_producer), config.delete_retention_ms, config.segment_bytes,
+                           config.index_interval_bytes)
+
+            def swap(first: int, count: int, cleaned: LogSegment) -> None:
+                if not log.replace_segments(candidates[first:first + count], cleaned, hook=self.hook):
+                    cleaned.delete()
+                    raise CleanAborted(f"{log.name}: segments changed during the clean")
+
+            if self._worker is not None:
+                outcome = self._worker.run(job, fds, swap=swap, check=lambda: self._check(log))
+            else:
+                outcome = CleanPass(job, fds, map_bytes=self._map_bytes, compiled=self._compiled,
+                                    io_buffer_size=self.config.io_buffer_size, throttler=self.throttler,
+                                    check=lambda: self._check(log), hook=self.hook,
+                                    emit=lambda out: swap(out.first, out.count, out.segment)).run()
         finally:
-            offset_map.close()
             for fd in fds:
                 os.close(fd)
+        if outcome.end < 0:
+            return None
+        end, stats = outcome.end, outcome.stats
         write_cleaner_checkpoint(log.dir, end)
         if self.hook:
             self.hook("checkpointed")
-        result = CleanResult(log.name, before, after, stats.records_read, stats.records_removed, len(to_clean),
-                             outputs, first_dirty, end, time.monotonic() - t0, stats.min_delete_horizon)
+        before, after = outcome.bytes_before, outcome.bytes_after
+        result = CleanResult(log.name, before, after, stats.records_read, stats.records_removed,
+                             outcome.segments_before, outcome.segments_after, first_dirty, end,
+                             time.monotonic() - t0, stats.min_delete_horizon)
         # One line per clean, like Kafka's "Cleaner 0: Log ... cleaned: x MB -> y MB".
         logger.info("cleaned %s: %d bytes -> %d bytes (%.1f%% smaller), %d of %d records removed, "
                     "%d segment(s) -> %d, offsets %d-%d dirty, in %.3f s", log.name, before, after,
                     100.0 * (before - after) / before if before else 0.0, stats.records_removed,
-                    stats.records_read, len(to_clean), outputs, first_dirty, end, result.duration_s)
+                    stats.records_read, outcome.segments_before, outcome.segments_after, first_dirty, end,
+                    result.duration_s)
         return result
-
-    def _build_offset_map(self, log: PartitionLog, segments: list[LogSegment], fd_of: dict[int, int], start: int,
-                          end: int, aborted, offset_map: OffsetMap) -> int:
-        """Map every key of the data records in ``[start, end)`` (aborted ones left out, as
-        Kafka's buildOffsetMap) until the map is full; returns the offset up to which it is
-        complete (Kafka's latestOffset + 1)."""
-        # Only the aborts whose marker is at or past ``start``: the batches read here begin in the
-        # segment holding ``start``, so the markers of earlier ones are never seen to close them.
-        txns = TransactionTracker([t for t in aborted if t.last_offset >= start])
-        chunk = self.config.io_buffer_size
-        for segment in segments:
-            if segment.next_offset <= start:
-                continue
-            for raw in _batches(fd_of[id(segment)], segment.size, chunk):
-                self._check(log)
-                self.throttler.maybe_throttle(len(raw))
-                batch = RecordBatch(raw)
-                if batch.base_offset >= end:
-                    return offset_map.latest_offset + 1
-                if batch.is_control:
-                    records = batch.records()
-                    txns.on_marker(batch, records[0].type if records else None)
-                elif not txns.on_batch(batch) and batch.last_offset >= start:
-                    buf, pos, stop, _ = batch.records_section()
-                    if offset_map.put_records(buf, pos, stop, batch.record_count, batch.base_offset, start) >= 0:
-                        # Full (Kafka's rule): the keys taken from this batch stay (their older
-                        # records can go), but the batch is past what the map covers, so all of
-                        # it is kept and the next pass starts there.
-                        if offset_map.latest_offset < start:
-                            raise KafkaStorageError(
-                                f"{log.name}: log.cleaner.dedupe.buffer.size is too small: the batch at "
-                                f"offset {batch.base_offset} has more keys than the {offset_map.capacity} "
-                                "the dedupe map of a cleaner thread holds")
-                        return offset_map.latest_offset + 1
-                if batch.last_offset >= start:
-                    offset_map.latest_offset = batch.last_offset
-        return offset_map.latest_offset + 1
-
-    def _copy(self, log: PartitionLog, segments: list[LogSegment], fd_of: dict[int, int],
-              batch_filter: BatchFilter, max_bytes: int, index_interval_bytes: int) -> tuple[int, int]:
-        """Copy ``segments`` through the filter into cleaned segments of at most segment.bytes
-        and swap each in; returns (bytes after, segments after).
-
-        Kafka groups the segments by their sizes *before* cleaning (groupSegmentsBySize), so a
-        clean of twenty full segments that keeps 1% of them leaves twenty tiny segments until the
-        next clean.  Here the groups are formed by the sizes *after* cleaning: a segment is
-        copied straight into the open output while the output's size plus the segment's (its
-        most) fits; otherwise it is copied into an output of its own, which is then appended to
-        the open one if the two fit together (a second copy, of at most segment.bytes per output
-        made), or else the open one is finished and swapped in.  Kafka's other rules stay: an
-        output never spans more offsets than its index's int32 relative offsets, and never
-        reaches into the active segment (not among ``segments``)."""
-        current: _Output | None = None
-        fresh: _Output | None = None
-        after = outputs = 0
-        aborts = batch_filter.txns.kept_aborts
-        try:
-            for segment in segments:
-                if current is not None and current.fits(segment.size, segment, max_bytes):
-                    self._copy_segment(log, segment, fd_of[id(segment)], current, batch_filter)
-                    continue
-                fresh = self._open_output(log, segment.base_offset, index_interval_bytes, len(aborts))
-                self._copy_segment(log, segment, fd_of[id(segment)], fresh, batch_filter)
-                if current is not None and current.fits(fresh.size, segment, max_bytes):
-                    self._merge(log, current, fresh)
-                else:
-                    if current is not None:
-                        after += self._finish(log, current, aborts[current.first_abort:fresh.first_abort])
-                        outputs += 1
-                    current = fresh
-                fresh = None
-            if current is not None:
-                after += self._finish(log, current, aborts[current.first_abort:])
-                outputs += 1
-                current = None
-        finally:
-            for out in (current, fresh):
-                if out is not None and not out.handed_over:
-                    out.segment.delete()
-        return after, outputs
-
-    def _open_output(self, log: PartitionLog, base: int, index_interval_bytes: int, first_abort: int) -> _Output:
-        for suffix in (".log", ".index", ".timeindex", ".txnindex"):  # left by an aborted clean
-            segment_path(log.dir, base, suffix + CLEANED_SUFFIX).unlink(missing_ok=True)
-        return _Output(LogSegment(log.dir, base, index_interval_bytes=index_interval_bytes,
-                                  file_suffix=CLEANED_SUFFIX), first_abort)
-
-    def _copy_segment(self, log: PartitionLog, segment: LogSegment, fd: int, out: _Output,
-                      batch_filter: BatchFilter) -> None:
-        """Append what the filter keeps of ``segment`` to ``out``."""
-        if out.group:
-            out.changed = True  # segments merged
-        out.group.append(segment)
-        chunk = self.config.io_buffer_size
-        for raw in _batches(fd, segment.size, chunk):
-            self._check(log)
-            out.last = batch = RecordBatch(raw)
-            kept = batch_filter.filter(raw, batch)
-            if kept is None:
-                out.changed = True
-                continue
-            if kept is not raw:
-                out.changed = True
-            self._add(out, kept)
-            self.throttler.maybe_throttle(len(raw) + len(kept))
-            if self.hook:
-                self.hook("copying")
-
-    def _add(self, out: _Output, batch: bytes | memoryview) -> None:
-        out.pending.append(batch)
-        out.pending_bytes += len(batch)
-        if out.pending_bytes >= self.config.io_buffer_size:
-            self._write(out.segment, out.pending)
-            out.pending_bytes = 0
-
-    def _merge(self, log: PartitionLog, into: _Output, other: _Output) -> None:
-        """Append ``other``'s batches (written and pending) to ``into`` and drop ``other``."""
-        other_file = other.segment
-        fd = os.dup(other_file.log_fd()) if other_file.size else -1
-        try:
-            if fd >= 0:
-                for raw in _batches(fd, other_file.size, self.config.io_buffer_size):
-                    self._check(log)
-                    self._add(into, raw)
-                    self.throttler.maybe_throttle(2 * len(raw))
-        finally:
-            if fd >= 0:
-                os.close(fd)
-        for raw in other.pending:
-            self._add(into, raw)
-        into.group += other.group
-        into.changed = True
-        into.last = other.last
-        other_file.delete()
-
-    def _finish(self, log: PartitionLog, out: _Output, kept_aborts: list) -> int:
-        """Complete ``out`` and swap it in for its group; returns its size (the group's when
-        nothing changed and it stays)."""
-        group = out.group
-        # The aborts whose markers this group keeps with data: its .txnindex.
-        if not out.changed and [t for s in group for t in s.txn_index.entries] == kept_aborts:
-            out.segment.delete()
-            out.handed_over = True
-            return sum(s.size for s in group)  # nothing to remove: the segment stays as it is
-        cleaned = out.segment
-        # The cleaned segment ends where the group did, so the loader can tell which old
-        # segments a .swap replaces (those whose base is below its end): when the group's
-        # last batch went, an empty batch owned by no producer keeps its offsets.
-        group_end = group[-1].next_offset
-        end = _end_of(out.pending) if out.pending else cleaned.next_offset
-        if out.last is not None and end < group_end:
-            out.pending.append(empty_batch(out.last, keep_producer=False))
-        self._write(cleaned, out.pending)
-        out.pending_bytes = 0
-        for txn in kept_aborts:
-            cleaned.txn_index.append(txn)
-        cleaned.on_become_inactive()
-        cleaned.flush()
-        if self.hook:
-            self.hook("cleaned")
-        self._check(log)
-        # From here on the files are the loader's to finish or remove after a failure:
-        # only a swap refused before it began may delete them.
-        out.handed_over = True
-        if not log.replace_segments(group, cleaned, hook=self.hook):
-            cleaned.delete()
-            raise CleanAborted(f"{log.name}: segments changed during the clean")
-        return cleaned.size
-
-    @staticmethod
-    def _write(segment: LogSegment, out: list) -> None:
-        if not out:
-            return
-        data = b"".join(out)
-        out.clear()
-        first = RecordBatch(data)
-        segment.append(data, first.base_offset, _end_of([data]) - 1, -1)
-
-
-def _end_of(out: list) -> int:
-    """The offset after the last batch of the pending output."""
-    data = out[-1]
-    pos = 0
-    last_end = -1
-    while pos < len(data):
-        b = RecordBatch(data, pos)
-        last_end = b.next_offset
-        pos += b.size_in_bytes
-    return last_end
-
 
 class LogCleaner:
     """The broker's cleaner: ``threads`` background threads cleaning the filthiest compacted
