@@ -50,6 +50,7 @@ from kwire.security.acl import AclBinding, AclFilter
 
 from . import admin_acls as acls
 from . import admin_cluster as cluster_admin
+from . import admin_quotas as quotas
 from .admin_cluster import (
     FeatureVersions,
     LogDirDescription,
@@ -59,6 +60,7 @@ from .admin_cluster import (
     ScramDeletion,
     ScramUpsertion,
 )
+from .admin_quotas import QuotaAlteration, QuotaEntity, QuotaFilter
 from .assignors.protocol import decode_assignment, decode_subscription
 from .cluster import Cluster
 from .errors import ClientError, UnsupportedApiError, is_retriable
@@ -92,6 +94,9 @@ __all__ = [
     "NewTopic",
     "PartitionLag",
     "ProducerStateInfo",
+    "QuotaAlteration",
+    "QuotaEntity",
+    "QuotaFilter",
     "ReplicaInfo",
     "ResourceType",
     "ScramCredentialInfo",
@@ -837,6 +842,45 @@ class AsyncAdmin:
 
         return await self._run(batch, round_, what="DeleteAcls", timeout=timeout)
 
+    # -- client quotas (KIP-546) ---------------------------------------------------------------------
+    async def describe_client_quotas(self, filters: Iterable[QuotaFilter] = (), *, strict: bool = False,
+                                     timeout: float | None = None) -> dict[QuotaEntity, dict[str, float]]:
+        """The client quotas of the entities ``filters`` match (every entity without filters), by
+        entity: key -> value.  ``strict``: only entities with exactly the filtered entity types.
+        Raises InvalidRequestError for a filter the broker refuses (naming why),
+        ClusterAuthorizationFailedError for a principal that may not DESCRIBE_CONFIGS the cluster."""
+        wanted = list(filters)
+
+        async def attempt() -> dict[QuotaEntity, dict[str, float]]:
+            response = await self._send(lambda v: quotas.describe_request(wanted, strict),
+                                        api_key=quotas.DESCRIBE_CLIENT_QUOTAS)
+            if response.error_code:
+                raise _broker_error(response.error_code, "DescribeClientQuotas", response.error_message)
+            return quotas.described_quotas(response)
+
+        return await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff,
+                              what="DescribeClientQuotas")
+
+    async def alter_client_quotas(self, alterations: Iterable[QuotaAlteration], *, validate_only: bool = False,
+                                  timeout: float | None = None) -> None:
+        """Set (a value) or remove (None) client quotas, each entity's changes all or none.  As for
+        ``create_acls``, an entity the broker refuses raises once the others are done:
+        InvalidRequestError (an unknown key or entity type, a bad value), ClusterAuthorizationFailedError."""
+        todo = {a.entity: a for a in alterations}
+        batch: _Batch[QuotaEntity, None] = _Batch(todo, lambda e: f"client quota entity ({e})")
+
+        async def round_(pending: list[QuotaEntity]) -> None:
+            response = await self._send(lambda v: quotas.alter_request([todo[e] for e in pending], validate_only),
+                                        api_key=quotas.ALTER_CLIENT_QUOTAS)
+            for entry in response.entries:
+                entity = quotas.answered_entity(entry)
+                if entry.error_code:
+                    batch.fail(entity, _broker_error(entry.error_code, batch.describe(entity), entry.error_message))
+                else:
+                    batch.succeed(entity, None)
+
+        await self._run(batch, round_, what="AlterClientQuotas", timeout=timeout)
+
     # -- groups -----------------------------------------------------------------------------------
     async def list_groups(self, *, states: Collection[str] = (), types: Collection[str] = (),
                           timeout: float | None = None) -> list[GroupListing]:
@@ -1332,4 +1376,6 @@ class Admin:
     describe_producers = _sync("describe_producers")
     describe_user_scram_credentials = _sync("describe_user_scram_credentials")
     alter_user_scram_credentials = _sync("alter_user_scram_credentials")
+    describe_client_quotas = _sync("describe_client_quotas")
+    alter_client_quotas = _sync("alter_client_quotas")
     describe_features = _sync("describe_features")
