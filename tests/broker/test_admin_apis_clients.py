@@ -136,10 +136,10 @@ def test_kafka_python_features(kp):
     features = kp.describe_features()
     assert features["metadata.version"]["finalized"] == (30, 30)
     assert features["transaction.version"]["finalized"] == (1, 1)
-    assert "finalized" not in features["group.version"]
+    assert features["group.version"]["finalized"] == (1, 1)  # KIP-848 consumer groups
     assert kp.update_features({"transaction.version": 1}, validate_only=True) == {"transaction.version": "OK"}
     with pytest.raises(Exception) as err:  # noqa: B017
-        kp.update_features({"group.version": 1})
+        kp.update_features({"group.version": 2})
     assert "INVALID_UPDATE_VERSION" in repr(err.value) or "InvalidUpdateVersion" in repr(err.value)
     assert kp.describe_features()["metadata.version"]["finalized"] == (30, 30)
 

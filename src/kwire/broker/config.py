@@ -62,6 +62,10 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 0
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # KIP-848 consumer groups (group.consumer.*): what a group without its own consumer.* group
+    # configs gets.  Kafka's defaults; tests lower them to see rebalances quickly.
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     # Transaction coordinator (Kafka's names: transaction.max.timeout.ms, transactional.id.expiration.ms).
     transaction_max_timeout_ms: int = 900_000
@@ -116,6 +120,9 @@ class BrokerConfig:
         if self.queued_max_request_bytes < -1 or self.queued_max_request_bytes == 0:
             raise ConfigError("queued_max_request_bytes must be -1 (no limit) or > 0, "
                               f"got {self.queued_max_request_bytes}")
+        if not 0 < self.group_consumer_heartbeat_interval_ms < self.group_consumer_session_timeout_ms:
+            raise ConfigError("group_consumer_heartbeat_interval_ms must be > 0 and less than "
+                              "group_consumer_session_timeout_ms")
         if self.offsets_topic_num_partitions < 1 or self.transaction_state_log_num_partitions < 1:
             raise ConfigError("offsets_topic_num_partitions and transaction_state_log_num_partitions must be >= 1")
         if self.log_cleaner_threads < 1 or self.log_cleaner_backoff_ms < 1 or self.log_cleaner_io_buffer_size < 1:

@@ -104,6 +104,9 @@ class StoredGroup:
     record: GroupRecord | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    # A KIP-848 consumer group's newest ConsumerGroup* records: key bytes -> (key, value)
+    # decoded (see coordinator.consumer.records); only __consumer_offsets holds them.
+    consumer: dict[bytes, tuple[Any, Any]] = field(default_factory=dict)
 
     @property
     def entries(self) -> int:

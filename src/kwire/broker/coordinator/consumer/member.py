@@ -1,0 +1,61 @@
+"""One member of a KIP-848 consumer group (Kafka's ConsumerGroupMember) and its reconciliation states."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from .assignment import EMPTY, Assignment
+
+__all__ = ["ConsumerMember", "MemberState", "LEAVE_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_STATIC_MEMBER_EPOCH"]
+
+# The member epochs a heartbeat sends to leave (KIP-848): -1 leaves for good, -2 is a static
+# member going away for a while (its instance id keeps its assignment until the session expires).
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+class MemberState(IntEnum):
+    """Kafka's MemberState, with its record ids (ConsumerGroupCurrentMemberAssignmentValue.State)."""
+
+    STABLE = 0                  # has its target assignment
+    UNREVOKED_PARTITIONS = 1    # must give partitions up before it moves to the next epoch
+    UNRELEASED_PARTITIONS = 2   # at the target epoch, waiting for partitions others still own
+    UNKNOWN = 127               # a state a newer coordinator wrote: the member is fenced to start over
+
+    @property
+    def label(self) -> str:
+        """The name ConsumerGroupDescribe and the logs use."""
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMember:
+    """A member as the coordinator knows it; changed by replacing (``dataclasses.replace``)."""
+
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    rebalance_timeout_ms: int = -1
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=lambda: EMPTY)
+    pending_revocation: Assignment = field(default_factory=lambda: EMPTY)
+
+    def replace(self, **changes) -> ConsumerMember:
+        return dataclasses.replace(self, **changes)
+
+    def with_epoch(self, epoch: int) -> ConsumerMember:
+        """Kafka's updateMemberEpoch: the previous epoch remembers the one it leaves."""
+        return dataclasses.replace(self, previous_member_epoch=self.member_epoch, member_epoch=epoch)
+
+    @property
+    def subscription(self) -> tuple[tuple[str, ...], str | None]:
+        return self.subscribed_topic_names, self.subscribed_topic_regex

@@ -1,0 +1,27 @@
+"""Which kind of group a group id is: a group id belongs to one group type at a time (KIP-848).
+
+    group_type(broker_state, "orders")   # "consumer", "classic" or None (no such group)
+
+The classic coordinator keeps the committed offsets of every group id, so an id it knows only
+for offsets, that a consumer group runs, is a consumer group.  Share groups (KIP-932) ask here
+before they take an id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .consumer import GROUP_TYPE as CONSUMER
+from .coordinator import GROUP_TYPE as CLASSIC
+
+__all__ = ["CLASSIC", "CONSUMER", "group_type"]
+
+
+def group_type(state: Any, group_id: str) -> str | None:
+    """"consumer", "classic" or None for a group id of the broker ``state`` (read only)."""
+    consumer_groups = getattr(state, "consumer_groups", None)
+    if consumer_groups is not None and consumer_groups.group(group_id) is not None:
+        return CONSUMER
+    if state.coordinator.group(group_id) is not None:
+        return CLASSIC
+    return None
