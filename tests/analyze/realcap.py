@@ -29,6 +29,7 @@ own output in the message.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import os
@@ -48,6 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiokafka
 import confluent_kafka
 import kafka
 from confluent_kafka import TopicPartition
@@ -817,6 +819,78 @@ def _scenario_seed(workdir: Path, tool: str) -> ScenarioRun:
                              "member_a": a.member_id, "member_b": b.member_id})
 
 
+def _scenario_normal(workdir: Path, tool: str) -> ScenarioRun:
+    """Normal traffic, nothing wrong on purpose: every real client doing ordinary work against
+    kwire's broker.  A confluent-kafka producer; short kcat runs one after the other from the same
+    host (each a new process with new connections, as scripts and shells run a CLI); a group of two
+    confluent-kafka consumers (each join is KIP-394's two JoinGroups, the first answered
+    MEMBER_ID_REQUIRED, and the second member's arrival rebalances the first) reading everything
+    and committing; a kafka-python consumer group of one and an aiokafka producer."""
+    topic, group, n = "normal-orders", "normal-billing", 120
+    producer = ClientFacts("normal-producer")
+    first, second = ClientFacts("normal-consumer-1"), ClientFacts("normal-consumer-2")
+    kp_facts = ClientFacts("normal-kafka-python")
+    aio_facts = ClientFacts("normal-aiokafka")
+    kcat_runs = 12
+    with EmbeddedBroker(default_partitions=2) as broker:
+        with capture([broker.port], workdir / f"normal.{_ext(tool)}", tool) as cap:
+            _confluent_produce(broker.bootstrap, topic, n, producer)
+            for i in range(kcat_runs):  # separate short CLI runs: a line produced, or the metadata listed
+                if i % 3 == 2:
+                    _kcat("-b", broker.bootstrap, "-L", "-t", topic)
+                else:
+                    _kcat("-b", broker.bootstrap, "-P", "-t", topic, "-X", "acks=all", input=b"kcat line %d\n" % i)
+            consumer_1 = _confluent_consumer(broker.bootstrap, group, topic, first)
+            consumer_2 = None
+            try:
+                total = n + kcat_runs - kcat_runs // 3
+                _confluent_consume_all({consumer_1: first}, 1)
+                consumer_2 = _confluent_consumer(broker.bootstrap, group, topic, second)
+                read = sum(first.consumed.values())
+                for _ in _deadline_loop(30):
+                    if read >= total and len(second.assignments) >= 1 and len(first.assignments) >= 2:
+                        break
+                    read += len(_consume(consumer_1, first)) + len(_consume(consumer_2, second))
+                for consumer, facts in ((consumer_1, first), (consumer_2, second)):
+                    try:
+                        _confluent_commit(consumer, facts, group)
+                    except confluent_kafka.KafkaException as e:  # nothing read since its assignment
+                        if e.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
+                            raise
+            finally:
+                consumer_1.close()
+                if consumer_2 is not None:
+                    consumer_2.close()
+            kp = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id="normal-audit",
+                                     client_id=kp_facts.client_id, auto_offset_reset="earliest",
+                                     enable_auto_commit=False)
+            try:
+                got = 0
+                for _ in _deadline_loop(30):
+                    if got >= total:
+                        break
+                    for tp, msgs in kp.poll(timeout_ms=200).items():
+                        kp_facts.consumed[(tp.topic, tp.partition)] += len(msgs)
+                        got += len(msgs)
+                kp.commit()
+            finally:
+                kp.close()
+            asyncio.run(_aiokafka_produce(broker.bootstrap, topic, 20, aio_facts))
+    clients = (producer, first, second, kp_facts, aio_facts)
+    return ScenarioRun("normal", cap, [broker.port], {f.client_id: f for f in clients})
+
+
+async def _aiokafka_produce(bootstrap: str, topic: str, n: int, facts: ClientFacts) -> None:
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=facts.client_id, acks="all")
+    await producer.start()
+    try:
+        for key, value, _headers in _records(n, topic):
+            md = await producer.send_and_wait(topic, value=value, key=key)
+            facts.produced[(md.topic, md.partition)] += 1
+    finally:
+        await producer.stop()
+
+
 def _consume(consumer, facts: ClientFacts, max_records: int = 50) -> list:
     """One short poll of a confluent-kafka consumer; its records are counted in ``facts``."""
     batch = []
@@ -845,6 +919,7 @@ SCENARIOS = {
     "kafka-python": _scenario_kafka_python,
     "kcat": _scenario_kcat,
     "seed": _scenario_seed,
+    "normal": _scenario_normal,
     "legacy-refused": _scenario_legacy_refused,
     "kafka-python-2.0": lambda workdir, tool: _scenario_kafka_python(workdir, tool, api_version=(2, 0, 0),
                                                                      name="kafka-python-2.0"),

@@ -248,6 +248,21 @@ def test_join_storm_window_is_half_open():
     assert "10 JoinGroup requests within 60 s" in f.message
 
 
+def test_member_id_required_joins_are_not_counted():
+    """KIP-394: a member's first JoinGroup (no member id) is answered MEMBER_ID_REQUIRED and it joins
+    again at once.  Six members each joining that way, one after the other, is 12 JoinGroups but
+    six joins: no storm.  The second requests alone count."""
+    rows = []
+    for i in range(6):
+        member = f"m{i}"
+        rows.append(group_event("JoinGroup", 10 * i + 1, i * S, error_code=79, member=member))
+        rows.append(group_event("JoinGroup", 10 * i + 3, i * S + 1000, generation=1, member=member))
+    assert group_findings(rows) == []
+    more = [group_event("JoinGroup", 100 + 2 * i, (10 + i) * S, generation=1) for i in range(4)]
+    (f,) = group_findings([*rows, *more])
+    assert f.count == 10 and f.frames == frames(*(10 * i + 3 for i in range(6)), 100, 102, 104, 106)
+
+
 def test_generation_storm_counts_distinct_generations():
     same = [group_event("JoinGroup", i, i * S, generation=7) for i in range(1, 6)]
     assert group_findings(same) == []
@@ -283,7 +298,7 @@ def test_reconnect_storm_per_client_host():
     (f,) = connection_findings(rows)
     assert (f.kind, f.client, f.protocol, f.count) == ("reconnect_storm", "10.0.0.5", "kafka", 10)
     assert f.frames == frames(*range(10, 101, 10))
-    assert "10 connections to 10.0.0.9:9092 within 60 s" in f.message
+    assert "10 connections to 10.0.0.9:9092 that got no byte back within 60 s" in f.message
     rng = random.Random(3)
     rng.shuffle(rows)
     assert [x.key() for x in connection_findings(rows)] == [f.key()]
@@ -297,6 +312,18 @@ def test_reconnect_storm_near_misses_and_ipv6():
     six = [connection(i, "fd00::5", 40000 + i, i, server="fd00::9", protocol="other") for i in range(1, 7)]
     (f,) = connection_findings(six, Thresholds(reconnect_connections=6))
     assert (f.client, f.protocol, f.count) == ("[fd00::5]", "other", 6)
+
+
+def test_answered_connections_are_no_reconnect_storm():
+    """Short CLI runs from one host, each a new process with new connections, all answered: normal
+    traffic.  Only connections the server never answered (refused, dropped) count."""
+    runs = [connection(i, "10.0.0.5", 40000 + i, i) for i in range(1, 31)]
+    for row in runs:
+        row["bytes_to_client"] = 700
+    assert connection_findings(runs) == []
+    refused = [connection(100 + i, "10.0.0.5", 41000 + i, 40 + i, protocol="other") for i in range(10)]
+    (f,) = connection_findings([*runs, *refused])
+    assert (f.count, f.protocol, f.frames) == (10, "other", frames(*range(1000, 1091, 10)))
 
 
 # -- exchange rules --------------------------------------------------------------------------------
@@ -313,16 +340,19 @@ def test_error_responses_by_severity():
             xrow("Fetch", 3, error="NOT_LEADER_OR_FOLLOWER", error_code=6, client_id="other"),
             xrow("Fetch", 5, error="OFFSET_OUT_OF_RANGE", error_code=1),
             xrow("JoinGroup", 7, error="MEMBER_ID_REQUIRED", error_code=79),
+            xrow("Heartbeat", 8, error="REBALANCE_IN_PROGRESS", error_code=27),
             xrow("find", 9, protocol="mongodb", error="Unauthorized", error_code=13),
             xrow("Fetch", 11), xrow("Fetch", 13, status=UNANSWERED, details={"unanswered_by": "capture_end"})]
     found = {(f.api, f.error): f for f in exchange_results(rows) if f.kind == "error_response"}
     assert sorted(found) == [("Fetch", "NOT_LEADER_OR_FOLLOWER"), ("Fetch", "OFFSET_OUT_OF_RANGE"),
-                             ("JoinGroup", "MEMBER_ID_REQUIRED"), ("find", "Unauthorized")]
+                             ("Heartbeat", "REBALANCE_IN_PROGRESS"), ("JoinGroup", "MEMBER_ID_REQUIRED"),
+                             ("find", "Unauthorized")]
     leader = found[("Fetch", "NOT_LEADER_OR_FOLLOWER")]
     assert (leader.severity, leader.count, leader.frames, leader.client) == ("warning", 2, frames(1, 3), None)
     assert "2 Fetch responses" in leader.message and "NOT_LEADER_OR_FOLLOWER" in leader.message
     assert found[("Fetch", "OFFSET_OUT_OF_RANGE")].severity == "error"
-    assert found[("JoinGroup", "MEMBER_ID_REQUIRED")].severity == "info"
+    assert found[("JoinGroup", "MEMBER_ID_REQUIRED")].severity == "info"  # KIP-394's first join
+    assert found[("Heartbeat", "REBALANCE_IN_PROGRESS")].severity == "info"  # "rejoin", at every rebalance
     assert (found[("find", "Unauthorized")].severity, found[("find", "Unauthorized")].protocol) == ("error", "mongodb")
 
 
@@ -354,7 +384,9 @@ def test_unanswered_and_skipped_requests():
     rows = [xrow("Metadata", 1, status=UNANSWERED, client_id="c", details={"unanswered_by": "connection_end"}),
             xrow("Metadata", 3, status=UNANSWERED, client_id="c", details={"unanswered_by": "connection_end"}),
             xrow("Metadata", 5, status=UNANSWERED, client_id="c", details={"unanswered_by": "capture_end"}),
-            xrow("Fetch", 7, status=UNANSWERED, client_id="c", details={"unanswered_by": "skipped"})]
+            xrow("Fetch", 7, status=UNANSWERED, client_id="c", details={"unanswered_by": "skipped"}),
+            # the client closed with its long-poll Fetch in flight: its own choice, not a finding
+            xrow("Fetch", 9, status=UNANSWERED, client_id="c", details={"unanswered_by": "client_close"})]
     found = by_kind(exchange_results(rows))
     assert sorted(found) == ["skipped_request", "unanswered"]
     (gone,) = found["unanswered"]

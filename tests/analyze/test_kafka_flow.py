@@ -109,9 +109,10 @@ class Feeder:
         self.out += got
         return got
 
-    def end(self, reason: str = "fin") -> None:
+    def end(self, reason: str = "fin", first: int = TO_CLIENT) -> None:
+        """Both directions end, ``first``'s first (the server closing, by default)."""
         self.frame += 1
-        for d in (TO_SERVER, TO_CLIENT):
+        for d in (first, 1 - first):
             self.conn.directions[d].ended = reason
             self.out += self.flow.feed(d, End(self.frame, TS + self.frame * 1000, reason))
 
@@ -560,13 +561,17 @@ def test_orphan_response_and_skipped_requests():
     assert out[0].api == "Unknown" and out[0].response_bytes == len(response("Metadata", 12, 99))
 
 
-@pytest.mark.parametrize(("reason", "expected"), [("fin", "connection_end"), ("rst", "connection_end"),
-                                                  ("eof", "capture_end"), (None, "capture_end")])
-def test_requests_in_flight_at_close(reason, expected):
+@pytest.mark.parametrize(("reason", "first", "expected"), [
+    ("fin", TO_CLIENT, "connection_end"), ("rst", TO_CLIENT, "connection_end"),
+    ("fin", TO_SERVER, "client_close"), ("rst", TO_SERVER, "client_close"),
+    ("eof", TO_SERVER, "capture_end"), (None, None, "capture_end")])
+def test_requests_in_flight_at_close(reason, first, expected):
+    """The side that ended first decides: the client closing with a long-poll Fetch in flight gave
+    it up itself; the server closing (or resetting) left it unanswered."""
     f = Feeder()
     f.up(request("Fetch", 12, 1, max_wait_ms=500, topics=[]) + produce(2, batch(1))[:40])
     if reason:
-        f.end(reason)
+        f.end(reason, first)
     ex = only(f.close())
     assert (ex.status, ex.details["unanswered_by"], ex.api) == (UNANSWERED, expected, "Fetch")
     assert f.kinds() == ["truncated"]

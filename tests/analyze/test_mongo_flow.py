@@ -513,7 +513,8 @@ def test_requests_in_flight_are_bounded():
 
 
 @pytest.mark.parametrize("ends, by", [
-    ([(TO_SERVER, end("fin")), (TO_CLIENT, end("fin"))], "connection_end"),
+    ([(TO_CLIENT, end("fin")), (TO_SERVER, end("fin"))], "connection_end"),
+    ([(TO_SERVER, end("fin")), (TO_CLIENT, end("fin"))], "client_close"),
     ([(TO_CLIENT, end("rst")), (TO_SERVER, end("eof"))], "connection_end"),
     ([(TO_SERVER, end("eof")), (TO_CLIENT, end("eof"))], "capture_end"),
     ([], "capture_end"),

@@ -380,7 +380,7 @@ def random_tables(rng: random.Random, n: int = 200) -> dict[str, list[dict]]:
         "api": pick("JoinGroup", "JoinGroup", "SyncGroup", "SyncGroup", "Heartbeat"), "api_version": 3,
         "request_frame": pick(next(frames), None), "response_frame": pick(next(frames), None), "ts_ns": ts(),
         "group": pick("g", "h", None), "member_id": pick("A", "B", None), "generation": pick(0, 1, 2, 3, 4, None),
-        "error_code": pick(0, 0, 27, None), "error": None, "status": pick("answered", "answered", "unanswered"),
+        "error_code": pick(0, 0, 27, 79, None), "error": None, "status": pick("answered", "answered", "unanswered"),
         "protocol_name": None, "leader": None,
         "assignment": pick(None, [], ["t:0"], ["t:0", "t:1"], ["t:1", "u:0"], ["u:0", "u:1"]),
     } for _ in range(n)]
@@ -389,7 +389,7 @@ def random_tables(rng: random.Random, n: int = 200) -> dict[str, list[dict]]:
         "client": pick("10.0.0.2:5000", "10.0.0.2:5001", "[fe80::1]:6000", "[fe80::1", "host", "", None),
         "server": pick("10.0.0.1:9092", None), "protocol": pick("kafka", "mongodb", "other", None), "roles": "syn",
         "first_frame": pick(next(frames), None), "first_ts_ns": ts(), "last_frame": 1, "last_ts_ns": T0,
-        "bytes_to_server": 0, "bytes_to_client": 0, "gaps": 0, "gap_bytes": 0, "exchanges": 0, "end": None,
+        "bytes_to_server": 0, "bytes_to_client": pick(0, 0, None, 500), "gaps": 0, "gap_bytes": 0, "exchanges": 0, "end": None,
     } for i in range(n)]
     exchanges = []
     for _ in range(4 * n):
@@ -402,10 +402,11 @@ def random_tables(rng: random.Random, n: int = 200) -> dict[str, list[dict]]:
             client_id=pick("ca", "cb", None),
             request_frame=pick(next(frames), None), response_frame=pick(next(frames), None),
             request_ts_ns=ts(), response_ts_ns=ts(),
-            error=pick(None, None, "UNSUPPORTED_VERSION", "UNKNOWN_SERVER_ERROR", "MEMBER_ID_REQUIRED"),
+            error=pick(None, None, "UNSUPPORTED_VERSION", "UNKNOWN_SERVER_ERROR", "MEMBER_ID_REQUIRED",
+                       "REBALANCE_IN_PROGRESS"),
             throttle_ms=pick(0, 0, -1, 100, 250, None), latency_ms=pick(None, 50.0, 100.0, 1000.0, 1500.5, 3000.0),
             expected_wait_ms=pick(None, -5, 0, 500, 2000), unanswered_by=pick(None, "connection_end", "skipped",
-                                                                              "capture_end"))
+                                                                              "capture_end", "client_close"))
         exchanges.append(row)
     return {"exchanges": exchanges, "offset_commits": commits, "group_events": group_events,
             "connections": connections}

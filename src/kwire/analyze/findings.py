@@ -61,8 +61,10 @@ Over ``group_events``, ``group_findings``:
 
 5. ``rebalance_storm`` (warning): per group, three conditions, tried in this order, the first
    that fires wins:
-   (a) JoinGroup requests: rows with api 'JoinGroup' and a non-null ``request_frame``; measure =
-   rows in the window; fires at ``>= storm_joins``.
+   (a) JoinGroup requests: rows with api 'JoinGroup' and a non-null ``request_frame``, except
+   those answered MEMBER_ID_REQUIRED (``error_code == 79``: KIP-394's first step of every join,
+   a member without an id is given one and joins again at once, so each join is two requests);
+   measure = rows in the window; fires at ``>= storm_joins``.
    (b) generations handed out: rows with api 'JoinGroup', status 'answered', ``error_code == 0`` and
    a non-null generation; measure = distinct generations in the window; fires at
    ``>= storm_generations``.
@@ -74,12 +76,17 @@ Over ``group_events``, ``group_findings``:
 
 Over ``connections``, ``connection_findings``:
 
-10. ``reconnect_storm`` (warning): per (capture, client host, server), where the client host is
-    ``client`` without its ":port" (IPv6 stays in brackets), over connections with a non-null
-    ``first_ts_ns``: window ``reconnect_window_s``; fires when the busiest window holds
-    ``>= reconnect_connections`` connections.  ``count`` = that number, evidence = those
-    connections, ``client`` = the host, ``protocol`` = their protocol if they share one, else None.
-    Every protocol counts (a refused connection never carried a byte, so it is 'other').
+10. ``reconnect_storm`` (warning): a client reconnecting over and over because its connections
+    fail, not many clients each opening connections and doing their work (short CLI runs from
+    one host).  It counts *failed connections*: rows with a non-null ``first_ts_ns`` on which the
+    server sent no byte (``bytes_to_client`` 0 or null: refused, reset or dropped before the
+    first answer), per (capture, client host, server), where the client host is ``client``
+    without its ":port" (IPv6 stays in brackets): window ``reconnect_window_s``; fires when the
+    busiest window holds ``>= reconnect_connections`` of them.  ``count`` = that number,
+    evidence = those connections, ``client`` = the host, ``protocol`` = their protocol if they
+    share one, else None.  Every protocol counts (a refused connection never carried a byte, so
+    it is 'other').  A connection that was answered and then failed shows in the exchange rules
+    (its error responses, its requests unanswered at ``connection_end``).
 
 Over ``exchanges``, streamed through ``ExchangeFindings``:
 
@@ -88,14 +95,19 @@ Over ``exchanges``, streamed through ``ExchangeFindings``:
    api, error); ``error`` = that name.  Kafka UNSUPPORTED_VERSION is left to rule 9 (never counted
    twice).  Severity: 'error' for the names in ``FATAL_ERRORS`` (data refused or lost, or a client
    that cannot work until configuration or ACLs change), 'info' for ``ROUTINE_ERRORS`` (part of a
-   normal handshake: MEMBER_ID_REQUIRED, KIP-394), 'warning' otherwise.
+   normal step of the group protocol: MEMBER_ID_REQUIRED, KIP-394's first join; REBALANCE_IN_PROGRESS,
+   the coordinator telling a member to rejoin, as it does at every rebalance - too many of them is
+   rule 5's), 'warning' otherwise.
 7. ``throttled`` (info): answered rows with ``throttle_ms > 0``, per (protocol, api, client_id).
    Message gives the largest ``throttle_ms``.
 8. ``unanswered`` (warning): rows with status 'unanswered' and ``unanswered_by ==
-   'connection_end'``, per (protocol, api, client_id).  ``skipped_request`` (warning): the same with
-   ``unanswered_by == 'skipped'`` (a later request on the connection was answered first).  Rows
-   with ``unanswered_by == 'capture_end'`` (or null) are not findings: the capture stopped while
-   they waited, and the rows do not tell how long before the capture's end they were sent.
+   'connection_end'`` (the server, or the network, ended the connection first), per (protocol,
+   api, client_id).  ``skipped_request`` (warning): the same with ``unanswered_by == 'skipped'``
+   (a later request on the connection was answered first).  Rows with ``unanswered_by ==
+   'capture_end'`` (or null) are not findings: the capture stopped while they waited, and the
+   rows do not tell how long before the capture's end they were sent.  Nor are rows with
+   'client_close': the client closed the connection first, giving its requests up (a consumer
+   closing during its long-poll Fetch, as every consumer does when it stops).
 9. ``unsupported_version``: Kafka rows with status 'answered' and ``error == 'UNSUPPORTED_VERSION'``,
    per (api, api_version, client_id); 'info' for ApiVersions (the KIP-511 negotiation: the client
    retries with a lower version), 'warning' for any other api.
@@ -116,6 +128,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from kwire.protocol.errors import MemberIdRequiredError, RebalanceInProgressError
 
 from .exchange import ANSWERED, ORPHAN_RESPONSE, UNANSWERED, UNDECODABLE
 
@@ -155,7 +169,7 @@ KINDS: dict[str, str] = {
     "unanswered": "requests whose connection ended before the response",
     "skipped_request": "requests the server skipped (a later one was answered first)",
     "unsupported_version": "requests refused with UNSUPPORTED_VERSION",
-    "reconnect_storm": "a client host opened many connections to one server in a short time",
+    "reconnect_storm": "a client host's connections to one server failed over and over in a short time",
     "slow_request": "requests answered later than they could legitimately wait, plus a margin",
     "orphan_response": "responses whose request was not captured",
     "undecodable": "messages that framed but did not decode",
@@ -175,11 +189,15 @@ FATAL_ERRORS = frozenset((
     # MongoDB codeNames
     "AuthenticationFailed", "Unauthorized",
 ))
-# Errors that are a normal step of a handshake, not a problem: severity 'info'.
-ROUTINE_ERRORS = frozenset(("MEMBER_ID_REQUIRED",))
+# Errors that are a normal step of the group protocol, not a problem: severity 'info'.  A
+# member's first JoinGroup is answered MEMBER_ID_REQUIRED (KIP-394); at every rebalance the
+# coordinator answers members' Heartbeats (and commits, syncs) REBALANCE_IN_PROGRESS to make them
+# rejoin.  Too many of either is rule 5's.
+ROUTINE_ERRORS = frozenset(("MEMBER_ID_REQUIRED", "REBALANCE_IN_PROGRESS"))
 
 _KAFKA, _MONGODB = "kafka", "mongodb"
-_REBALANCE_IN_PROGRESS = 27
+_REBALANCE_IN_PROGRESS = RebalanceInProgressError.code
+_MEMBER_ID_REQUIRED = MemberIdRequiredError.code
 _NS_PER_S = 1_000_000_000
 
 FINDINGS_SCHEMA: dict[str, str] = {
@@ -377,7 +395,7 @@ def message_rebalance_storm(group, condition, count, window_s) -> str:
 
 
 def message_reconnect_storm(capture, host, server, count, window_s) -> str:
-    return (f"{host} opened {count} connections to {server} within {window_s:g} s "
+    return (f"{host} opened {count} connections to {server} that got no byte back within {window_s:g} s "
             f"(capture {capture!r}).")
 
 
@@ -672,7 +690,7 @@ def group_findings(group_events: Iterable[Row], thresholds: Thresholds | None = 
         answered_ok = r.get("status") == ANSWERED and not r.get("error_code")
         capture = r.get("capture") or ""
         if api == "JoinGroup":
-            if frame is not None:
+            if frame is not None and r.get("error_code") != _MEMBER_ID_REQUIRED:
                 joins[group].append(_Event(ts, capture, frame, None))
             if answered_ok and r.get("generation") is not None:
                 generations[group].append(_Event(ts, capture, shown, r["generation"]))
@@ -720,7 +738,7 @@ def connection_findings(connections: Iterable[Row], thresholds: Thresholds | Non
     by_pair: dict[tuple, list[_Event]] = defaultdict(list)
     for r in connections:
         ts = r.get("first_ts_ns")
-        if ts is None:
+        if ts is None or r.get("bytes_to_client"):  # answered: not a failed connection
             continue
         capture = r.get("capture") or ""
         key = (capture, _client_host(r.get("client")), r.get("server"))

@@ -261,13 +261,16 @@ def _rebalance_storm(group_events, t: Thresholds):
     shown = F.coalesce("request_frame", "response_frame")
     common = [F.col("group"), F.col("ts_ns").cast("long").alias("ts"), F.coalesce("capture", F.lit("")).alias("ev_capture")]
     answered_ok = _true((F.col("status") == "answered") & (F.coalesce("error_code", F.lit(0)) == 0))
-    joins = rows.where((F.col("api") == "JoinGroup") & F.col("request_frame").isNotNull()).select(
+    # KIP-394's first step of each join (answered MEMBER_ID_REQUIRED) is not a join of its own
+    joins = rows.where((F.col("api") == "JoinGroup") & F.col("request_frame").isNotNull()
+                       & ~_true(F.col("error_code") == fnd._MEMBER_ID_REQUIRED)).select(
         *common, F.col("request_frame").alias("ev_frame"), F.lit(None).cast("long").alias("value"),
         F.lit(0).alias("cond"), F.lit(False).alias("distinct"))
     generations = rows.where((F.col("api") == "JoinGroup") & answered_ok & F.col("generation").isNotNull()).select(
         *common, shown.alias("ev_frame"), F.col("generation").cast("long").alias("value"),
         F.lit(1).alias("cond"), F.lit(True).alias("distinct"))
-    rebalancing = rows.where(_true((F.col("status") == "answered") & (F.col("error_code") == 27))).select(
+    rebalancing = rows.where(_true((F.col("status") == "answered")
+                                   & (F.col("error_code") == fnd._REBALANCE_IN_PROGRESS))).select(
         *common, shown.alias("ev_frame"), F.lit(None).cast("long").alias("value"),
         F.lit(2).alias("cond"), F.lit(False).alias("distinct"))
     events = joins.unionByName(generations).unionByName(rebalancing)
@@ -299,7 +302,9 @@ def _client_host(column):
 def _reconnect_storm(connections, t: Thresholds):
     F = _F()
     window_ns = _window_ns(t.reconnect_window_s)
-    events = connections.where(F.col("first_ts_ns").isNotNull()).select(
+    # failed connections only: the server sent them no byte
+    failed = F.col("first_ts_ns").isNotNull() & (F.coalesce("bytes_to_client", F.lit(0)) == 0)
+    events = connections.where(failed).select(
         F.coalesce("capture", F.lit("")).alias("ev_capture"), _client_host("client").alias("host"), "server",
         F.col("first_ts_ns").cast("long").alias("ts"), F.col("first_ts_ns").cast("long").alias("ev_ts"),
         F.col("first_frame").alias("ev_frame"), "protocol", F.lit(None).cast("long").alias("value"),

@@ -7,6 +7,9 @@ correlation id.  What a capture throws at it, and what it does:
 * Responses come in request order on a Kafka connection, so a response to request N means the
   requests sent before N were answered in bytes the capture lost: they become ``UNANSWERED``
   (``details["unanswered_by"] = "skipped"``) at once, which also keeps the in-flight table small.
+* Requests still in flight when the flow closes are ``UNANSWERED`` by 'client_close' (the
+  client's direction ended first: it closed with them in flight), 'connection_end' (the server
+  ended first) or 'capture_end' (the capture stopped first).
 * Produce with acks=0 gets no response: ``NO_RESPONSE_EXPECTED`` as soon as the request is read.
 * ApiVersions v3+ refused with UNSUPPORTED_VERSION is answered in the v0 layout (KIP-511).
 * After a SaslHandshake v0 answered without error, both sides exchange raw SASL tokens
@@ -102,6 +105,7 @@ class KafkaFlow(_Resync):
         self._sasl_tokens: deque[Exchange] = deque()  # client tokens waiting for the server's
         self._warned_in_flight = False
         self._closed = False
+        self._closed_first: int | None = None  # the direction that ended first (FIN or RST)
 
     # -- Flow ----------------------------------------------------------------------------------
 
@@ -135,6 +139,8 @@ class KafkaFlow(_Resync):
                 self._gap(direction, event, out)
             elif kind is End:
                 self._sides[direction].ended = event.reason
+                if self._closed_first is None and event.reason in ("fin", "rst"):
+                    self._closed_first = direction
         except Exception as e:  # a bug must not stop the analysis of the whole capture
             self._internal_error(direction, event, e)
         return out
@@ -147,7 +153,10 @@ class KafkaFlow(_Resync):
         try:
             ended = any(s.ended in ("fin", "rst") for s in self._sides) or any(
                 d.ended in ("fin", "rst") for d in self.conn.directions)
-            why = "connection_end" if ended else "capture_end"
+            # The client ending first gave its requests up itself (a consumer closing during its
+            # long-poll Fetch: Kafka's NetworkClient cancels what is in flight on close).
+            why = ("client_close" if self._closed_first == TO_SERVER else "connection_end") if ended \
+                else "capture_end"
             for entry in self._in_flight.values():
                 out.append(self._unanswered(entry.ex, why))
             self._in_flight.clear()

@@ -150,6 +150,11 @@ class MongoFlow(_Framing):
     def close(self) -> list[Exchange]:
         ended = set(self._ends.values())
         by = "connection_end" if ended & {"fin", "rst", "reused"} else "capture_end"
+        # _ends keeps the order the directions ended in: the client ending first (a driver closing
+        # a pooled connection) gave its waiting requests up itself.
+        first = next((d for d, reason in self._ends.items() if reason in ("fin", "rst")), None)
+        if first == TO_SERVER:
+            by = "client_close"
         out = [self._unanswered(req, by) for req in self._waiting.values()]
         self._waiting.clear()
         self._chains.clear()  # an exhaust stream or streaming hello left open: its request was answered
