@@ -9,7 +9,10 @@ Metadata, readable by consumers and written only by the broker.
 Start-up stays cheap: the topics are registered at their configured partition counts
 (``offsets_topic_num_partitions``, ``transaction_state_log_num_partitions``, default 50 each) but
 a partition's log directory is created only when it is first used (``partition_log``), so a new
-broker does not create 100 directories.  The topic list records them at that first use too (a
+broker does not create 100 directories.  After a clean shutdown their existing logs are opened
+on first use too (``LAZY_TOPICS``, given to the LogManager), and the coordinators load them in
+the background after the broker listens (``kwire.broker.coordinator.loader``), as Kafka's
+coordinators load their partitions after election.  The topic list records them at that first use too (a
 fresh broker writes nothing): until a record is written their partition count may still change
 with the settings, and nothing depends on it.
 
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
     from .storage import LogConfig, LogManager, PartitionLog
 
 __all__ = ["InternalTopics", "OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "INTERNAL_TOPICS", "is_internal",
-           "java_string_hash", "partition_for", "INTERNAL_TOPIC_CONFIGS"]
+           "java_string_hash", "partition_for", "INTERNAL_TOPIC_CONFIGS", "LAZY_TOPICS"]
 
 logger = logging.getLogger("kwire.broker.internal_topics")
 
@@ -44,6 +47,10 @@ INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     # TransactionStateManager.transactionTopicConfigs
     TRANSACTION_STATE_TOPIC: {"cleanup.policy": "compact", "segment.bytes": _SEGMENT_BYTES},
 }
+
+# The internal topics whose partitions the log manager opens on first use after a clean
+# shutdown (the coordinators' loader opens them in the background).
+LAZY_TOPICS: frozenset[str] = frozenset(INTERNAL_TOPIC_CONFIGS)
 
 _INT32 = 1 << 32
 
@@ -110,10 +117,24 @@ class InternalTopics:
             self._topics.save_pending()
             return self._logs.create_partition(topic, partition, self._log_config(info), exist_ok=True)
 
-    def existing_logs(self, topic: str) -> list[tuple[int, PartitionLog]]:
-        """The partitions of ``topic`` that have a log on disk, by partition number."""
+    def existing_partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` that have a log on disk, in order, without opening them
+        (the log manager opens an internal partition on first use after a clean shutdown)."""
         assert self._logs is not None, "attach() the log manager first"
-        return [(p, self._logs.get(t, p)) for t, p in self._logs.partitions() if t == topic]
+        return [p for t, p in self._logs.partitions() if t == topic]
+
+    def existing_logs(self, topic: str) -> list[tuple[int, PartitionLog]]:
+        """The partitions of ``topic`` that have a log on disk, by partition number (opened)."""
+        assert self._logs is not None, "attach() the log manager first"
+        return [(p, self._logs.get(topic, p)) for p in self.existing_partitions(topic)]
+
+    def existing_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The partition's log if it has one on disk (opened now if it was not), else None."""
+        assert self._logs is not None, "attach() the log manager first"
+        try:
+            return self._logs.get(topic, partition)
+        except UnknownTopicOrPartitionError:
+            return None
 
     def log_config(self, topic: str) -> LogConfig:
         return self._log_config(self._topics.get(topic))

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -98,8 +99,10 @@ class Broker:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        # Opening the data dir may recover logs after a crash: keep it off the event loop.
-        self.state = await loop.run_in_executor(None, BrokerState, self.config)
+        # Opening the data dir may recover logs after a crash: keep it off the event loop.  The
+        # coordinators' internal partitions are loaded after the listeners bind (start_loading).
+        self.state = await loop.run_in_executor(None, functools.partial(BrokerState, self.config,
+                                                                        load_coordinators=False))
         try:
             await self._listen(loop)
         except BaseException:
@@ -114,6 +117,9 @@ class Broker:
         self.state.config = self.state.config.with_(port=first.port, advertised_host=first.advertised[0],
                                                     advertised_port=first.advertised[1])
         self.state.transactions.start()  # transaction timeouts run on this loop from now on
+        # __consumer_offsets and __transaction_state load in the background, as in Kafka: their
+        # groups and transactional ids answer COORDINATOR_LOAD_IN_PROGRESS until then.
+        self.state.start_loading()
         # Compaction of cleanup.policy=compact partitions, on its own threads (Kafka's LogCleaner).
         # state.config: the static settings with the dynamic log.cleaner.* ones (AlterConfigs) applied.
         self.state.logs.start_cleaner(CleanerConfig.from_broker(self.state.config))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from kwire.protocol.errors import KafkaStorageError
@@ -16,9 +17,10 @@ from kwire.protocol.errors import KafkaStorageError
 from .auth.security import BrokerSecurity
 from .broker_configs import DynamicBrokerConfigs
 from .config import BrokerConfig, new_cluster_id
+from .coordinator.loader import CoordinatorLoader, Executor
 from .durability import GroupCommit
 from .group_configs import GroupConfigStore
-from .internal_topics import InternalTopics
+from .internal_topics import LAZY_TOPICS, InternalTopics
 from .quotas import ClientQuotaManager, ClientQuotaStore
 from .storage import LogConfig, LogManager
 from .storage._files import atomic_write
@@ -52,9 +54,14 @@ class PartitionWaiters:
 
 
 class BrokerState:
-    """The broker's data: open it on a data dir, ``close()`` it (clean shutdown) when done."""
+    """The broker's data: open it on a data dir, ``close()`` it (clean shutdown) when done.
 
-    def __init__(self, config: BrokerConfig):
+    ``load_coordinators=False``: the group and transaction coordinators load their internal
+    partitions only when ``start_loading()`` is called (the server does, once it listens), in the
+    background, as Kafka's coordinators do; until then they answer COORDINATOR_LOAD_IN_PROGRESS.
+    """
+
+    def __init__(self, config: BrokerConfig, *, load_coordinators: bool = True):
         self.config = config
         self.data_dir = Path(config.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +80,7 @@ class BrokerState:
         self.logs = LogManager(self.data_dir, config.log,
                                configs={t: self.log_config_for(self.topics.get(t))
                                         for t in self.topics.names(internal=True)},
-                               page_cache_bytes=config.page_cache_bytes)
+                               page_cache_bytes=config.page_cache_bytes, lazy_topics=LAZY_TOPICS)
         self.clean_shutdown = self.logs.clean_shutdown
         self.internal_topics.attach(self.logs, self.log_config_for)
         for key, findings in self.logs.load_findings.items():
@@ -89,12 +96,14 @@ class BrokerState:
 
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.coordinator = GroupCoordinator(self.data_dir, config, self.topics, clean_shutdown=self.clean_shutdown,
-                                            internal_topics=self.internal_topics, notify=self.waiters.notify)
+                                            internal_topics=self.internal_topics, notify=self.waiters.notify,
+                                            load=load_coordinators)
         # Last: it completes the transactions a restart left half done, in the logs and the groups.
         self.transactions = TransactionCoordinator(
             self.data_dir, config, producer_ids=self.producer_ids, logs=self.logs, topics=self.topics,
             waiters=self.waiters, durability=self.durability, groups=self.coordinator,
-            internal_topics=self.internal_topics)
+            internal_topics=self.internal_topics, load=load_coordinators)
+        self.loader: CoordinatorLoader | None = None  # once start_loading() ran
         self.security = BrokerSecurity(config, self.data_dir)
         # AlterClientQuotas' store, and what measures requests against it (dispatch asks it).
         self.client_quotas = ClientQuotaStore(self.data_dir)
@@ -142,6 +151,17 @@ class BrokerState:
             logger.warning("log directories of %s have no topic metadata; removing them", name)
             self.logs.delete_topic(name)
 
+    def start_loading(self, *, post: Callable[[Callable[[], None]], None] | None = None,
+                      executor: Executor | None = None) -> CoordinatorLoader:
+        """Load what the coordinators have still to load, in the background (see
+        coordinator.loader); ``post`` defaults to the running loop's ``call_soon_threadsafe``."""
+        if self.loader is None:
+            if post is None:
+                post = asyncio.get_running_loop().call_soon_threadsafe
+            self.loader = CoordinatorLoader(self.coordinator, self.transactions, post=post, executor=executor)
+            self.loader.start()
+        return self.loader
+
     def log_config_for(self, info: TopicInfo | None) -> LogConfig:
         """The topic's LogConfig: static log settings <- dynamic broker configs <- topic overrides."""
         return topic_log_config(self.config.log, self.dynamic_configs.merged(), info.configs if info else {})
@@ -159,6 +179,8 @@ class BrokerState:
             return
         self._closed = True
         try:
+            if self.loader is not None:
+                self.loader.close()  # before the logs it reads close
             self.transactions.close()
             self.coordinator.close()
             self.producer_ids.close()

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kwire.protocol.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
@@ -65,7 +66,7 @@ from kwire.protocol.errors import (
 from ..durability import GroupCommit
 from ..topics import META_DIR
 from .group import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
-from .migration import migrate_journal
+from .migration import journal_to_migrate, migrate_journal
 from .model import (
     GroupDescription,
     GroupListing,
@@ -79,7 +80,7 @@ from .model import (
 from .offsets import CommittedOffset, newer_txn_offsets
 from .offsets_topic import OffsetsTopicStore
 from .retention import expired_partitions
-from .store import GroupRecord, MemberRecord
+from .store import GroupRecord, MemberRecord, StoredGroup
 from .timers import Timers
 from .validation import check_member, check_offset_commit, check_txn_offset_commit
 
@@ -131,7 +132,7 @@ class GroupCoordinator:
     def __init__(self, data_dir: Path, config: BrokerConfig, topics: TopicRegistry, *, clean_shutdown: bool,
                  internal_topics: InternalTopics, notify: Callable[[tuple[str, int]], None] | None = None,
                  clock: Callable[[], int] | None = None,
-                 retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS):
+                 retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS, load: bool = True):
         self._config = config
         self._topics = topics
         self._clock = clock or _wall_clock_ms
@@ -139,7 +140,16 @@ class GroupCoordinator:
         # (After a crash the logs' own recovery checks what the topic holds: clean_shutdown
         # needs nothing more here.)
         self._store = OffsetsTopicStore(internal_topics, fsync=config.fsync, notify=notify)
-        migrate_journal(self._store, Path(data_dir) / META_DIR / GROUPS_DIR)
+        # __consumer_offsets partitions not loaded yet: with load=False the broker's loader
+        # replays them after it listens (load_partition); their groups answer
+        # COORDINATOR_LOAD_IN_PROGRESS meanwhile.  A journal to migrate is loaded at once.
+        self._loading: set[int] = set()
+        journal = Path(data_dir) / META_DIR / GROUPS_DIR
+        if load or journal_to_migrate(journal):
+            self._store.load_all()
+            migrate_journal(self._store, journal)
+        else:
+            self._loading = set(self._store.partitions_on_disk())
         # fsync "always": commits written with defer_fsync share fsyncs run off the event loop.
         # Its rounds run one after another, so a round that finds nothing left to sync knows
         # an earlier, finished round covered it.
@@ -156,25 +166,56 @@ class GroupCoordinator:
     def _load(self) -> None:
         now = self._clock()
         for group_id, stored in self._store.groups.items():
-            group = Group(group_id, state_timestamp_ms=now)
-            record = stored.record
-            if record is not None:
-                group.generation_id = record.generation_id
-                group.protocol_type = record.protocol_type
-                if record.state == GroupState.EMPTY.value:
-                    group.state_timestamp_ms = record.state_timestamp_ms
-                elif record.members:
-                    logger.info("group %s: the %d member(s) of generation %d must rejoin after the restart",
-                                group_id, len(record.members), record.generation_id)
-            elif stored.offsets:
-                # Offsets alone: a group that only stores offsets; their age counts from their commits.
-                group.state_timestamp_ms = None
-            group.offsets = dict(stored.offsets)
-            group.pending_txn_offsets = {pid: dict(staged) for pid, staged in stored.pending.items()}
-            self._groups[group_id] = group
+            self._restore(group_id, stored, now)
         if self._groups:
             logger.info("loaded %d group(s) with %d committed offset(s)", len(self._groups),
                         sum(len(g.offsets) for g in self._groups.values()))
+
+    def _restore(self, group_id: str, stored: StoredGroup, now: int) -> None:
+        """A group as its partition's replay left it."""
+        group = Group(group_id, state_timestamp_ms=now)
+        record = stored.record
+        if record is not None:
+            group.generation_id = record.generation_id
+            group.protocol_type = record.protocol_type
+            if record.state == GroupState.EMPTY.value:
+                group.state_timestamp_ms = record.state_timestamp_ms
+            elif record.members:
+                logger.info("group %s: the %d member(s) of generation %d must rejoin after the restart",
+                            group_id, len(record.members), record.generation_id)
+        elif stored.offsets:
+            # Offsets alone: a group that only stores offsets; their age counts from their commits.
+            group.state_timestamp_ms = None
+        group.offsets = dict(stored.offsets)
+        group.pending_txn_offsets = {pid: dict(staged) for pid, staged in stored.pending.items()}
+        self._groups[group_id] = group
+
+    # ------------------------------------------------------------------ loading after start
+
+    @property
+    def loading_partitions(self) -> list[int]:
+        """The __consumer_offsets partitions still to load (``load_partition``), in order."""
+        return sorted(self._loading)
+
+    def loading(self, group_id: str | None = None) -> bool:
+        """Whether the group's partition (any partition, for None) is still being loaded: Kafka's
+        coordinator runtime answers COORDINATOR_LOAD_IN_PROGRESS for it meanwhile."""
+        if not self._loading:
+            return False
+        return group_id is None or self._store.partition_of(group_id) in self._loading
+
+    def load_partition(self, partition: int, groups: dict[str, StoredGroup], findings: list[str]) -> None:
+        """Install a partition the loader replayed (``OffsetsTopicStore.read_partition``), on the
+        event loop; its groups are served from now on."""
+        if self._closed or partition not in self._loading:
+            return
+        self._store.install(partition, groups, findings)
+        now = self._clock()
+        for group_id, stored in groups.items():
+            self._restore(group_id, stored, now)
+        self._loading.discard(partition)
+        if groups:
+            logger.debug("__consumer_offsets-%d loaded: %d group(s)", partition, len(groups))
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self._schedule(("retention",), self._retention_check_interval_ms, self._retention_tick)
@@ -441,6 +482,8 @@ class GroupCoordinator:
         self._timers.bind()
         if not group_id:
             return JoinResult(InvalidGroupIdError.code, req.member_id)
+        if self.loading(group_id):
+            return JoinResult(CoordinatorLoadInProgressError.code, req.member_id)
         config = self._config
         if not config.group_min_session_timeout_ms <= req.session_timeout_ms <= config.group_max_session_timeout_ms:
             return JoinResult(InvalidSessionTimeoutError.code, req.member_id)
@@ -594,6 +637,8 @@ class GroupCoordinator:
         self._timers.bind()
         if not group_id:
             return SyncResult(InvalidGroupIdError.code)
+        if self.loading(group_id):
+            return SyncResult(CoordinatorLoadInProgressError.code)
         group = self._groups.get(group_id)
         if group is None:
             return SyncResult(UnknownMemberIdError.code)
@@ -647,6 +692,8 @@ class GroupCoordinator:
         self._timers.bind()
         if not group_id:
             return InvalidGroupIdError.code
+        if self.loading(group_id):
+            return NONE  # Kafka's GroupCoordinatorService: "the group is still loading, so blindly respond"
         group = self._groups.get(group_id)
         if group is None:
             return UnknownMemberIdError.code
@@ -670,6 +717,8 @@ class GroupCoordinator:
         self._timers.bind()
         if not group_id:
             return InvalidGroupIdError.code, []
+        if self.loading(group_id):
+            return CoordinatorLoadInProgressError.code, []
         group = self._groups.get(group_id)
         if group is None:
             return NONE, [UnknownMemberIdError.code] * len(members)
@@ -719,6 +768,8 @@ class GroupCoordinator:
         committed).
         """
         self._timers.bind()
+        if self.loading(group_id):
+            return [CoordinatorLoadInProgressError.code] * len(entries)
         errors, valid = self._existing_partitions(entries)
         if not valid:
             return errors
@@ -781,6 +832,8 @@ class GroupCoordinator:
         transaction; here the group checks the member (v3+ send one) as for OffsetCommit.
         ``defer_fsync``: as for ``commit_offsets``."""
         self._timers.bind()
+        if self.loading(group_id):
+            return [CoordinatorLoadInProgressError.code] * len(entries)
         errors, valid = self._existing_partitions(entries)
         if not valid:
             return errors
@@ -863,6 +916,8 @@ class GroupCoordinator:
         """OffsetDelete: (group error, error per partition).  Offsets of topics members read stay."""
         if not group_id:
             return InvalidGroupIdError.code, {}
+        if self.loading(group_id):
+            return CoordinatorLoadInProgressError.code, {}
         group = self._groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return GroupIdNotFoundError.code, {}
@@ -954,7 +1009,9 @@ class GroupCoordinator:
         results: dict[str, int] = {}
         for group_id in dict.fromkeys(group_ids):
             group = self._groups.get(group_id)
-            if group is None or group.is_(GroupState.DEAD):
+            if self.loading(group_id):
+                results[group_id] = CoordinatorLoadInProgressError.code
+            elif group is None or group.is_(GroupState.DEAD):
                 results[group_id] = GroupIdNotFoundError.code
             elif not group.is_(GroupState.EMPTY):
                 results[group_id] = NonEmptyGroupError.code

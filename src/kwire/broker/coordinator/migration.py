@@ -18,11 +18,17 @@ from ..storage._files import fsync_dir
 from .offsets_topic import OffsetsTopicStore
 from .store import JOURNAL_NAME, GroupStore
 
-__all__ = ["migrate_journal", "MIGRATED_SUFFIX"]
+__all__ = ["journal_to_migrate", "migrate_journal", "MIGRATED_SUFFIX"]
 
 logger = logging.getLogger("kwire.broker.coordinator")
 
 MIGRATED_SUFFIX = ".migrated"
+
+
+def journal_to_migrate(directory: Path) -> bool:
+    """Whether ``directory`` holds a journal still to migrate (the coordinator then loads its
+    partitions before the broker listens, and migrates it into them)."""
+    return (Path(directory) / JOURNAL_NAME).exists()
 
 
 def migrate_journal(store: OffsetsTopicStore, directory: Path) -> bool:

@@ -47,6 +47,11 @@ from kwire.protocol.records import RecordBatchBuilder, iter_batches
 from .offsets import CommittedOffset
 from .store import GroupRecord, MemberRecord, StoredGroup
 
+# KIP-848 consumer groups' record types (their values are read by coordinator.consumer.records).
+CONSUMER_GROUP_KEYS = (messages.ConsumerGroupMetadataKey, messages.ConsumerGroupPartitionMetadataKey,
+                       messages.ConsumerGroupMemberMetadataKey, messages.ConsumerGroupTargetAssignmentMetadataKey,
+                       messages.ConsumerGroupTargetAssignmentMemberKey, messages.ConsumerGroupCurrentMemberAssignmentKey)
+
 if TYPE_CHECKING:
     from ..internal_topics import InternalTopics
     from ..storage import PartitionLog
@@ -115,7 +120,8 @@ def _group(group_id: str, value) -> GroupRecord:
 
 
 class OffsetsTopicStore:
-    """The groups of one broker in ``__consumer_offsets``.  Opening it replays the topic into ``groups``."""
+    """The groups of one broker in ``__consumer_offsets``.  ``load_all()`` (or the loader, a
+    partition at a time) replays the topic into ``groups``."""
 
     def __init__(self, topics: InternalTopics, *, fsync: str = "never",
                  notify: Callable[[tuple[str, int]], None] | None = None):
@@ -126,17 +132,41 @@ class OffsetsTopicStore:
         self._unflushed: dict[int, PartitionLog] = {}
         self._closed = False
         self.fsyncs = 0  # partition flushes done for the store, for tests and stats
+        # The groups of the partitions loaded so far (``load_all``, or ``read_partition`` then
+        # ``install`` per partition, as the coordinator's loader does after start).
         self.groups: dict[str, StoredGroup] = {}
         # What the replay found wrong (unknown or unreadable records), for the log and for tests.
         self.findings: list[str] = []
-        for partition, log in sorted(topics.existing_logs(OFFSETS_TOPIC), key=lambda x: x[0]):
-            self._replay(partition, log)
-        for finding in self.findings:
-            logger.warning("%s: %s", OFFSETS_TOPIC, finding)
 
     # --- reading
 
-    def _replay(self, partition: int, log: PartitionLog) -> None:
+    def partitions_on_disk(self) -> list[int]:
+        """The topic's partitions that have a log (the others hold no group)."""
+        return self._topics.existing_partitions(OFFSETS_TOPIC)
+
+    def load_all(self) -> None:
+        """Replay every partition now (a broker that loads before it listens, tests)."""
+        for partition in self.partitions_on_disk():
+            self.install(*self.read_partition(partition))
+
+    def read_partition(self, partition: int) -> tuple[int, dict[str, StoredGroup], list[str]]:
+        """Replay one partition: (partition, its groups, what was found wrong).  Reads only the
+        log, so the loader runs it off the event loop; ``install`` applies the result."""
+        groups: dict[str, StoredGroup] = {}
+        findings: list[str] = []
+        log = self._topics.existing_log(OFFSETS_TOPIC, partition)
+        if log is not None:
+            self._replay(partition, log, groups, findings)
+        return partition, groups, findings
+
+    def install(self, partition: int, groups: dict[str, StoredGroup], findings: list[str]) -> None:
+        """Make a replayed partition's groups the store's (on the event loop)."""
+        self.groups.update(groups)
+        self.findings.extend(findings)
+        for finding in findings:
+            logger.warning("%s: %s", OFFSETS_TOPIC, finding)
+
+    def _replay(self, partition: int, log: PartitionLog, groups: dict[str, StoredGroup], findings: list[str]) -> None:
         # The newest value of each key, as stored (decoded once at the end: a key is usually
         # written many times), and per producer the records of its open transaction.
         latest: dict[bytes, tuple[int, bytes | None]] = {}  # key -> (offset, value)
@@ -145,12 +175,13 @@ class OffsetsTopicStore:
             if batch.is_control:
                 for record in batch.records():
                     if record.is_commit or record.is_abort:
-                        self._end_staged(partition, latest, staged.pop(batch.producer_id, []), record.is_commit)
+                        self._end_staged(partition, latest, staged.pop(batch.producer_id, []), record.is_commit,
+                                         findings)
                 continue
             try:
                 records = batch.records()
             except DecodeError as exc:
-                self.findings.append(f"partition {partition} offset {batch.base_offset}: unreadable batch ({exc})")
+                findings.append(f"partition {partition} offset {batch.base_offset}: unreadable batch ({exc})")
                 continue
             if batch.is_transactional:
                 staged.setdefault(batch.producer_id, []).extend((r.offset, r.key, r.value) for r in records)
@@ -158,13 +189,13 @@ class OffsetsTopicStore:
                 for r in records:
                     latest[r.key] = (r.offset, r.value)
         for key, (offset, value) in latest.items():
-            self._apply(partition, offset, key, value)
+            self._apply(partition, offset, key, value, groups, findings)
         for producer_id, records in staged.items():
             for offset, key, value in records:
-                decoded = self._decode(partition, offset, key, value)
+                decoded = self._decode(partition, offset, key, value, findings)
                 if decoded is not None and isinstance(decoded[0], OffsetKey) and decoded[1] is not None:
                     k = decoded[0]
-                    self.groups.setdefault(k.group, StoredGroup()).pending.setdefault(producer_id, {})[
+                    groups.setdefault(k.group, StoredGroup()).pending.setdefault(producer_id, {})[
                         (k.topic, k.partition)] = _committed(decoded[1])
 
     def _batches(self, partition: int, log: PartitionLog):
@@ -182,35 +213,42 @@ class OffsetsTopicStore:
                 yield batch
             offset = next_offset if next_offset > offset else end  # (no progress: stop, never loop)
 
-    def _decode(self, partition: int, offset: int, key: bytes | None, value: bytes | None):
+    @staticmethod
+    def _decode(partition: int, offset: int, key: bytes | None, value: bytes | None, findings: list[str]):
         """(key, value) decoded, or None (noted in ``findings``) for a record kwire can't use."""
         try:
             k = decode_key(key, OFFSETS_TOPIC)
             v = decode_value(k, value)
         except CoordinatorRecordError as exc:
-            self.findings.append(f"partition {partition} offset {offset}: {exc}; skipped")
+            findings.append(f"partition {partition} offset {offset}: {exc}; skipped")
             return None
-        if not isinstance(k, (OffsetKey, GroupKey)):
-            self.findings.append(f"partition {partition} offset {offset}: a {type(k).__name__} record "
-                                 "(a group type kwire does not run); skipped")
+        if not isinstance(k, (OffsetKey, GroupKey, *CONSUMER_GROUP_KEYS)):
+            findings.append(f"partition {partition} offset {offset}: a {type(k).__name__} record "
+                            "(a group type kwire does not run); skipped")
             return None
         return k, v
 
-    def _apply(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def _apply(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
+               groups: dict[str, StoredGroup], findings: list[str]) -> None:
         """A key's newest plain record into ``groups``."""
-        decoded = self._decode(partition, offset, key, value)
+        decoded = self._decode(partition, offset, key, value, findings)
         if decoded is None:
             return
         k, v = decoded
+        if isinstance(k, CONSUMER_GROUP_KEYS):
+            # A KIP-848 group's records, rebuilt by its coordinator (coordinator.consumer.records).
+            if v is not None:
+                groups.setdefault(k.group_id, StoredGroup()).consumer[key] = (k, v)
+            return
         if v is None:
             return  # deleted (DeleteGroups tombstones the group's offsets with its metadata)
         if isinstance(k, OffsetKey):
-            self.groups.setdefault(k.group, StoredGroup()).offsets[(k.topic, k.partition)] = _committed(v)
+            groups.setdefault(k.group, StoredGroup()).offsets[(k.topic, k.partition)] = _committed(v)
         else:
-            self.groups.setdefault(k.group, StoredGroup()).record = _group(k.group, v)
+            groups.setdefault(k.group, StoredGroup()).record = _group(k.group, v)
 
     def _end_staged(self, partition: int, latest: dict[bytes, tuple[int, bytes | None]],
-                    records: list[tuple[int, bytes, bytes | None]], commit: bool) -> None:
+                    records: list[tuple[int, bytes, bytes | None]], commit: bool, findings: list[str]) -> None:
         """A marker: a commit makes the transaction's offsets the newest of their keys, except
         where a plain commit is newer (commit times stand in for log order, as the live
         coordinator decides: see ``newer_txn_offsets``); an abort drops them."""
@@ -219,8 +257,8 @@ class OffsetsTopicStore:
         for offset, key, value in records:
             current = latest.get(key)
             if current is not None and current[1] is not None:
-                staged = self._decode(partition, offset, key, value)
-                committed = self._decode(partition, current[0], key, current[1])
+                staged = self._decode(partition, offset, key, value, findings)
+                committed = self._decode(partition, current[0], key, current[1], findings)
                 if (staged is not None and committed is not None and staged[1] is not None
                         and committed[1].commit_timestamp > staged[1].commit_timestamp):
                     continue
@@ -228,7 +266,8 @@ class OffsetsTopicStore:
 
     def _drop_if_empty(self, group_id: str) -> None:
         stored = self.groups.get(group_id)
-        if stored is not None and stored.record is None and not stored.offsets and not stored.pending:
+        if stored is not None and stored.record is None and not stored.offsets and not stored.pending \
+                and not stored.consumer:
             del self.groups[group_id]
 
     # --- writing
@@ -336,6 +375,10 @@ class OffsetsTopicStore:
         for tp in gone:
             del stored.offsets[tp]
         self._drop_if_empty(group_id)
+
+    def append_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Write a KIP-848 group's (key, value) records in one batch of its partition."""
+        self._append(group_id, records)
 
     def put_group(self, record: GroupRecord) -> None:
         self._append(record.group_id, [group_record(record, record.group_id)])

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     GroupAuthorizationFailedError,
     GroupIdNotFoundError,
@@ -65,6 +66,7 @@ def _topic_allowed(ctx: RequestContext, operation: AclOperation, topic: str) -> 
 
 
 _GROUP_DENIED = GroupAuthorizationFailedError.code
+_LOADING = CoordinatorLoadInProgressError.code  # the group's partition is still being loaded
 
 
 def kafka_client_host(client_host: str) -> str:
@@ -349,13 +351,15 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         T, P = R.OffsetFetchResponseTopic, R.OffsetFetchResponseTopic.OffsetFetchResponsePartition
         wanted = (None if request.topics is None
                   else [(t.name, list(t.partition_indexes)) for t in request.topics])
-        if not _group_allowed(ctx, AclOperation.DESCRIBE, request.group_id):
+        error = (_GROUP_DENIED if not _group_allowed(ctx, AclOperation.DESCRIBE, request.group_id)
+                 else _LOADING if ctx.broker.coordinator.loading(request.group_id or "") else 0)
+        if error:
             if v >= 2:
-                return R(throttle_time_ms=0, topics=[], error_code=_GROUP_DENIED)
+                return R(throttle_time_ms=0, topics=[], error_code=error)
             # v0-1 have no top-level error: each requested partition carries it
             return R(throttle_time_ms=0, topics=[T(name=t, partitions=[
                 P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
-                  error_code=_GROUP_DENIED) for p in parts]) for t, parts in wanted or ()])
+                  error_code=error) for p in parts]) for t, parts in wanted or ()])
         rows = _fetch_group(ctx, request.group_id or "", wanted, require_stable=v >= 7 and request.require_stable)
         topics = [T(name=topic, partitions=[
             P(partition_index=p, committed_offset=off, committed_leader_epoch=epoch if v >= 5 else -1,
@@ -371,6 +375,9 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     for g in request.groups:
         if not _group_allowed(ctx, AclOperation.DESCRIBE, g.group_id):
             groups.append(G(group_id=g.group_id, topics=[], error_code=_GROUP_DENIED))
+            continue
+        if ctx.broker.coordinator.loading(g.group_id or ""):
+            groups.append(G(group_id=g.group_id, topics=[], error_code=_LOADING))
             continue
         unknown_ids: list = []
         if g.topics is None:
@@ -424,6 +431,10 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 denied.error_message = f"{ctx.principal} may not DESCRIBE group {group_id!r}"
             groups.append(denied)
             continue
+        if ctx.broker.coordinator.loading(group_id or ""):
+            groups.append(G(error_code=_LOADING, group_id=group_id, group_state="", protocol_type="",
+                            protocol_data="", members=[]))
+            continue
         desc = ctx.broker.coordinator.describe_group(group_id or "")
         if desc is None:
             if v >= 6:  # KIP-1043
@@ -453,6 +464,9 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
     states = request.states_filter if v >= 4 else []
     types = request.types_filter if v >= 5 else []
+    if ctx.broker.coordinator.loading():
+        # Kafka lists every coordinator partition: one still loading fails the whole list.
+        return R(throttle_time_ms=0, error_code=_LOADING, groups=[])
     groups = []
     everything = ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER)
     for listing in ctx.broker.coordinator.list_groups(states, types):

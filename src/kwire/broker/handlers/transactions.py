@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    CoordinatorLoadInProgressError,
     GroupAuthorizationFailedError,
     InvalidProducerEpochError,
     InvalidRegularExpressionError,
@@ -215,6 +216,8 @@ def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
         txn = ctx.broker.transactions.describe(tid or "")
         if not _txn_allowed(ctx, AclOperation.DESCRIBE, tid):
             out.error_code = _TXN_DENIED
+        elif ctx.broker.transactions.loading():
+            out.error_code = CoordinatorLoadInProgressError.code
         elif txn is None or txn.state is TxnState.DEAD:
             out.error_code = TransactionalIdNotFoundError.code
         else:
@@ -248,6 +251,9 @@ def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
         except re.error:
             return R(throttle_time_ms=0, error_code=InvalidRegularExpressionError.code, unknown_state_filters=[],
                      transaction_states=[])
+    if ctx.broker.transactions.loading():  # as Kafka's TransactionStateManager.listTransactionStates
+        return R(throttle_time_ms=0, error_code=CoordinatorLoadInProgressError.code, unknown_state_filters=[],
+                 transaction_states=[])
     found = ctx.broker.transactions.list_transactions(
         states, set(request.producer_id_filters), request.duration_filter if v >= 1 else -1, pattern)
     listed = [R.TransactionState(transactional_id=t.transactional_id, producer_id=t.producer_id,

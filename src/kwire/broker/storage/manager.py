@@ -17,7 +17,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,10 +59,16 @@ class LogManager:
     Partition configs are not persisted here: ``create_partition`` takes an optional override
     and reloaded partitions get ``config`` (or ``configs[topic]`` if given) — the broker's
     metadata layer owns per-topic settings.
+
+    ``lazy_topics``: after a clean shutdown, the partitions of these topics (the internal ones,
+    up to 100 of them) are opened on first use (``get``) rather than here, so they don't cost
+    the broker's start: nothing touched them since their clean close, so opening one later with
+    ``clean_shutdown`` is as good as now.  After a crash they are recovered here with the rest.
     """
 
     def __init__(self, data_dir: Path, config: LogConfig | None = None, *,
-                 configs: dict[str, LogConfig] | None = None, page_cache_bytes: int = -1):
+                 configs: dict[str, LogConfig] | None = None, page_cache_bytes: int = -1,
+                 lazy_topics: Collection[str] = ()):
         self.data_dir = Path(data_dir)
         self.config = config or LogConfig()
         # -1: leave the page cache to the kernel.  Where the platform can't (not Linux), too.
@@ -71,6 +77,8 @@ class LogManager:
         self._topic_configs = dict(configs or {})
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._lazy_topics = frozenset(lazy_topics)
+        self._unopened: dict[tuple[str, int], Path] = {}  # lazy partitions not opened yet
         self.load_findings: dict[tuple[str, int], list[str]] = {}
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.data_dir / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -122,15 +130,27 @@ class LogManager:
             parsed = parse_partition_dir(path.name)
             if parsed is None:
                 continue
-            log = PartitionLog(path, self._config_for(parsed[0]), clean_shutdown=self.clean_shutdown,
-                               page_cache=self.page_cache)
-            self._logs[parsed] = log
-            if log.load_findings:
-                self.load_findings[parsed] = log.load_findings
+            if self.clean_shutdown and parsed[0] in self._lazy_topics:
+                self._unopened[parsed] = path
+                continue
+            self._open_log(parsed, path)
         # Only now, with everything loaded: from here on a crash must trigger recovery.
         if self.clean_shutdown:
             marker.unlink()
             fsync_dir(self.data_dir)
+
+    def _open_log(self, key: tuple[str, int], path: Path) -> PartitionLog:
+        log = PartitionLog(path, self._config_for(key[0]), clean_shutdown=self.clean_shutdown,
+                           page_cache=self.page_cache)
+        self._logs[key] = log
+        if log.load_findings:
+            self.load_findings[key] = log.load_findings
+        return log
+
+    def _open_lazy(self, key: tuple[str, int]) -> PartitionLog | None:
+        """The log of a lazy partition, opened now (under the lock); None if it is not one."""
+        path = self._unopened.pop(key, None)
+        return None if path is None else self._open_log(key, path)
 
     def _config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.config)
@@ -149,6 +169,7 @@ class LogManager:
         with self._lock:
             self._check_open()
             key = (topic, partition)
+            self._open_lazy(key)
             if key in self._logs:
                 if exist_ok:
                     return self._logs[key]
@@ -177,15 +198,24 @@ class LogManager:
             try:
                 return self._logs[(topic, partition)]
             except KeyError:
-                raise UnknownTopicOrPartitionError(f"{topic}-{partition}") from None
+                log = self._open_lazy((topic, partition))
+                if log is None:
+                    raise UnknownTopicOrPartitionError(f"{topic}-{partition}") from None
+                return log
 
     def partitions(self) -> list[tuple[str, int]]:
+        """Every partition, opened or not yet (``lazy_topics``)."""
         with self._lock:
-            return sorted(self._logs)
+            return sorted([*self._logs, *self._unopened])
+
+    def opened(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log is open (a lazy one may still wait for its first use)."""
+        with self._lock:
+            return (topic, partition) in self._logs
 
     def topics(self) -> list[str]:
         with self._lock:
-            return sorted({t for t, _ in self._logs})
+            return sorted({t for t, _ in [*self._logs, *self._unopened]})
 
     def delete_topic(self, topic: str) -> list[int]:
         """Close and remove every partition of ``topic``; returns their numbers.
@@ -196,6 +226,8 @@ class LogManager:
         """
         with self._lock:
             self._check_open()
+            for key in [k for k in self._unopened if k[0] == topic]:
+                self._open_lazy(key)
             numbers = sorted(n for t, n in self._logs if t == topic)
             if not numbers:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from kwire.protocol.errors import (
     ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -106,7 +107,8 @@ class TransactionCoordinator:
 
     def __init__(self, data_dir: Path, config: BrokerConfig, *, producer_ids: ProducerIdManager, logs: LogManager,
                  topics: TopicRegistry, waiters: PartitionWaiters, durability: GroupCommit,
-                 groups: GroupCoordinator, internal_topics: InternalTopics, clock: Callable[[], int] | None = None):
+                 groups: GroupCoordinator, internal_topics: InternalTopics, clock: Callable[[], int] | None = None,
+                 load: bool = True):
         self._config = config
         self._producer_ids = producer_ids
         self._logs = logs
@@ -115,14 +117,44 @@ class TransactionCoordinator:
         self._clock = clock or _wall_clock_ms
         self._store = TransactionStore(internal_topics, Path(data_dir) / META_DIR, fsync=config.fsync,
                                        notify=waiters.notify)
-        self._txns: dict[str, TransactionMetadata] = self._store.load()
-        self._restore_groups()
         self._markers = MarkerWriter(logs, topics, waiters)
         self._timers = Timers(on_bind=self._on_loop)
         # Logs that got a preparing transaction's markers, to fsync before it completes ("always").
         self._unsynced: dict[str, list[PartitionLog]] = {}
         self._closed = False
+        # With load=False the broker's loader replays __transaction_state after it listens
+        # (read_state off the loop, then install_state on it); requests answer
+        # COORDINATOR_LOAD_IN_PROGRESS until then, as Kafka's while a partition loads.
+        self._txns: dict[str, TransactionMetadata] = {}
+        self._loaded = False
+        if load:
+            self.install_state(self._store.read_all())
+
+    # ------------------------------------------------------------------ loading
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def loading(self) -> bool:
+        """Whether the state is still being loaded (every request then answers
+        COORDINATOR_LOAD_IN_PROGRESS, as Kafka's TransactionStateManager for a loading partition)."""
+        return not self._loaded
+
+    def read_state(self) -> dict[str, TransactionMetadata]:
+        """The stored state, replayed from the logs (the loader runs it off the event loop)."""
+        return self._store.read_all()
+
+    def install_state(self, txns: dict[str, TransactionMetadata]) -> None:
+        """Take the replayed state, then complete what the last run left half done (it needs the
+        groups: install it after __consumer_offsets is loaded)."""
+        if self._loaded or self._closed:
+            return
+        self._txns = self._store.install(txns)
+        self._restore_groups()
+        self._loaded = True
         self._recover()
+        self._schedule_loaded(self._clock())
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -174,14 +206,18 @@ class TransactionCoordinator:
             self._save()
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        now = self._clock()
+        self._schedule_loaded(self._clock())
+        self._schedule(("expiration",), EXPIRATION_CHECK_INTERVAL_MS, self._expiration_tick)
+
+    def _schedule_loaded(self, now: int) -> None:
+        """The timers of the loaded transactions (none yet without a running loop: _on_loop
+        schedules them when one binds)."""
         for txn in self._txns.values():
             if txn.state is TxnState.ONGOING:
                 self._schedule_timeout(txn, now)
             elif txn.state.preparing:  # its markers (or their fsync) failed before the loop ran
                 self._schedule(("markers", txn.transactional_id), MARKER_RETRY_MS, self._retry_markers,
                                txn.transactional_id)
-        self._schedule(("expiration",), EXPIRATION_CHECK_INTERVAL_MS, self._expiration_tick)
 
     def start(self) -> None:
         """Bind the timers to the running event loop (transaction timeouts, retries, expiration)."""
@@ -250,6 +286,8 @@ class TransactionCoordinator:
         """A producer id and epoch for the transactional id (``expected``: the (id, epoch) a v3+
         client already has).  An awaitable when an open transaction's abort waits for its markers
         to be fsynced."""
+        if not self._loaded:
+            return InitResult(CoordinatorLoadInProgressError.code)
         if not 0 < timeout_ms <= self._config.transaction_max_timeout_ms:
             return InitResult(InvalidTransactionTimeoutError.code)
         txn = self._txns.get(transactional_id)
@@ -332,6 +370,8 @@ class TransactionCoordinator:
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                        partitions: Collection[tuple[str, int]]) -> int:
         """Add partitions to the producer's transaction (opening it); an error code."""
+        if not self._loaded:
+            return CoordinatorLoadInProgressError.code
         txn = self._txns.get(transactional_id)
         error = self._check_producer(txn, producer_id, epoch)
         if error:
@@ -345,6 +385,8 @@ class TransactionCoordinator:
         """Add a group's offsets to the producer's transaction: as Kafka, the group's
         __consumer_offsets partition joins it (its marker there commits or aborts the offsets
         TxnOffsetCommit writes); an error code."""
+        if not self._loaded:
+            return CoordinatorLoadInProgressError.code
         txn = self._txns.get(transactional_id)
         error = self._check_producer(txn, producer_id, epoch)
         if error:
@@ -385,6 +427,10 @@ class TransactionCoordinator:
     def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> int:
         """Whether transactional data of the producer may go to the partition: 0, or Kafka's
         answer to a Produce."""
+        if not self._loaded:
+            # Kafka's verification gets COORDINATOR_LOAD_IN_PROGRESS and answers the Produce
+            # with a retriable error, as for a transaction being completed.
+            return ConcurrentTransactionsError.code
         error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
@@ -393,6 +439,8 @@ class TransactionCoordinator:
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
         """Whether the producer may stage offsets of the group: 0, or an error code (as Kafka's
         group coordinator answers it)."""
+        if not self._loaded:
+            return CoordinatorLoadInProgressError.code
         error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
@@ -409,6 +457,8 @@ class TransactionCoordinator:
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int | Awaitable[int]:
         """Commit or abort the producer's transaction; an error code, or an awaitable of one
         when the answer waits for the markers' fsync."""
+        if not self._loaded:
+            return CoordinatorLoadInProgressError.code
         txn = self._txns.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
             return InvalidProducerIdMappingError.code
@@ -564,6 +614,8 @@ class TransactionCoordinator:
     def expire_transactional_ids(self, now_ms: int | None = None) -> list[str]:
         """Forget ids without an open transaction idle for transactional.id.expiration.ms (Kafka's
         rule); their next InitProducerId starts over with a new producer id."""
+        if not self._loaded:
+            return []
         now = self._clock() if now_ms is None else now_ms
         limit = self._config.transactional_id_expiration_ms
         gone = [tid for tid, t in self._txns.items()

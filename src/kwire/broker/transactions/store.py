@@ -113,9 +113,21 @@ class TransactionStore:
 
     def load(self) -> dict[str, TransactionMetadata]:
         """Every stored transactional id's metadata: the topic's, then (once) the legacy file's."""
+        return self.install(self.read_all())
+
+    def read_all(self) -> dict[str, TransactionMetadata]:
+        """Replay the topic's partitions: every transactional id's metadata.  Reads only the
+        logs, so the loader runs it off the event loop; ``install`` makes it the store's."""
         txns: dict[str, TransactionMetadata] = {}
-        for partition, log in sorted(self._topics.existing_logs(TRANSACTION_STATE_TOPIC), key=lambda x: x[0]):
-            self._replay(partition, log, txns)
+        for partition in self._topics.existing_partitions(TRANSACTION_STATE_TOPIC):
+            log = self._topics.existing_log(TRANSACTION_STATE_TOPIC, partition)
+            if log is not None:
+                self._replay(partition, log, txns)
+        return txns
+
+    def install(self, txns: dict[str, TransactionMetadata]) -> dict[str, TransactionMetadata]:
+        """Take a replay's result as what is stored, then migrate (once) the legacy file into it;
+        returns every transactional id's metadata."""
         self._written = {tid: _value(t) for tid, t in txns.items()}
         legacy = self._load_legacy()
         if legacy is not None:

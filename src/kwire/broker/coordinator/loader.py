@@ -1,0 +1,138 @@
+"""Loading the coordinators' internal partitions after the broker listens, as Kafka does.
+
+Kafka's coordinators load their partitions of ``__consumer_offsets`` and ``__transaction_state``
+after the broker has started (a load is scheduled per partition when the broker becomes its
+leader); while a partition loads, requests for the groups or transactional ids it holds are
+answered COORDINATOR_LOAD_IN_PROGRESS (FindCoordinator still answers), which clients retry.
+kwire does the same, so a restart does not wait for up to 100 partitions to be opened and
+replayed before the broker accepts connections:
+
+* each ``__consumer_offsets`` partition with a log is replayed in a worker (opening its log, which
+  the log manager left unopened after a clean shutdown) and installed into the group
+  coordinator on the event loop (``GroupCoordinator.load_partition``): from then on its groups
+  are served;
+* ``__transaction_state`` is replayed in the worker too, and installed once every group
+  partition is (``TransactionCoordinator.install_state``): completing a transaction a crash
+  left half done ends the offsets it staged in its groups, so they must be there first.
+
+One worker thread, the partitions in order: the load is bounded and does not compete with the
+event loop for more than one core.  A partition that fails to load is logged and stays loading
+(its requests keep getting the retriable error) rather than being served empty.
+
+Tests give an ``executor`` they run by hand and a ``post`` that runs at once, to hold the load
+at any point.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..transactions import TransactionCoordinator
+    from .coordinator import GroupCoordinator
+
+__all__ = ["CoordinatorLoader", "Executor"]
+
+logger = logging.getLogger("kwire.broker.coordinator.loader")
+
+
+class Executor(Protocol):
+    """What the loader needs of an executor (``concurrent.futures.ThreadPoolExecutor`` has it)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> concurrent.futures.Future: ...
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...
+
+
+class CoordinatorLoader:
+    """Loads what ``groups`` and ``transactions`` (built with ``load=False``) still have to load.
+
+    ``post(fn)`` runs ``fn`` on the event loop (``loop.call_soon_threadsafe``): the results are
+    installed there, where the handlers run, so the coordinators need no locks.
+    """
+
+    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, *,
+                 post: Callable[[Callable[[], None]], None], executor: Executor | None = None):
+        self._groups = groups
+        self._transactions = transactions
+        self._post = post
+        self._own_executor = executor is None
+        self._executor: Executor = executor or concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="kwire-coordinator-load")
+        self._txn_state: dict | None = None
+        self._closed = False
+        self._pending = 0  # loads submitted and not handled yet (on the event loop)
+        self.failed: list[str] = []  # what could not be loaded (logged), for tests
+        self.done = threading.Event()  # set once everything is installed (or failed)
+
+    def start(self) -> None:
+        """Submit the loads: each group partition, then the transaction state."""
+        jobs: list[tuple[Callable[..., Any], Callable[[concurrent.futures.Future], None], tuple]] = [
+            (self._groups.store.read_partition, self._group_partition_read, (p,))
+            for p in self._groups.loading_partitions]
+        if self._transactions.loading():
+            jobs.append((self._transactions.read_state, self._txn_state_read, ()))
+        self._pending = len(jobs)
+        if not jobs:
+            self._finished()
+        for fn, then, args in jobs:
+            future = self._executor.submit(fn, *args)
+            future.add_done_callback(lambda f, then=then: self._hand_over(then, f))
+
+    def _hand_over(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
+        """(In the worker) the result to the event loop; nothing once the broker closes."""
+        if future.cancelled() or self._closed:
+            return
+        try:
+            self._post(lambda: then(future))
+        except RuntimeError:  # the loop is closed: the broker stopped meanwhile
+            pass
+
+    def _group_partition_read(self, future: concurrent.futures.Future) -> None:
+        exc = future.exception()
+        if exc is not None:
+            self._failed("a __consumer_offsets partition", exc)
+        elif not self._closed:
+            self._groups.load_partition(*future.result())
+        self._handled()
+
+    def _txn_state_read(self, future: concurrent.futures.Future) -> None:
+        exc = future.exception()
+        if exc is not None:
+            self._failed("__transaction_state", exc)
+        else:
+            self._txn_state = future.result()
+        self._handled()
+
+    def _handled(self) -> None:
+        """(On the event loop) one load handled: the transactions once the groups are all in."""
+        self._pending -= 1
+        if (self._txn_state is not None and not self._closed and not self._groups.loading()
+                and self._transactions.loading()):
+            # (A group partition that failed keeps the transactions loading too.)
+            state, self._txn_state = self._txn_state, None
+            try:
+                self._transactions.install_state(state)
+            except Exception as exc:  # noqa: BLE001 - logged; the coordinator stays loading
+                self._failed("__transaction_state", exc)
+        if self._pending == 0:
+            self._finished()
+
+    def _finished(self) -> None:
+        if self._own_executor:
+            self._executor.shutdown(wait=False)
+        self.done.set()
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        logger.error("could not load %s: %s; requests for it keep getting COORDINATOR_LOAD_IN_PROGRESS", what, exc,
+                     exc_info=exc)
+        self.failed.append(f"{what}: {exc}")
+
+    def close(self) -> None:
+        """Stop loading: the partition being read finishes, the rest is dropped."""
+        self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
