@@ -97,15 +97,33 @@ def test_counts_by_api_connection_error_topic_collection_and_client():
     produce = s.apis[("kafka", "Produce")]
     assert (produce.count, produce.errors, produce.request_bytes, produce.response_bytes) == (2, 1, 150, 30)
     assert s.errors == {("kafka", "Produce", "CORRUPT_MESSAGE"): 2}
-    # [exchanges, records, bytes]; a topic counts once per exchange, a partition once per mention
-    assert s.topics == {"orders": [2, 7, 700], "audit": [1, 9, 0]}
-    assert s.partitions == {("orders", 0): [3, 5, 500], ("orders", 1): [1, 2, 200], ("audit", 0): [1, 9, 0]}
+    # [exchanges, produced, bytes, fetched, bytes]; a topic counts once per exchange, a partition once per mention
+    assert s.topics == {"orders": [2, 7, 700, 0, 0], "audit": [1, 0, 0, 9, 0]}
+    assert s.partitions == {("orders", 0): [3, 5, 500, 0, 0], ("orders", 1): [1, 2, 200, 0, 0],
+                            ("audit", 0): [1, 0, 0, 9, 0]}
     assert [key for key, _ in s.topics.top(2)] == ["orders", "audit"]
     assert s.collections == {"shop.carts": 1} and s.databases == {"shop": 1}
     assert s.client_ids == {"app-a": 2, "app-b": 1}
     top = s.top_connections(2)
     assert [(c.conn, c.count, c.client_id, c.errors) for c in top] == [(1, 2, "app-a", 1), (2, 1, "app-b", 0)]
     assert s.statuses == {ANSWERED: 4}
+
+
+def test_records_produced_and_fetched_are_apart():
+    """One record produced and read by two consumers: 1 produced, 2 fetched - never 3 records."""
+    s = Summary()
+    s.add(exchange("Produce", partitions=[PartitionInfo("orders", 0, records=1, bytes=80)]))
+    for client in ("a", "b"):
+        s.add(exchange("Fetch", client_id=client, partitions=[PartitionInfo("orders", 0, records=1, bytes=80)]))
+    assert s.topics["orders"] == [3, 1, 80, 2, 160]
+    analysis = empty_analysis()
+    analysis.summary = s
+    out = io.StringIO()
+    render_text(analysis, out, width=200)
+    lines = out.getvalue().splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("TOPIC ")))
+    assert lines[header].split() == ["TOPIC", "EXCHANGES", "PRODUCED", "PRODUCED-BYTES", "FETCHED", "FETCHED-BYTES"]
+    assert lines[header + 2].split() == ["orders", "3", "1", "80", "B", "2", "160", "B"]  # under a rule
 
 
 def test_an_error_without_names_is_counted_under_its_code():
@@ -118,7 +136,7 @@ def test_tallies_lump_new_keys_once_full():
     s = Summary(distinct_limit=2)
     for topic in ["a", "b", "c", "d"]:
         s.add(exchange("Produce", partitions=[PartitionInfo(topic, 0, records=1)]))
-    assert s.topics == {"a": [1, 1, 0], "b": [1, 1, 0], OTHER: [2, 2, 0]}
+    assert s.topics == {"a": [1, 1, 0, 0, 0], "b": [1, 1, 0, 0, 0], OTHER: [2, 2, 0, 0, 0]}
     assert len(s.partitions) == 3
 
 

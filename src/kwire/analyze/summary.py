@@ -81,8 +81,20 @@ class CappedCounter(Counter):
         self[key] += n
 
 
+#: The Kafka APIs whose records a consumer reads (Fetch responses); the records of every other
+#: exchange (Produce requests) are records written.
+FETCH_APIS = frozenset(("Fetch", "ShareFetch"))
+
+# The slots of a ``Tallies`` list
+EXCHANGES, PRODUCED, PRODUCED_BYTES, FETCHED, FETCHED_BYTES = range(5)
+
+
 class Tallies(dict):
-    """key -> [exchanges, records, bytes], holding at most ``limit`` keys (later ones go to ``OTHER``).
+    """key -> [exchanges, records produced, their bytes, records fetched, their bytes] (the slots
+    ``EXCHANGES`` ... ``FETCHED_BYTES``), holding at most ``limit`` keys (later ones go to ``OTHER``).
+
+    Produced and fetched are apart: a record written once and read by two consumers is one
+    record produced and two fetched, and their sum means nothing.
 
     One small list per key, updated in place: a Fetch naming hundreds of partitions costs one
     lookup per partition.
@@ -97,12 +109,13 @@ class Tallies(dict):
             key = OTHER
             if key in self:
                 return self[key]
-        tally = self[key] = [0, 0, 0]
+        tally = self[key] = [0, 0, 0, 0, 0]
         return tally
 
     def top(self, n: int) -> list[tuple[Any, list[int]]]:
         """The n keys named by most exchanges (then most records), with their tallies."""
-        return sorted(self.items(), key=lambda kv: (-kv[1][0], -kv[1][1], str(kv[0])))[:n]
+        return sorted(self.items(), key=lambda kv: (-kv[1][EXCHANGES], -kv[1][PRODUCED] - kv[1][FETCHED],
+                                                   str(kv[0])))[:n]
 
 
 @dataclass(slots=True)
@@ -231,8 +244,10 @@ class Summary:
         self.series: dict[tuple[str, str], LatencySeries] = {}
         self.statuses: Counter = Counter()
         self.errors = CappedCounter(distinct_limit)  #: (protocol, api, error name) -> occurrences
-        self.topics = Tallies(distinct_limit)  #: topic -> [exchanges naming it, records, bytes]
-        self.partitions = Tallies(distinct_limit)  #: (topic, partition) -> [exchanges, records, bytes]
+        #: topic -> [exchanges naming it, produced records, bytes, fetched records, bytes]
+        self.topics = Tallies(distinct_limit)
+        #: (topic, partition) -> [exchanges naming it, produced records, bytes, fetched records, bytes]
+        self.partitions = Tallies(distinct_limit)
         self.databases = CappedCounter(distinct_limit)  #: MongoDB database -> exchanges
         self.collections = CappedCounter(distinct_limit)  #: 'db.collection' -> exchanges
         self.client_ids = CappedCounter(distinct_limit)  #: client id -> exchanges
@@ -287,26 +302,27 @@ class Summary:
             self.client_ids.add(ex.client_id)
 
         if ex.partitions:
-            self._add_partitions(ex.partitions)
+            self._add_partitions(ex.partitions, FETCHED if ex.api in FETCH_APIS else PRODUCED)
         if ex.database:
             self.databases.add(ex.database)
             if ex.collection:
                 self.collections.add(f"{ex.database}.{ex.collection}")
 
-    def _add_partitions(self, partitions: list) -> None:
+    def _add_partitions(self, partitions: list, slot: int) -> None:
+        """``slot``: PRODUCED or FETCHED, where the records go (their bytes in the slot after it)."""
         topics, parts = self.topics, self.partitions
         named: set[str] = set()
         for p in partitions:
             tally = parts.get((p.topic, p.partition)) or parts.new((p.topic, p.partition))
-            tally[0] += 1
-            tally[1] += p.records
-            tally[2] += p.bytes
+            tally[EXCHANGES] += 1
+            tally[slot] += p.records
+            tally[slot + 1] += p.bytes
             tally = topics.get(p.topic) or topics.new(p.topic)
             if p.topic not in named:  # a topic counts once per exchange, however many partitions it names
                 named.add(p.topic)
-                tally[0] += 1
-            tally[1] += p.records
-            tally[2] += p.bytes
+                tally[EXCHANGES] += 1
+            tally[slot] += p.records
+            tally[slot + 1] += p.bytes
 
     # -- views --------------------------------------------------------------------------------
 
@@ -443,14 +459,16 @@ def render_text(analysis, file: TextIO | None = None, width: int | None = None) 
 
     if s.topics:
         _heading("TOPICS (by exchanges)", out)
-        print_table(["TOPIC", "EXCHANGES", "RECORDS", "BYTES"],
-                    [[t, n, records, format_bytes(nbytes)] for t, (n, records, nbytes) in s.topics.top(TOP)],
-                    file=out, align_right=[1, 2, 3])
+        # produced (Produce requests) and fetched (Fetch responses) apart: one record read by two
+        # consumers is fetched twice
+        counts = ["EXCHANGES", "PRODUCED", "PRODUCED-BYTES", "FETCHED", "FETCHED-BYTES"]
+        print_table(["TOPIC", *counts], [[t, *_tally_cells(tally)] for t, tally in s.topics.top(TOP)],
+                    file=out, align_right=range(1, 6))
         _heading("PARTITIONS (by exchanges)", out)
-        print_table(["TOPIC", "PARTITION", "EXCHANGES", "RECORDS", "BYTES"],
-                    [[*(tp if tp != OTHER else (OTHER, "")), n, records, format_bytes(nbytes)]
-                     for tp, (n, records, nbytes) in s.partitions.top(TOP)],
-                    file=out, align_right=[1, 2, 3, 4])
+        print_table(["TOPIC", "PARTITION", *counts],
+                    [[*(tp if tp != OTHER else (OTHER, "")), *_tally_cells(tally)]
+                     for tp, tally in s.partitions.top(TOP)],
+                    file=out, align_right=range(1, 7))
     if s.collections or s.databases:
         _heading("MONGODB (by exchanges)", out)
         rows = [["database", name, n] for name, n in s.databases.most_common(TOP)]
@@ -462,6 +480,11 @@ def render_text(analysis, file: TextIO | None = None, width: int | None = None) 
 
     _render_findings(analysis.findings, out, width, several)
     _render_warnings(analysis.warnings, out, width)
+
+
+def _tally_cells(tally: list[int]) -> list:
+    n, produced, produced_bytes, fetched, fetched_bytes = tally
+    return [n, produced, format_bytes(produced_bytes), fetched, format_bytes(fetched_bytes)]
 
 
 def _render_findings(findings: list, out: TextIO, width: int, several: bool) -> None:
