@@ -50,7 +50,9 @@ from kwire.security.acl import AclBinding, AclFilter
 
 from . import admin_acls as acls
 from . import admin_cluster as cluster_admin
+from . import admin_offsets as offsets_admin
 from . import admin_quotas as quotas
+from . import admin_transactions as txn_admin
 from .admin_cluster import (
     FeatureVersions,
     LogDirDescription,
@@ -1253,6 +1255,45 @@ class AsyncAdmin:
         return await retrying(attempt, timeout=self._timeout(timeout), backoff=self._cluster.retry_backoff,
                               what="ApiVersions")
 
+    # -- records, group offsets and members, config resources, transactions (admin_offsets.py,
+    # admin_transactions.py) -------------------------------------------------------------------
+    async def delete_records(self, before: Mapping[TopicPartition | tuple[str, int], int], *,
+                             timeout: float | None = None) -> dict[TopicPartition, int]:
+        """Delete each partition's records before the offset (-1: all); the new low watermarks."""
+        return await offsets_admin.delete_records(self, before, timeout=timeout)
+
+    async def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition | tuple[str, int], int],
+                                           *, metadata: str = "", timeout: float | None = None) -> None:
+        """Commit offsets for a group that has no members (UnknownMemberIdError while it has)."""
+        await offsets_admin.alter_consumer_group_offsets(self, group_id, offsets, metadata=metadata, timeout=timeout)
+
+    async def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition | tuple[str, int]],
+                                            *, timeout: float | None = None) -> None:
+        """Remove a group's committed offsets of these partitions (OffsetDelete)."""
+        await offsets_admin.delete_consumer_group_offsets(self, group_id, partitions, timeout=timeout)
+
+    async def remove_group_members(self, group_id: str, group_instance_ids: Collection[str], *,
+                                   reason: str | None = None, timeout: float | None = None) -> None:
+        """Remove static members (by group.instance.id) from a classic group (KIP-345)."""
+        await offsets_admin.remove_group_members(self, group_id, group_instance_ids, reason=reason, timeout=timeout)
+
+    async def list_config_resources(self, types: Iterable[ResourceType | int] = (), *,
+                                    timeout: float | None = None) -> list[tuple[ResourceType, str]]:
+        """The resources that have configs, of ``types`` (default: all), sorted (KIP-1142)."""
+        return await offsets_admin.list_config_resources(self, types, timeout=timeout)
+
+    async def list_transactions(self, *, states: Collection[str] = (), producer_ids: Iterable[int] = (),
+                                min_duration_ms: int = -1, pattern: str | None = None,
+                                timeout: float | None = None) -> list[txn_admin.TransactionListing]:
+        """The transactions the brokers' coordinators know, filtered (KIP-664, KIP-994, KIP-1152)."""
+        return await txn_admin.list_transactions(self, states=states, producer_ids=producer_ids,
+                                                 min_duration_ms=min_duration_ms, pattern=pattern, timeout=timeout)
+
+    async def describe_transactions(self, transactional_ids: Iterable[str], *,
+                                    timeout: float | None = None) -> dict[str, txn_admin.TransactionDescription]:
+        """Each transactional id's state at its coordinator (KIP-664)."""
+        return await txn_admin.describe_transactions(self, transactional_ids, timeout=timeout)
+
 
 # -- decoding helpers -------------------------------------------------------------------------------
 def _offset_spec(spec: int | str) -> int:
@@ -1379,3 +1420,10 @@ class Admin:
     describe_client_quotas = _sync("describe_client_quotas")
     alter_client_quotas = _sync("alter_client_quotas")
     describe_features = _sync("describe_features")
+    delete_records = _sync("delete_records")
+    alter_consumer_group_offsets = _sync("alter_consumer_group_offsets")
+    delete_consumer_group_offsets = _sync("delete_consumer_group_offsets")
+    remove_group_members = _sync("remove_group_members")
+    list_config_resources = _sync("list_config_resources")
+    list_transactions = _sync("list_transactions")
+    describe_transactions = _sync("describe_transactions")
