@@ -75,13 +75,16 @@ class CleanerConfig:
     io_buffer_size: int = 512 * 1024              # log.cleaner.io.buffer.size: read/write chunk
     io_max_bytes_per_second: float = _DOUBLE_MAX  # log.cleaner.io.max.bytes.per.second
     backoff_ms: int = 15_000                      # log.cleaner.backoff.ms: sleep when nothing to clean
+    # kwire's own: each cleaner thread reads and writes in a worker process of its own
+    # (cleaner_worker.py), so the cleaner's Python work does not hold the broker's GIL.
+    worker_process: bool = False
 
     @classmethod
     def from_broker(cls, config) -> CleanerConfig:
         """From a ``kwire.broker.config.BrokerConfig``."""
         return cls(config.log_cleaner_enable, config.log_cleaner_threads, config.log_cleaner_dedupe_buffer_size,
                    config.log_cleaner_io_buffer_size, config.log_cleaner_io_max_bytes_per_second,
-                   config.log_cleaner_backoff_ms)
+                   config.log_cleaner_backoff_ms, worker_process=True)
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,12 @@ class Cleaner:
                     raise CleanAborted(f"{log.name}: segments changed during the clean")
 
             if self._worker is not None:
-                outcome = self._worker.run(job, fds, swap=swap, check=lambda: self._check(log))
+                from .cleaner_worker import WorkerSettings
+
+                # The worker throttles by itself: its share of the rate the threads share here.
+                settings = WorkerSettings(self._map_bytes, self._compiled, self.config.io_buffer_size,
+                                          self.config.io_max_bytes_per_second / max(self.config.threads, 1))
+                outcome = self._worker.run(job, fds, settings, swap=swap, check=lambda: self._check(log))
             else:
                 outcome = CleanPass(job, fds, map_bytes=self._map_bytes, compiled=self._compiled,
                                     io_buffer_size=self.config.io_buffer_size, throttler=self.throttler,
@@ -290,9 +298,12 @@ class LogCleaner:
         # id(log) -> (log, earliest delete horizon of what its last clean kept)
         self._horizons: dict[int, tuple[PartitionLog, int]] = {}
         self._threads: list[threading.Thread] = []
+        self._local = threading.local()  # .worker: the calling cleaner thread's worker process
+        self._workers: list[CleanerWorker] = []
 
     def _cleaner(self) -> Cleaner:
-        return Cleaner(self.config, throttler=self._throttler, stop=self._stop, hook=self.hook)
+        return Cleaner(self.config, throttler=self._throttler, stop=self._stop, hook=self.hook,
+                       worker=getattr(self._local, "worker", None))
 
     def grab_filthiest(self, now_ms: int) -> tuple[LogToClean, bool] | None:
         """The compacted log to clean next, marked in progress, and whether only its delete
@@ -379,14 +390,32 @@ class LogCleaner:
         logger.info("log cleaner started with %d thread(s)", self.config.threads)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                result = self.clean_once()
-            except Exception:  # noqa: BLE001 - one log's failure must not stop the cleaner
-                logger.exception("log cleaner pass failed")
-                result = None
-            if result is None:
-                self._stop.wait(self.config.backoff_ms / 1000)
+        if self.config.worker_process:
+            from .cleaner_worker import CleanerWorker
+
+            self._local.worker = CleanerWorker()
+            with self._lock:
+                self._workers.append(self._local.worker)
+        try:
+            while not self._stop.is_set():
+                try:
+                    result = self.clean_once()
+                except Exception:  # noqa: BLE001 - one log's failure must not stop the cleaner
+                    logger.exception("log cleaner pass failed")
+                    result = None
+                if result is None:
+                    self._stop.wait(self.config.backoff_ms / 1000)
+        finally:
+            worker = getattr(self._local, "worker", None)
+            if worker is not None:
+                worker.close()
+                with self._lock:
+                    self._workers.remove(worker)
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the cleaner threads' worker processes running now."""
+        with self._lock:
+            return [pid for pid in (w.pid for w in self._workers) if pid is not None]
 
     def stop(self) -> None:
         """Stop the threads: a clean under way is aborted before its swap (or completes it, if

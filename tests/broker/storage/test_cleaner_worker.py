@@ -1,0 +1,175 @@
+"""The cleaner's worker process (cleaner_worker.py): the same cleans as in the cleaner's thread,
+and a clean stopped in the middle leaves the log as it was, with no worker and no ``.cleaned``
+file behind."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+
+import pytest
+
+from kwire.broker.storage import Cleaner, CleanerConfig, LogCleaner, LogManager, PartitionLog
+from kwire.broker.storage._files import CLEANED_SUFFIX
+from kwire.broker.storage.cleaner_pass import CleanAborted, CleanJob, SegmentInfo
+from kwire.broker.storage.cleaner_worker import CleanerWorker, WorkerSettings
+
+from .cleaner_helpers import COMPACT, NOW, put, records
+
+
+@pytest.fixture
+def worker():
+    w = CleanerWorker()
+    yield w
+    w.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _history(directory, seed: int) -> PartitionLog:
+    """Keyed puts (tombstones, codecs, an idempotent producer) over small segments."""
+    rng = random.Random(seed)
+    log = PartitionLog(directory, COMPACT.with_(segment_bytes=rng.choice([600, 1024, 4096])))
+    seq = 0
+    for _ in range(80):
+        if rng.random() < 0.1:
+            log.roll()
+            continue
+        pairs = [(f"k{rng.randrange(15)}", None if rng.random() < 0.15 else f"v{rng.randrange(1000)}")
+                 for _ in range(rng.randrange(1, 5))]
+        producer = {}
+        if rng.random() < 0.3:
+            producer = {"pid": 7, "epoch": 0, "seq": seq}
+            seq += len(pairs)
+        put(log, pairs, compression=rng.choice([0, 0, 1, 4]), **producer)
+    log.roll()
+    return log
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_clean_in_the_worker_leaves_the_same_log_as_in_the_thread(tmp_path, worker, seed):
+    logs = [_history(tmp_path / f"{where}-0", seed) for where in ("thread", "worker")]
+    try:
+        for now in (NOW, NOW + 5_000):  # the second clean drops the tombstones past their horizon
+            results = [Cleaner(CleanerConfig(dedupe_buffer_size=24 * 100), worker=w).clean(
+                log, now_ms=now, horizon_due=now > NOW) for log, w in zip(logs, (None, worker), strict=True)]
+            assert results[0] is not None and results[1] is not None
+            assert (results[0].bytes_after, results[0].segments_after, results[0].records_removed) == \
+                (results[1].bytes_after, results[1].segments_after, results[1].records_removed)
+            assert [s.base_offset for s in logs[0].segments] == [s.base_offset for s in logs[1].segments]
+            assert records(logs[0]) == records(logs[1])
+        for log in logs:
+            assert not [p for p in log.dir.iterdir() if p.name.endswith(CLEANED_SUFFIX)]
+        assert worker.pid is not None  # one process for all the cleans
+        directory = logs[1].dir
+        kept = records(logs[1])
+        logs[1].close()
+        logs[1] = PartitionLog(directory, COMPACT)
+        assert records(logs[1]) == kept
+    finally:
+        for log in logs:
+            log.close()
+
+
+def _job(log: PartitionLog) -> tuple[CleanJob, list[int]]:
+    view = log.cleaning_view()
+    segments = [s for s in view.segments if s.size]
+    fds = log.duplicate_descriptors(segments)
+    job = CleanJob(log.name, str(log.dir), tuple(SegmentInfo.of(s) for s in segments), view.log_start_offset,
+                   view.active_base, False, NOW, (), dict(view.last_batch_of_producer),
+                   dict(view.marker_epoch_of_producer), view.config.delete_retention_ms, 600,
+                   view.config.index_interval_bytes)
+    return job, fds
+
+
+def test_a_refused_swap_stops_the_worker_and_removes_its_cleaned_files(tmp_path, worker):
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        for r in range(40):  # distinct keys: little to remove, so several outputs of 600 bytes
+            put(log, [(f"k{r}-{i}", "x" * 10) for i in range(3)] + [("same", f"v{r}")], ts=1_000 + r)
+        log.roll()
+        before = records(log)
+        job, fds = _job(log)
+        settings = WorkerSettings(1 << 20, True, 1 << 16, 1.7e308)
+        swaps = []
+
+        def refuse(first, count, cleaned):
+            swaps.append((first, count))
+            cleaned.delete()
+            raise CleanAborted("refused")
+
+        try:
+            with pytest.raises(CleanAborted):
+                worker.run(job, fds, settings, swap=refuse, check=lambda: None)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert swaps and swaps[0][0] == 0
+        assert worker.pid is None  # killed mid-pass
+        assert not [p for p in log.dir.iterdir() if p.name.endswith(CLEANED_SUFFIX)]
+        assert records(log) == before
+        # The next clean starts a new worker.
+        result = Cleaner(CleanerConfig(), worker=worker).clean(log, now_ms=NOW)
+        assert result is not None and result.records_removed == 39  # the older "same" records
+        assert [r for r in records(log) if r[1] == "same"] == [before[-1]]
+    finally:
+        log.close()
+
+
+def test_a_stop_during_a_clean_kills_the_worker(tmp_path, worker):
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        for r in range(30):
+            put(log, [(f"k{i}", f"v{r}") for i in range(4)], ts=1_000 + r)
+        log.roll()
+        before = records(log)
+        stop = threading.Event()
+        checks = []
+
+        def check():  # the broker's side: the cleaner is told to stop while the worker works
+            checks.append(1)
+            stop.set()
+            raise CleanAborted("stopping")
+
+        job, fds = _job(log)
+        try:
+            with pytest.raises(CleanAborted):
+                worker.run(job, fds, WorkerSettings(1 << 20, True, 1 << 16, 1.7e308),
+                           swap=lambda *a: None, check=check)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert checks and worker.pid is None
+        assert not [p for p in log.dir.iterdir() if p.name.endswith(CLEANED_SUFFIX)]
+        assert records(log) == before
+    finally:
+        log.close()
+
+
+def test_the_cleaner_threads_clean_in_workers_and_stop_them(tmp_path):
+    config = COMPACT.with_(min_cleanable_dirty_ratio=0.01)
+    with LogManager(tmp_path, config) as logs:
+        log = logs.create_partition("t", 0)
+        for r in range(20):
+            put(log, [(f"k{i}", f"v{r}") for i in range(5)], ts=1_000 + r)
+        log.roll()
+        cleaned = threading.Event()
+        cleaner = LogCleaner(logs, CleanerConfig(backoff_ms=10, worker_process=True), clock=lambda: NOW,
+                             hook=lambda step: cleaned.set() if step == "renamed" else None)
+        cleaner.start()
+        try:
+            assert cleaned.wait(30)
+            pids = cleaner.worker_pids()
+        finally:
+            cleaner.stop()
+        assert len(pids) == 1 and pids[0] != os.getpid()
+        assert not _alive(pids[0]) and cleaner.worker_pids() == []
+        assert len(records(log)) <= 10
+        assert [r[2] for r in records(log)][-5:] == ["v19"] * 5
