@@ -18,6 +18,7 @@ import time
 from kwire.security import server_context
 
 from .config import BrokerConfig
+from .coordinator.loader import Executor
 from .listeners import Listener, ListenerSpec, parse_advertised, wildcard_host
 from .network import Connection, ConnectionRegistry
 from .state import BrokerState
@@ -37,6 +38,9 @@ class Broker:
         self._connections = ConnectionRegistry(config.queued_max_request_bytes)
         self._tasks: list[asyncio.Task] = []
         self.started = asyncio.Event()
+        # Where the coordinators' partitions are loaded after start (None: a worker thread of
+        # their own); tests set an executor they hold, to see the broker while it loads.
+        self.coordinator_load_executor: Executor | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -119,7 +123,7 @@ class Broker:
         self.state.transactions.start()  # transaction timeouts run on this loop from now on
         # __consumer_offsets and __transaction_state load in the background, as in Kafka: their
         # groups and transactional ids answer COORDINATOR_LOAD_IN_PROGRESS until then.
-        self.state.start_loading()
+        self.state.start_loading(executor=self.coordinator_load_executor)
         # Compaction of cleanup.policy=compact partitions, on its own threads (Kafka's LogCleaner).
         # state.config: the static settings with the dynamic log.cleaner.* ones (AlterConfigs) applied.
         self.state.logs.start_cleaner(CleanerConfig.from_broker(self.state.config))

@@ -144,6 +144,7 @@ class GroupCoordinator:
         # replays them after it listens (load_partition); their groups answer
         # COORDINATOR_LOAD_IN_PROGRESS meanwhile.  A journal to migrate is loaded at once.
         self._loading: set[int] = set()
+        self.load_refusals = 0  # requests answered while their partition loaded, for tests and stats
         journal = Path(data_dir) / META_DIR / GROUPS_DIR
         if load or journal_to_migrate(journal):
             self._store.load_all()
@@ -202,7 +203,10 @@ class GroupCoordinator:
         coordinator runtime answers COORDINATOR_LOAD_IN_PROGRESS for it meanwhile."""
         if not self._loading:
             return False
-        return group_id is None or self._store.partition_of(group_id) in self._loading
+        if group_id is None or self._store.partition_of(group_id) in self._loading:
+            self.load_refusals += 1
+            return True
+        return False
 
     def load_partition(self, partition: int, groups: dict[str, StoredGroup], findings: list[str]) -> None:
         """Install a partition the loader replayed (``OffsetsTopicStore.read_partition``), on the

@@ -1,0 +1,301 @@
+"""The coordinators' partitions loaded after start, as Kafka's: while a partition of
+__consumer_offsets or __transaction_state loads, requests for its groups or transactional ids get
+COORDINATOR_LOAD_IN_PROGRESS (heartbeats are answered blindly, FindCoordinator answers), and once
+it is loaded they are served from what it holds.  The load is held by an executor the test runs by
+hand (no sleeps)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kwire.broker.config import load_config
+from kwire.broker.coordinator.store import StoredGroup
+from kwire.broker.state import BrokerState
+from kwire.broker.transactions.state import TxnState
+from kwire.protocol import messages
+from kwire.protocol.errors import CoordinatorLoadInProgressError
+
+from ..test_transactions_handlers import (
+    add_offsets,
+    add_partitions,
+    batch,
+    call,
+    create,
+    end_txn,
+    fetch,
+    init,
+    produce,
+    txn_offset_commit,
+    values,
+)
+
+LOADING = CoordinatorLoadInProgressError.code
+NONE = 0
+
+
+class HeldExecutor:
+    """An executor whose jobs run only when the test says so, in the test's thread."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[concurrent.futures.Future, Callable[..., Any], tuple]] = []
+        self.shut_down = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.jobs.append((future, fn, args))
+        return future
+
+    def run_next(self) -> None:
+        future, fn, args = self.jobs.pop(0)
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001 - handed to the loader like a worker's
+            future.set_exception(exc)
+
+    def run_all(self) -> None:
+        while self.jobs:
+            self.run_next()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.shut_down = True
+        if cancel_futures:
+            for future, _, _ in self.jobs:
+                future.cancel()
+            self.jobs.clear()
+
+
+def _commit(state: BrokerState, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    R = messages.OffsetCommitRequest
+    topics: dict[str, list] = {}
+    for (t, p), off in offsets.items():
+        topics.setdefault(t, []).append(R.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+            partition_index=p, committed_offset=off, committed_metadata=""))
+    resp = call(state, R(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+        R.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()]), 8)
+    assert [p.error_code for t in resp.topics for p in t.partitions] == [NONE] * len(offsets)
+
+
+def _fetch(state: BrokerState, group: str, version: int = 8) -> tuple[int, dict[tuple[str, int], int]]:
+    """(error, committed offsets) of OffsetFetch for the group's partitions of topic t."""
+    R = messages.OffsetFetchRequest
+    if version < 8:
+        resp = call(state, R(group_id=group, topics=[R.OffsetFetchRequestTopic(name="t", partition_indexes=[0, 1])],
+                             require_stable=False), version)
+        rows = [(t.name, p.partition_index, p.committed_offset, p.error_code) for t in resp.topics for p in t.partitions]
+        error = resp.error_code if version >= 2 else max(e for *_, e in rows)
+        return error, {(t, p): off for t, p, off, _ in rows if off >= 0}
+    G = R.OffsetFetchRequestGroup
+    resp = call(state, R(groups=[G(group_id=group, topics=[G.OffsetFetchRequestTopics(name="t", partition_indexes=[0, 1])])],
+                         require_stable=False), version)
+    g = resp.groups[0]
+    return g.error_code, {(t.name, p.partition_index): p.committed_offset for t in g.topics for p in t.partitions
+                          if p.committed_offset >= 0}
+
+
+def _groups_in_different_partitions(state: BrokerState, n: int) -> list[str]:
+    seen: dict[int, str] = {}
+    i = 0
+    while len(seen) < n:
+        group = f"group-{i}"
+        seen.setdefault(state.coordinator.store.partition_of(group), group)
+        i += 1
+    return list(seen.values())
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A data dir with three groups' offsets (in three partitions) and an open transaction that
+    staged offsets of a fourth group, closed cleanly."""
+    state = BrokerState(load_config(None, data_dir=tmp_path / "data", default_partitions=2))
+    create(state, "t", 2)
+    groups = _groups_in_different_partitions(state, 4)
+    for i, group in enumerate(groups[:3]):
+        _commit(state, group, {("t", 0): 10 + i, ("t", 1): 20 + i})
+    _, pid, epoch = init(state, "tx")
+    assert set(add_partitions(state, "tx", pid, epoch, {"t": [0]}).values()) == {NONE}
+    assert produce(state, "t", 0, batch(pid, epoch, 0), "tx").error_code == NONE
+    assert add_offsets(state, "tx", pid, epoch, groups[3]) == NONE
+    assert set(txn_offset_commit(state, "tx", pid, epoch, groups[3], {("t", 0): 2}).values()) == {NONE}
+    state.close()
+    return tmp_path / "data", groups, (pid, epoch)
+
+
+def _loading_state(data_dir) -> tuple[BrokerState, HeldExecutor]:
+    state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
+    executor = HeldExecutor()
+    state.start_loading(post=lambda fn: fn(), executor=executor)  # the results installed at once
+    return state, executor
+
+
+def test_the_log_manager_leaves_internal_partitions_unopened_after_a_clean_shutdown(data):
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        internal = [(t, p) for t, p in state.logs.partitions() if t.startswith("__")]
+        assert len(internal) == 5  # four groups' partitions and one of __transaction_state
+        assert not any(state.logs.opened(t, p) for t, p in internal)
+        assert state.logs.opened("t", 0)
+        executor.run_all()
+        assert all(state.logs.opened(t, p) for t, p in internal)
+    finally:
+        state.close()
+
+
+def test_group_requests_while_their_partition_loads(data):
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        group = groups[0]
+        R = messages
+        # FindCoordinator still answers (Kafka's too: the client then asks the coordinator).
+        resp = call(state, R.FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+        assert resp.coordinators[0].error_code == NONE
+        for version in (1, 7, 8):
+            assert _fetch(state, group, version) == (LOADING, {})
+        join = call(state, R.JoinGroupRequest(group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                                              member_id="", protocol_type="consumer", protocols=[
+                                                  R.JoinGroupRequest.JoinGroupRequestProtocol(name="range",
+                                                                                              metadata=b"")]), 5)
+        assert join.error_code == LOADING
+        sync = call(state, R.SyncGroupRequest(group_id=group, generation_id=1, member_id="m", assignments=[]), 3)
+        assert sync.error_code == LOADING
+        # Kafka answers a heartbeat blindly while the group loads (its member rejoins after).
+        hb = call(state, R.HeartbeatRequest(group_id=group, generation_id=1, member_id="m"), 3)
+        assert hb.error_code == NONE
+        leave = call(state, R.LeaveGroupRequest(group_id=group, member_id="m"), 2)
+        assert leave.error_code == LOADING
+        OC = R.OffsetCommitRequest
+        commit = call(state, OC(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+            OC.OffsetCommitRequestTopic(name="t", partitions=[
+                OC.OffsetCommitRequestTopic.OffsetCommitRequestPartition(partition_index=0, committed_offset=99,
+                                                                         committed_metadata="")])]), 8)
+        assert commit.topics[0].partitions[0].error_code == LOADING
+        described = call(state, R.DescribeGroupsRequest(groups=[group]), 5)
+        assert described.groups[0].error_code == LOADING
+        assert call(state, R.ListGroupsRequest(), 4).error_code == LOADING
+        deleted = call(state, R.DeleteGroupsRequest(groups_names=[group]), 2)
+        assert deleted.results[0].error_code == LOADING
+        OD = R.OffsetDeleteRequest
+        resp = call(state, OD(group_id=group, topics=[OD.OffsetDeleteRequestTopic(
+            name="t", partitions=[OD.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(partition_index=0)])]), 0)
+        assert resp.error_code == LOADING
+        assert state.coordinator.load_refusals > 0
+
+        # A group whose partition has no log is not loading: it is served at once.
+        fresh = next(f"new-{i}" for i in range(1000)
+                     if state.coordinator.store.partition_of(f"new-{i}") not in state.coordinator.loading_partitions)
+        assert _fetch(state, fresh) == (NONE, {})
+    finally:
+        state.close()
+
+
+def test_each_partition_is_served_once_it_is_loaded(data):
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        order = state.coordinator.loading_partitions
+        by_partition = {state.coordinator.store.partition_of(g): g for g in groups}
+        first, later = by_partition[order[0]], [by_partition[p] for p in order[1:]]
+        executor.run_next()
+        expected = {g: {("t", 0): 10 + i, ("t", 1): 20 + i} for i, g in enumerate(groups[:3])}
+        assert _fetch(state, first) == (NONE, expected.get(first, {}))
+        assert all(_fetch(state, g)[0] == LOADING for g in later)
+        executor.run_all()
+        assert all(_fetch(state, g) == (NONE, expected.get(g, {})) for g in groups)
+        assert call(state, messages.ListGroupsRequest(), 4).error_code == NONE
+        assert executor.shut_down is False  # (an executor given is the caller's to shut down)
+        assert state.loader.done.is_set() and not state.loader.failed
+    finally:
+        state.close()
+    assert executor.shut_down
+
+
+def test_transaction_requests_wait_for_the_transaction_state(data):
+    data_dir, groups, (pid, epoch) = data
+    state, executor = _loading_state(data_dir)
+    try:
+        assert init(state, "tx") == (LOADING, -1, -1)
+        assert set(add_partitions(state, "tx", pid, epoch, {"t": [1]}).values()) == {LOADING}
+        assert add_offsets(state, "tx", pid, epoch, groups[0]) == LOADING
+        assert end_txn(state, "tx", pid, epoch, True) == LOADING
+        assert set(txn_offset_commit(state, "tx", pid, epoch, groups[3], {("t", 0): 3}).values()) == {LOADING}
+        described = call(state, messages.DescribeTransactionsRequest(transactional_ids=["tx"]), 0)
+        assert described.transaction_states[0].error_code == LOADING
+        assert call(state, messages.ListTransactionsRequest(state_filters=[], producer_id_filters=[]),
+                    0).error_code == LOADING
+        # Transactional data waits too (Produce's retriable answer while a transaction completes).
+        assert produce(state, "t", 0, batch(pid, epoch, 2), "tx").error_code != NONE
+        executor.run_all()
+        txn = state.transactions.describe("tx")
+        assert txn.state is TxnState.ONGOING and txn.groups == {groups[3]}
+        assert state.coordinator.pending_txn_partitions(groups[3]) == {("t", 0)}
+        assert end_txn(state, "tx", pid, epoch, True) == NONE
+        assert _fetch(state, groups[3]) == (NONE, {("t", 0): 2})
+    finally:
+        state.close()
+
+
+def test_a_transaction_left_preparing_is_completed_once_loaded(data):
+    data_dir, groups, (pid, epoch) = data
+    state = BrokerState(load_config(None, data_dir=data_dir))
+    txn = state.transactions.describe("tx")
+    txn.state = TxnState.PREPARE_COMMIT  # a crash between storing the decision and writing the markers
+    state.transactions._save()
+    state.close()
+    state, executor = _loading_state(data_dir)
+    try:
+        log = state.logs.get("t", 0)
+        assert log.last_stable_offset == 0  # held until the coordinator completes it
+        executor.run_all()
+        assert state.transactions.describe("tx").state is TxnState.COMPLETE_COMMIT
+        assert log.last_stable_offset == log.log_end_offset == 3
+        assert values(fetch(state, "t", 0, 0, isolation=1).records) == [b"v0", b"v1"]
+        assert _fetch(state, groups[3]) == (NONE, {("t", 0): 2})  # the offsets it staged, committed
+    finally:
+        state.close()
+
+
+def test_a_partition_that_fails_to_load_stays_loading(data, monkeypatch):
+    data_dir, groups, _ = data
+    state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
+    broken = state.coordinator.loading_partitions[0]
+    read = state.coordinator.store.read_partition
+
+    def failing(partition: int) -> tuple[int, dict[str, StoredGroup], list[str]]:
+        if partition == broken:
+            raise OSError("disk error")
+        return read(partition)
+
+    monkeypatch.setattr(state.coordinator.store, "read_partition", failing)
+    executor = HeldExecutor()
+    state.start_loading(post=lambda fn: fn(), executor=executor)
+    try:
+        executor.run_all()
+        assert state.coordinator.loading_partitions == [broken]
+        victim = next(g for g in groups if state.coordinator.store.partition_of(g) == broken)
+        assert _fetch(state, victim)[0] == LOADING
+        assert state.transactions.loading()  # it needs every group first
+        assert len(state.loader.failed) == 1 and "disk error" in state.loader.failed[0]
+        assert state.loader.done.is_set()
+    finally:
+        state.close()
+
+
+def test_closing_while_loading_drops_the_rest(data):
+    data_dir, _, _ = data
+    state, executor = _loading_state(data_dir)
+    executor.run_next()
+    state.close()
+    assert executor.shut_down and not executor.jobs
+    # Nothing was written: the next start finds everything as it was.
+    state = BrokerState(load_config(None, data_dir=data_dir))
+    try:
+        assert state.transactions.describe("tx").state is TxnState.ONGOING
+        assert len(state.coordinator.store.groups) == 4
+    finally:
+        state.close()

@@ -1,0 +1,168 @@
+"""Real clients against a broker restarted while its coordinators still load (as Kafka's after a
+restart): a data dir with many groups' committed offsets and an open transaction; the restarted
+broker's load is held until a client's request has been answered COORDINATOR_LOAD_IN_PROGRESS,
+then let go.  Each client retries and gets the offsets committed before the restart; the open
+transaction's producer id is taken over by a new producer afterwards."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import confluent_kafka
+import kafka
+import pytest
+
+from kwire.broker import EmbeddedBroker
+from kwire.client.consumer import Consumer as KwireConsumer
+from kwire.client.types import TopicPartition as KwireTopicPartition
+
+from .clients import confluent_read_all
+from .test_transactions_clients import QUIET
+
+GROUPS = 30
+PARTITIONS = 2
+
+
+def expected(g: int, partition: int) -> int:
+    return 1 + (g + partition) % 10
+
+
+class GatedExecutor:
+    """One worker thread whose jobs start only once ``release()`` is called."""
+
+    def __init__(self) -> None:
+        self._gate = threading.Event()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-load")
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> concurrent.futures.Future:
+        def held() -> Any:
+            if not self._gate.wait(60):
+                raise TimeoutError("the test never released the load")
+            return fn(*args)
+
+        return self._pool.submit(held)
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._gate.set()
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """The data dir: GROUPS groups' offsets of topic "events", and an open transaction that
+    produced to it and staged offsets of group "txn-group"."""
+    data = tmp_path_factory.mktemp("loading") / "data"
+    broker = EmbeddedBroker(data, default_partitions=PARTITIONS)
+    broker.start()
+    try:
+        p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, **QUIET})
+        for i in range(PARTITIONS * 10):
+            p.produce("events", b"value-%d" % i, partition=i % PARTITIONS)
+        assert p.flush(30) == 0
+        for g in range(GROUPS):
+            c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"group-{g}",
+                                          "enable.auto.commit": False, **QUIET})
+            c.commit(offsets=[confluent_kafka.TopicPartition("events", i, expected(g, i)) for i in range(PARTITIONS)],
+                     asynchronous=False)
+            c.close()
+        tx = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "loader-tx",
+                                       "transaction.timeout.ms": 600_000, **QUIET})
+        tx.init_transactions(15)
+        tx.begin_transaction()
+        tx.produce("events", b"uncommitted", partition=0)
+        c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "txn-group", **QUIET})
+        tx.send_offsets_to_transaction([confluent_kafka.TopicPartition("events", 0, 7)],
+                                       c.consumer_group_metadata(), 15)
+        c.close()
+        assert tx.flush(15) == 0
+    finally:
+        broker.stop()
+    return data
+
+
+def _restarted(template, tmp_path) -> tuple[EmbeddedBroker, GatedExecutor]:
+    data = tmp_path / "data"
+    shutil.copytree(template, data)
+    broker = EmbeddedBroker(data)
+    gate = GatedExecutor()
+    broker.broker.coordinator_load_executor = gate
+    broker.start()
+    return broker, gate
+
+
+def _confluent(bootstrap: str, group: str) -> dict[int, int]:
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                  **QUIET})
+    try:
+        got = c.committed([confluent_kafka.TopicPartition("events", i) for i in range(PARTITIONS)], timeout=30)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def _kafka_python(bootstrap: str, group: str) -> dict[int, int]:
+    c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return {i: c.committed(kafka.TopicPartition("events", i)) for i in range(PARTITIONS)}
+    finally:
+        c.close()
+
+
+def _kwire(bootstrap: str, group: str) -> dict[int, int]:
+    c = KwireConsumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([KwireTopicPartition("events", i) for i in range(PARTITIONS)], timeout=30)
+        return {tp.partition: meta.offset for tp, meta in got.items()}
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("client", [_confluent, _kafka_python, _kwire], ids=["confluent", "kafka-python", "kwire"])
+def test_clients_get_their_committed_offsets_from_a_broker_still_loading(template, tmp_path, client):
+    broker, gate = _restarted(template, tmp_path)
+    try:
+        coordinator = broker.state.coordinator
+        assert coordinator.loading()
+        g = 3
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(client, broker.bootstrap, f"group-{g}")
+            deadline = time.monotonic() + 30
+            while coordinator.load_refusals == 0 and not answer.done() and time.monotonic() < deadline:
+                time.sleep(0.01)  # the client's first OffsetFetch
+            assert coordinator.load_refusals > 0, answer.exception() if answer.done() else "no request came"
+            assert not answer.done()  # it waits for the load, retrying
+            gate.release()
+            assert answer.result(60) == {i: expected(g, i) for i in range(PARTITIONS)}
+        # Every group is back as committed.
+        for g in range(0, GROUPS, 7):
+            assert client(broker.bootstrap, f"group-{g}") == {i: expected(g, i) for i in range(PARTITIONS)}
+    finally:
+        broker.stop()
+
+
+def test_the_open_transaction_is_there_after_the_load(template, tmp_path):
+    broker, gate = _restarted(template, tmp_path)
+    try:
+        assert broker.state.transactions.loading()
+        gate.release()
+        assert broker.state.loader.done.wait(30) and not broker.state.loader.failed
+        txn = broker.state.transactions.describe("loader-tx")
+        assert txn is not None and txn.state.value == "Ongoing" and txn.groups == {"txn-group"}
+        # A new producer of the id aborts it (its epoch bumped); nothing of it was committed.
+        tx = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "loader-tx", **QUIET})
+        tx.init_transactions(30)
+        assert broker.state.transactions.describe("loader-tx").state.value in ("CompleteAbort", "Empty")
+        values = [v for _, v in confluent_read_all(broker.bootstrap, "events", "read_committed",
+                                                   partitions=PARTITIONS)]
+        assert b"uncommitted" not in values and len(values) == PARTITIONS * 10
+        assert _confluent(broker.bootstrap, "txn-group") == {0: -1001, 1: -1001}
+    finally:
+        broker.stop()
