@@ -194,6 +194,15 @@ def case_cleaner(args, work: Path) -> dict:
 
 
 # -- brokers ----------------------------------------------------------------------------------------
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (field 3 on: state, ppid, ...)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 class KwireBroker:
     """``kwire broker --config <toml>`` in a subprocess, temp data dir, --log-level info (the
     cleaner's one line per clean is counted from its stderr); stop() sends SIGTERM."""
@@ -230,12 +239,35 @@ class KwireBroker:
 
     def cpu_seconds(self) -> float:
         """user + system CPU time of the broker process so far."""
+        fields = _stat_fields(self.pid)
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else float("nan")
+
+    def child_pids(self) -> list[int]:
+        """The broker's child processes: its log cleaner's worker processes."""
+        pids: list[int] = []
         try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
+            for task in os.listdir(f"/proc/{self.pid}/task"):
+                with open(f"/proc/{self.pid}/task/{task}/children") as f:
+                    pids += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+        return pids
+
+    def worker_cpu_seconds(self) -> float:
+        """user + system CPU time of the cleaner's worker processes so far: the live ones', and
+        the ended ones' the broker has waited for (cutime + cstime)."""
+        fields = _stat_fields(self.pid)
+        if not fields:
             return float("nan")
+        ticks = int(fields[13]) + int(fields[14])
+        for pid in self.child_pids():
+            child = _stat_fields(pid)
+            if child:
+                ticks += int(child[11]) + int(child[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def worker_rss_bytes(self) -> int:
+        return sum(process_rss_bytes(pid) or 0 for pid in self.child_pids())
 
     def new_cleans(self) -> tuple[int, int]:
         """(cleans, bytes of segments cleaned) logged since the last call."""
@@ -467,7 +499,7 @@ def _produce_slices(args, brokers: dict[str, KwireBroker]) -> dict:
                 writer.target = name
                 time.sleep(args.warmup_seconds)  # the writer dirties the log; the cleaner starts on it
                 b.new_cleans()
-                cpu0 = b.cpu_seconds()
+                cpu0, wcpu0 = b.cpu_seconds(), b.worker_cpu_seconds()
                 t0 = time.perf_counter()
                 thr = throughput_slice(thr_producers[name], "produce", value, args.produce_seconds)
                 sl = lat_producers[name].run(args.latency_seconds)
@@ -477,12 +509,14 @@ def _produce_slices(args, brokers: dict[str, KwireBroker]) -> dict:
                 s = {"mb_per_s": thr["mb_per_s"], "messages": thr["messages"], "errors": thr["errors"],
                      "p50_ms": latency_summary(sl)["p50_ms"], "latency_messages": len(sl), "cleans": cleans,
                      "cleaned_mb": cleaned / 1e6, "seconds": elapsed,
-                     "broker_cpu": (b.cpu_seconds() - cpu0) / elapsed}
+                     "broker_cpu": (b.cpu_seconds() - cpu0) / elapsed,
+                     "worker_cpu": (b.worker_cpu_seconds() - wcpu0) / elapsed}
                 slices[name].append(s)
                 lat[name].extend(sl)
                 log(f"produce: slice {i + 1}/{args.slices} cleaner {name}: {s['mb_per_s']:,.1f} MB/s, "
                     f"p50 {s['p50_ms']:.3f} ms, {cleans} cleans ({s['cleaned_mb']:,.1f} MB cleaned), "
-                    f"broker CPU {s['broker_cpu']:.2f} cores, load {os.getloadavg()[0]:.1f}")
+                    f"broker CPU {s['broker_cpu']:.2f} cores (+ cleaner worker {s['worker_cpu']:.2f}), "
+                    f"load {os.getloadavg()[0]:.1f}")
         writer.done.set()
         writer.join(10)
         writer.flush()
@@ -513,6 +547,7 @@ class RssSampler(threading.Thread):
         self.broker, self.part_dir, self.interval = broker, part_dir, interval
         self.done = threading.Event()
         self.samples: list[tuple[float, int]] = []
+        self.worker_samples: list[int] = []  # the cleaner's worker processes' VmRSS, while there is one
         self.max_segments = self.max_bytes = 0
 
     def run(self) -> None:
@@ -521,6 +556,9 @@ class RssSampler(threading.Thread):
             rss = self.broker.rss_bytes()
             if rss is not None:
                 self.samples.append((time.perf_counter() - t0, rss))
+            worker_rss = self.broker.worker_rss_bytes()
+            if worker_rss:
+                self.worker_samples.append(worker_rss)
             try:
                 f = partition_files(self.part_dir)
             except OSError:  # a segment swapped meanwhile
@@ -638,6 +676,10 @@ def case_rewrite(args) -> dict:
                 "rss_start": rss_start, "rss_first": rss[0] if rss else None, "rss_last": rss[-1] if rss else None,
                 "rss_max": max(rss) if rss else None, "rss_samples": len(rss),
                 "rss_quartiles": [rss[len(rss) * q // 4] for q in range(4)] if rss else [],
+                "worker_rss_first": sampler.worker_samples[0] if sampler.worker_samples else None,
+                "worker_rss_last": sampler.worker_samples[-1] if sampler.worker_samples else None,
+                "worker_rss_max": max(sampler.worker_samples, default=None),
+                "worker_rss_samples": len(sampler.worker_samples),
                 "broker_errors": broker.errors()}
     finally:
         sampler.done.set()
@@ -719,7 +761,8 @@ def print_report(meta: dict, results: dict) -> None:
         for name in ("on", "off"):
             print(f"  slices cleaner {name}: MB/s " + " ".join(f"{s['mb_per_s']:.1f}" for s in pr["slices"][name])
                   + "; p50 " + " ".join(f"{s['p50_ms']:.3f}" for s in pr["slices"][name])
-                  + "; broker CPU " + " ".join(f"{s['broker_cpu']:.2f}" for s in pr["slices"][name]))
+                  + "; broker CPU " + " ".join(f"{s['broker_cpu']:.2f}" for s in pr["slices"][name])
+                  + "; cleaner worker CPU " + " ".join(f"{s.get('worker_cpu', 0.0):.2f}" for s in pr["slices"][name]))
     rw = results.get("rewrite")
     if rw:
         f = rw["files"]
@@ -738,6 +781,9 @@ def print_report(meta: dict, results: dict) -> None:
         print(f"  broker RSS: {_mib(rw['rss_start'])} before, first {_mib(rw['rss_first'])}, last "
               f"{_mib(rw['rss_last'])}, max {_mib(rw['rss_max'])} ({rw['rss_samples']} samples every 100 ms; "
               f"quartiles {', '.join(_mib(x) for x in rw['rss_quartiles'])})")
+        if rw.get("worker_rss_samples"):
+            print(f"  cleaner worker process RSS: first {_mib(rw['worker_rss_first'])}, last "
+                  f"{_mib(rw['worker_rss_last'])}, max {_mib(rw['worker_rss_max'])} ({rw['worker_rss_samples']} samples)")
         print(f"  consumer from offset 0: {rw['consumer_keys']:,} keys, {rw['mismatched_keys']} without their last value")
     problems = results.get("problems", [])
     print("\nchecks: " + ("; ".join(problems) if problems else

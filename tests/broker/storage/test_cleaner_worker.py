@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
+import time
 
 import pytest
 
@@ -173,3 +175,25 @@ def test_the_cleaner_threads_clean_in_workers_and_stop_them(tmp_path):
         assert not _alive(pids[0]) and cleaner.worker_pids() == []
         assert len(records(log)) <= 10
         assert [r[2] for r in records(log)][-5:] == ["v19"] * 5
+
+
+def test_a_worker_killed_between_cleans_is_replaced(tmp_path, worker):
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    first = None
+    try:
+        for round_ in range(2):
+            for r in range(10):
+                put(log, [(f"k{i}", f"v{round_}-{r}") for i in range(4)], ts=1_000 + r)
+            log.roll()
+            if first is not None:
+                os.kill(first, signal.SIGKILL)
+                deadline = time.monotonic() + 10
+                while worker.pid is not None and time.monotonic() < deadline:  # reaped
+                    time.sleep(0.01)
+            result = Cleaner(CleanerConfig(), worker=worker).clean(log, now_ms=NOW)
+            assert result is not None
+            first = first or worker.pid
+        assert worker.pid not in (None, first) and worker.failures == 0
+        assert [v for _, _, v in records(log)] == ["v1-9"] * 4
+    finally:
+        log.close()

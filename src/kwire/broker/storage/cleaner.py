@@ -17,8 +17,9 @@ record of every key:
   is copied into ``<base>.log.cleaned`` files, keeping what ``BatchFilter`` keeps, merging
   consecutive segments while what is kept fits in segment.bytes (see ``Cleaner._copy``).
   Each dirty batch is walked twice, as in Kafka (once for the map, once for the copy), by the compiled walks of offset_map.py, which release the GIL (see
-  ``Cleaner._check``).  The copy runs without the partition lock: produce and fetch go
-  on.  Only the swap (``PartitionLog.replace_segments``) takes the lock, after checking that
+  ``Cleaner._check``); in the broker, the map and the copy run in a worker process
+  (cleaner_worker.py), out of the broker's GIL.  The copy runs without the partition lock:
+  produce and fetch go on.  Only the swap (``PartitionLog.replace_segments``) takes the lock, after checking that
   the segments it replaces are still the log's.
 * **Crash safety**: ``.cleaned`` -> ``.swap`` -> old segments deleted -> final names; the
   loader removes ``.cleaned`` files and completes swaps (see loader.py).
@@ -199,9 +200,9 @@ class Cleaner:
           GIL-free stretches): 0.21x.  Gathering them is itself ms of Python holding the GIL
           when batches are small, and the event loop waits the interpreter's 5 ms switch
           interval for it.
-        - A child process doing the copy (no GIL shared at all) was not tried: it leaves the two
-          cores as busy, and needs the segments, the producer state and the hooks across a
-          process boundary.
+        The broker's cleaner threads now hand the map and the copy to a worker process
+        (``CleanerConfig.worker_process``, cleaner_worker.py): the GIL is then not shared at all,
+        and this check runs in the broker only between the worker's messages.
         Without the compiled helper the walks are Python and never release the GIL: then the
         cleaner sleeps(0) once per ``PYTHON_SLICE_S`` of work."""
         if self._slice:
@@ -247,7 +248,7 @@ class Cleaner:
                     cleaned.delete()
                     raise CleanAborted(f"{log.name}: segments changed during the clean")
 
-            if self._worker is not None:
+            if self._worker is not None and self._worker.usable:
                 from .cleaner_worker import WorkerSettings
 
                 # The worker throttles by itself: its share of the rate the threads share here.

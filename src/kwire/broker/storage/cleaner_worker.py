@@ -43,7 +43,7 @@ from typing import NamedTuple
 from kwire.protocol.errors import KafkaStorageError
 
 from ._files import CLEANED_SUFFIX
-from .cleaner_pass import CleanJob, CleanPass, Output, PassResult, remove_cleaned_files
+from .cleaner_pass import CleanAborted, CleanJob, CleanPass, Output, PassResult, remove_cleaned_files
 from .segment import LogSegment
 from .throttler import Throttler
 
@@ -54,6 +54,9 @@ logger = logging.getLogger("kwire.broker.storage.cleaner")
 _FRAME = struct.Struct(">QI")  # payload length, descriptors that follow
 _MAX_FDS = 200  # per message (Linux takes at most 253 descriptors in one SCM_RIGHTS)
 POLL_S = 0.05   # how often the broker side checks for a stop while the worker works
+# Workers that could not start or ended without an answer, in a row, before the cleaner stops
+# using one and cleans in its thread (a Python that cannot run ``-m``, a process limit).
+MAX_FAILURES = 3
 
 
 def _send(sock: socket.socket, message: object, fds: Sequence[int] = ()) -> None:
@@ -112,6 +115,19 @@ class CleanerWorker:
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
+        self.failures = 0  # in a row
+
+    @property
+    def usable(self) -> bool:
+        return self.failures < MAX_FAILURES
+
+    def _failed(self, what: str) -> None:
+        self.failures += 1
+        if self.usable:
+            logger.warning("log cleaner worker process: %s; the next clean starts another", what)
+        else:
+            logger.warning("log cleaner worker process: %s, %d times in a row: cleaning in the cleaner's thread "
+                           "from now on", what, self.failures)
 
     @property
     def pid(self) -> int | None:
@@ -141,22 +157,33 @@ class CleanerWorker:
         leaves no ``.cleaned`` file of the job behind."""
         if self._proc is None or self._proc.poll() is not None:
             self.close()
-            self._start()
+            try:
+                self._start()
+            except OSError as exc:
+                self._failed(f"could not start ({exc})")
+                raise CleanAborted(f"{job.name}: the cleaner worker process could not start") from exc
         sock = self._sock
         assert sock is not None
         busy = False
         try:
-            _send(sock, (job, settings), fds)
+            try:
+                _send(sock, (job, settings), fds)
+            except OSError as exc:  # it ended since the last clean
+                self.close()
+                self._failed(f"gone before the clean of {job.name} ({exc})")
+                raise CleanAborted(f"{job.name}: the cleaner worker process was gone") from exc
             busy = True
             while True:
                 if not select.select([sock], [], [], POLL_S)[0]:
                     check()
                     continue
                 got = _recv(sock)
-                if got is None:
+                if got is None:  # not the log's fault: the clean is tried again, not given up
                     busy = False
-                    raise KafkaStorageError(f"{job.name}: the cleaner worker process exited "
-                                            f"(code {self._proc.wait()})")
+                    self._failed(f"exited during the clean of {job.name} (code {self._proc.wait()})")
+                    remove_cleaned_files(job.directory, [s.base_offset for s in job.segments])
+                    raise CleanAborted(f"{job.name}: the cleaner worker process exited")
+                self.failures = 0
                 message, _ = got
                 kind = message[0]
                 if kind == "output":
