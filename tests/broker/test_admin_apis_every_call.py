@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka import KafkaConsumer, OffsetAndMetadata
 from kafka import TopicPartition as KpTP
 from kafka.admin import (
+    ACL,
     ACLFilter,
     ACLOperation,
     ACLPermissionType,
@@ -29,6 +30,7 @@ from kafka.admin import (
     KafkaAdminClient,
     MemberToRemove,
     NewTopic,
+    ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
 )
@@ -219,6 +221,10 @@ def test_kafka_python_create_acls_describe_acls_delete_acls_without_an_authorize
         kp.describe_acls(acl_filter)
     [(_, matched, error)] = kp.delete_acls([acl_filter])  # errors per filter
     assert matched == [] and error is SecurityDisabledError
+    acl = ACL(principal="User:alice", host="*", operation=ACLOperation.READ, permission_type=ACLPermissionType.ALLOW,
+              resource_pattern=ResourcePattern(ResourceType.TOPIC, TOPIC, ACLResourcePatternType.LITERAL))
+    created = kp.create_acls([acl])
+    assert created == {"succeeded": [], "failed": [SecurityDisabledError]}
 
 
 # -- aiokafka ----------------------------------------------------------------------------------------------
