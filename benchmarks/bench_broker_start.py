@@ -17,8 +17,11 @@ warm-up run per tree and case that is not counted (it writes the ``.pyc`` files)
   time), then one ApiVersions request answered over TCP (start + first answer).
 - **embedded, after a restart**: the same on a copy of a data dir that already holds a topic
   (``--partitions`` partitions, a few records each) and ``--groups`` groups' committed offsets,
-  written beforehand by the same tree's broker; once per tree, a consumer then checks that the
-  restarted broker still answers the committed offsets.
+  written beforehand by the same tree's broker; then the time until one group's committed offset
+  is answered (OffsetFetch asked again at once while the broker answers
+  COORDINATOR_LOAD_IN_PROGRESS, its coordinators loading in the background since 2026-11-27; the
+  group is the one in the highest ``__consumer_offsets`` partition, loaded last).  Once per tree,
+  a consumer then checks that the restarted broker still answers every committed offset.
 - **kwire broker process**: ``python -m kwire.cli.main broker --port 0 --json`` started, until
   its first ApiVersions answer (interpreter start and imports included).
 
@@ -77,6 +80,33 @@ def api_versions(host, port):
         raise SystemExit(f"ApiVersions answered correlation {corr}, error {error}")
 
 
+def committed_offset(host, port, group):
+    # OffsetFetch v1 of the group's events-0, asked again at once while the broker answers
+    # COORDINATOR_LOAD_IN_PROGRESS (its coordinator still loading): (offset, tries).
+    from kwire.protocol import encode_request, messages
+    from kwire.protocol.frames import decode_response
+    R = messages.OffsetFetchRequest
+    request = R(group_id=group, topics=[R.OffsetFetchRequestTopic(name="events", partition_indexes=[0])])
+    deadline = time.monotonic() + 30
+    with socket.create_connection((host, port), timeout=10) as s:
+        for tries in range(1, 100_000):
+            s.sendall(encode_request(request, 1, tries, client_id="bench"))
+            head = b""
+            while len(head) < 4:
+                head += s.recv(4 - len(head))
+            need, got = struct.unpack(">i", head)[0], b""
+            while len(got) < need:
+                got += s.recv(need - len(got))
+            _, response = decode_response(got, 9, 1)
+            p = response.topics[0].partitions[0]
+            if p.error_code == 0:
+                return p.committed_offset, tries
+            if p.error_code != 14 or time.monotonic() > deadline:
+                raise SystemExit(f"OffsetFetch of {group} answered error {p.error_code}")
+            time.sleep(0.0005)
+    raise SystemExit("no committed offset")
+
+
 if mode == "embedded":
     t2 = time.perf_counter()
     b = EmbeddedBroker(data_dir)
@@ -85,9 +115,13 @@ if mode == "embedded":
     host, port = b.bootstrap.rsplit(":", 1)
     api_versions(host, int(port))
     t4 = time.perf_counter()
+    out = {"import_ms": (t1 - t0) * 1e3, "start_ms": (t3 - t2) * 1e3, "answer_ms": (t4 - t2) * 1e3,
+           "kwire": kwire.__file__}
+    if len(sys.argv) > 3:  # after a restart: until a group's offsets are served
+        offset, tries = committed_offset(host, int(port), sys.argv[3])
+        out.update(offsets_ms=(time.perf_counter() - t2) * 1e3, offset_fetch_tries=tries)
     b.stop()
-    print(json.dumps({"import_ms": (t1 - t0) * 1e3, "start_ms": (t3 - t2) * 1e3, "answer_ms": (t4 - t2) * 1e3,
-                      "kwire": kwire.__file__}))
+    print(json.dumps(out))
 elif mode == "prepare":
     # A topic with a few records per partition and groups' committed offsets, then a clean stop.
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -125,6 +159,20 @@ elif mode == "check":
     b.stop()
     print(json.dumps({"wrong": wrong}))
 """
+
+
+def last_loaded_group(groups: int, partitions: int = 50) -> str:
+    """Of group-0..group-N-1, the one in the highest __consumer_offsets partition (Kafka's
+    abs(String.hashCode) % 50): the current tree loads partitions in order, so its offsets are
+    among the last served."""
+    def partition(name: str) -> int:
+        h = 0
+        for ch in name:  # ASCII names: Java's hashCode over the characters, in int32
+            h = (31 * h + ord(ch)) & 0xFFFFFFFF
+        h = h - (1 << 32) if h >= 1 << 31 else h
+        return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+    return max((f"group-{g}" for g in range(groups)), key=partition)
 
 
 def log(msg: str) -> None:
@@ -214,7 +262,8 @@ CASES = {
 FIGURES = {
     "embedded": [("import_ms", "import kwire.broker"), ("start_ms", "EmbeddedBroker(...).start()"),
                  ("answer_ms", "start + first ApiVersions answer")],
-    "restart": [("start_ms", "EmbeddedBroker(...).start()"), ("answer_ms", "start + first ApiVersions answer")],
+    "restart": [("start_ms", "EmbeddedBroker(...).start()"), ("answer_ms", "start + first ApiVersions answer"),
+                ("offsets_ms", "start + a group's committed offset (OffsetFetch)")],
     "process": [("listening_ms", "exec to listening (--json line)"), ("answer_ms", "exec to first ApiVersions answer")],
 }
 
@@ -273,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copytree(templates[name], scratch)
             if case == "process":
                 return process_run(trees[name], scratch, work)
-            return run_child(trees[name], ["embedded", str(scratch)], work)
+            extra = [last_loaded_group(args.groups)] if case == "restart" and args.groups else []
+            return run_child(trees[name], ["embedded", str(scratch), *extra], work)
 
         for case in cases:
             for name in trees:
