@@ -94,3 +94,30 @@ def test_iso8601_durations_follow_javas_grammar():
     for bad in ("1H", "P", "PT", "PT1X"):
         with pytest.raises(ValueError):
             parse_iso8601_duration_ms(bad)
+
+
+def test_the_brokers_own_settings_default_and_bound_group_configs(tmp_path):
+    from kwire.broker.config import load_config
+
+    config = load_config(None, data_dir=tmp_path, group_consumer_session_timeout_ms=50000)
+    broker = GroupBrokerConfig.from_broker(config)
+    assert broker.consumer_session_timeout_ms == 50000
+    assert broker.consumer_session_timeout_ms_bounds == (45000, 60000)  # Kafka's, not set on this broker
+    store = GroupConfigStore(tmp_path, broker)
+    assert store.get("g").consumer_session_timeout_ms == 50000
+    sources = {name: (value, source) for name, value, source, _ in store.describe("g")}
+    assert sources["consumer.session.timeout.ms"] == ("50000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert sources["share.session.timeout.ms"] == ("45000", ConfigSource.DEFAULT_CONFIG)
+
+
+class _Settings:
+    group_share_min_record_lock_duration_ms = 5000
+    group_share_max_record_lock_duration_ms = 90000
+    group_streams_max_standby_replicas = 4
+
+
+def test_bounds_come_from_the_brokers_min_and_max_settings():
+    broker = GroupBrokerConfig.from_broker(_Settings())
+    assert broker.bounds("share.record.lock.duration.ms") == (5000, 90000)
+    assert check_group_configs({"share.record.lock.duration.ms": "80000", "streams.num.standby.replicas": "4"},
+                               broker)

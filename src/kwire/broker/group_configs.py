@@ -11,8 +11,9 @@ As in Kafka, a group config can be set for a group that does not exist yet (the 
 reads it when the group appears), the listed keys are Kafka 4.3's, unknown names are refused
 (``Unknown group config name: x``), and a value must lie within the broker's bounds for it
 (``group.consumer.min.session.timeout.ms`` ... ``group.share.max.record.lock.duration.ms``), each
-key checked only when the group sets it (KIP-1240).  The bounds are Kafka's broker defaults
-(``GroupBrokerConfig``): kwire has no broker settings for them.  A value that was valid when set
+key checked only when the group sets it (KIP-1240).  The defaults and bounds are the broker's
+settings of those names where its config has them (``GroupBrokerConfig.from_broker``), else
+Kafka's defaults.  A value that was valid when set
 but lies outside bounds lowered later is clamped when read, so a coordinator never runs with
 a value the broker would refuse.
 """
@@ -118,6 +119,32 @@ class GroupBrokerConfig:
     streams_num_standby_replicas: int = 0
     streams_max_standby_replicas: int = 2
     streams_initial_rebalance_delay_ms: int = 3_000
+
+    @classmethod
+    def from_broker(cls, config: object) -> GroupBrokerConfig:
+        """The settings the broker's config holds, by Kafka's names as attributes
+        (``group.consumer.session.timeout.ms`` -> ``group_consumer_session_timeout_ms``, its bounds
+        ``group_consumer_min/max_session_timeout_ms``); Kafka's defaults for the rest."""
+        values: dict[str, Any] = {}
+        for f in cls.__dataclass_fields__:
+            if f == "streams_max_standby_replicas":
+                names: tuple[str, ...] = ("group_streams_max_standby_replicas",)
+            elif f.endswith("_bounds"):
+                kind, rest = f.removesuffix("_bounds").split("_", 1)
+                names = (f"group_{kind}_min_{rest}", f"group_{kind}_max_{rest}")
+            else:
+                names = (f"group_{f}",)
+            found = [getattr(config, n, None) for n in names]
+            if f.endswith("_bounds"):
+                default = cls.__dataclass_fields__[f].default
+                values[f] = tuple(d if v is None else int(v) for v, d in zip(found, default, strict=True))
+            elif found[0] is not None:
+                values[f] = int(found[0])
+        return cls(**values)
+
+    def is_default(self, name: str) -> bool:
+        """Whether the broker runs with Kafka's default for the group config ``name``."""
+        return self.default(name) == (GROUP_CONFIGS[name].default or "")
 
     def bounds(self, name: str) -> tuple[int, int] | None:
         """The broker's range for the group config ``name`` (None: only its own validator)."""
@@ -384,12 +411,17 @@ class GroupConfigStore:
 
     def describe(self, group_id: str) -> list[tuple[str, str, ConfigSource, TopicConfigDef]]:
         """(name, value, source, definition) of every group config of ``group_id``: its own value
-        as GROUP_CONFIG, else the broker's default as DEFAULT_CONFIG (kwire has no broker settings
-        for them, so never STATIC_BROKER_CONFIG)."""
+        as GROUP_CONFIG, else the broker's as STATIC_BROKER_CONFIG when the broker was started
+        with a value other than Kafka's default, else DEFAULT_CONFIG (Kafka's
+        ConfigHelper.createGroupConfigEntry)."""
         own = self._groups.get(group_id, {})
         return [(name, own[name], ConfigSource.GROUP_CONFIG, d) if name in own
-                else (name, self.broker.default(name), ConfigSource.DEFAULT_CONFIG, d)
+                else (name, self.broker.default(name), self.broker_source(name), d)
                 for name, d in GROUP_CONFIGS.items()]
+
+    def broker_source(self, name: str) -> ConfigSource:
+        """Where the broker's value for the group config ``name`` comes from."""
+        return ConfigSource.DEFAULT_CONFIG if self.broker.is_default(name) else ConfigSource.STATIC_BROKER_CONFIG
 
 
 # For reading the file: no broker bounds (they apply to new values; stored ones are clamped).

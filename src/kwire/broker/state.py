@@ -19,7 +19,7 @@ from .broker_configs import DynamicBrokerConfigs
 from .config import BrokerConfig, new_cluster_id
 from .coordinator.loader import CoordinatorLoader, Executor
 from .durability import GroupCommit
-from .group_configs import GroupConfigStore
+from .group_configs import GroupBrokerConfig, GroupConfigStore
 from .internal_topics import LAZY_TOPICS, InternalTopics
 from .quotas import ClientQuotaManager, ClientQuotaStore
 from .storage import LogConfig, LogManager
@@ -76,7 +76,7 @@ class BrokerState:
         self.cluster_id = self._load_cluster_id()
         # Configs set on GROUP resources (consumer.*, share.*): the coordinators read
         # group_configs.get(group_id) for a group's session timeout, record lock duration...
-        self.group_configs = GroupConfigStore(self.data_dir)
+        self.group_configs = GroupConfigStore(self.data_dir, GroupBrokerConfig.from_broker(config))
         self.logs = LogManager(self.data_dir, config.log,
                                configs={t: self.log_config_for(self.topics.get(t))
                                         for t in self.topics.names(internal=True)},

@@ -232,7 +232,7 @@ def group_config_entries(broker, group: str) -> list[ConfigEntry]:
     out = []
     store = broker.group_configs
     for name, value, source, d in store.describe(group):
-        default = Valued(d.broker_name or name, store.broker.default(name), _DEFAULT)
+        default = Valued(d.broker_name or name, store.broker.default(name), store.broker_source(name))
         synonyms = (Valued(name, value, source), default) if source == ConfigSource.GROUP_CONFIG else (default,)
         out.append(ConfigEntry(name, value, source, d.type, d.doc, synonyms=synonyms))
     return out
