@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "src" / "kwire" / "protocol" / "_schema.py"
 DEFAULT_SHARED = ROOT.parent / "shared" / "kafka-protocol"
+# Kafka 4.3 layouts the shared folder lacks (see its README.md); read after the shared messages-4.3/.
+EXTRA = ROOT / "tools" / "kafka-protocol-extra"
 
 # Far above any real version; stands for an open range "N+".
 TOP = 32767
@@ -186,6 +188,7 @@ def emit_field(f: dict, where: str) -> dict:
 def build(shared: Path) -> dict:
     older = [load_definition(p) for p in sorted((shared / "messages").glob("*.json"))]
     newer = [load_definition(p) for p in sorted((shared / "messages-4.3").glob("*.json"))]
+    extra = [load_definition(p) for p in sorted((EXTRA / "messages-4.3").glob("*.json"))]
 
     def key(d: dict):
         # Requests and responses are identified by api key (names change: ListClientMetricsResources
@@ -195,7 +198,7 @@ def build(shared: Path) -> dict:
         return (d["type"], d["name"])
 
     older_by_key = {key(d): d for d in older}
-    newer_by_key = {key(d): d for d in newer}
+    newer_by_key = {key(d): d for d in newer + extra}
     messages = {}
     for k in sorted(set(older_by_key) | set(newer_by_key), key=str):
         o, n = older_by_key.get(k), newer_by_key.get(k)
