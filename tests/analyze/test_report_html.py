@@ -3,6 +3,7 @@ marked on their chart, and every string of the capture escaped."""
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 from kwire.analyze.analyzer import AnalyzeOptions
@@ -151,6 +152,69 @@ def test_a_chart_of_one_huge_value_draws_it_inside_the_frame():
 
     for value in (2**63 - 1, -(2**63), 0, 5):
         svg = Chart("offset", lines=[Line("g t-0", "#000", [(TS0, float(value))], step=True)], zero_based=False).svg()
-        (points,) = [t[1]["points"] for t in Document(svg).tags if t[0] == "polyline"]
-        y = float(points.split(",")[1])
-        assert TOP < y < HEIGHT, (value, points)
+        (dot,) = [attrs for tag, attrs in Document(svg).tags if tag == "circle"]  # one point: a dot
+        assert TOP < float(dot["cy"]) < HEIGHT, (value, dot)
+
+
+def marks(svg: str) -> list[tuple[str, dict]]:
+    return [(tag, attrs) for tag, attrs in Document(svg).tags if attrs.get("class") == "mark"]
+
+
+def test_an_api_seen_in_one_bucket_is_a_point_not_an_empty_chart():
+    s = Summary()
+    s.add(exchange("DescribeConfigs", latency_ms=4.0, ts_ns=TS0))
+    doc = Document(render_html(empty_analysis(s)))
+    (svg_marks,) = [[t for t, a in doc.tags if a.get("class") == "mark"]]
+    assert svg_marks == ["circle", "circle"]  # the median and the max of the one bucket
+
+
+def test_a_series_is_not_joined_across_idle_buckets():
+    """Busy for 5 s, idle for a minute, busy again: two runs of line, nothing drawn over the idle minute."""
+    from kwire.analyze.report_html import Chart, Line, TimeAxis
+
+    points = [(TS0 + i * S, 5.0) for i in range(5)] + [(TS0 + (65 + i) * S, 9.0) for i in range(5)]
+    svg = Chart("ms", lines=[Line("median", "#000", points, gap_ns=S)], axis=TimeAxis(TS0, TS0 + 70 * S)).svg()
+    lines = [a["points"] for t, a in marks(svg) if t == "polyline"]
+    assert len(lines) == 2
+    xs = [[float(c.split(",")[0]) for c in line.split()] for line in lines]
+    assert max(xs[0]) < min(xs[1])  # the first run ends before the second starts: no segment across
+    assert sum(t == "circle" for t, _ in marks(svg)) == 10
+    isolated = Chart("ms", lines=[Line("m", "#000", [(TS0, 1.0), (TS0 + 9 * S, 2.0)], gap_ns=S, dots=False)]).svg()
+    assert [t for t, _ in marks(isolated)] == ["circle", "circle"]  # runs of one point keep their dot
+
+
+def test_every_chart_shares_one_time_axis():
+    """A Produce burst at the start and a Fetch at the end: both charts span the whole analysis, so
+    one instant is at one x in every chart."""
+    s = Summary()
+    for i in range(3):
+        s.add(exchange("Produce", latency_ms=2.0, ts_ns=TS0 + i * S))
+    s.add(exchange("Fetch", latency_ms=9.0, ts_ns=TS0 + 100 * S))
+    text = render_html(empty_analysis(s))
+    charts = [Document(part[:part.index("</svg>") + 6]) for part in ("<svg" + p for p in text.split("<svg")[1:])]
+    assert len(charts) == 2
+    frames_ = [[a for t, a in c.tags if t == "rect"] for c in charts]
+    assert frames_[0] == frames_[1]  # the same plot frame in each
+    ticks = [re.findall(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="middle">([^<]*)</text>', part)
+             for part in text.split("<svg")[1:]]
+    assert ticks[0] and ticks[0] == ticks[1]  # the same times at the same places
+    from kwire.analyze.report_html import _report_axis
+
+    axis = _report_axis(empty_analysis(s))
+    assert (axis.t0, axis.t1) == (TS0, (TS0 // S + 100) * S + S // 2)  # the first exchange, the last bucket's middle
+
+
+def test_time_labels_carry_the_year_when_the_axis_crosses_days():
+    from kwire.analyze.report_html import Chart, Line, TimeAxis
+
+    def labels(t0, t1):
+        svg = Chart("ms", lines=[Line("m", "#000", [(t0, 1.0), (t1, 2.0)])], axis=TimeAxis(t0, t1)).svg()
+        return [x for x in re.findall(r'text-anchor="middle">([^<]*)</text>', svg) if x != "ms"]  # time ticks
+
+    day = 86400 * S
+    within_a_day = labels(TS0, TS0 + 3600 * S)
+    assert within_a_day and all(len(x) == 8 for x in within_a_day)  # 22:13:20
+    over_days = labels(TS0, TS0 + 3 * day)
+    assert over_days and all(x.startswith("2023-11-") for x in over_days)
+    years = labels(TS0 - 3 * 365 * day, TS0)  # several captures, years apart
+    assert {x[:4] for x in years} >= {"2021", "2022", "2023"}

@@ -5,14 +5,19 @@
 * the overview numbers (captures, packets, connections, exchanges, findings, warnings, time span);
 * the findings, most severe first;
 * latency over time, one chart per API (busiest first): the median and the maximum latency of
-  each time bucket of ``Summary.series``, on a log scale when they span more than two decades;
+  each time bucket of ``Summary.series``, on a log scale when they span more than two decades.
+  Every bucket is a point; lines join only neighbouring buckets, so an idle stretch is a break
+  in the line, not a trend drawn across it, and an API seen in one bucket is a point;
 * committed offsets over time, one chart per (group, topic): a step line per partition, each
   commit a point coloured by the member that made it, failed commits as red crosses;
 * the findings marked on the chart they belong to (by API, or by group and topic): a marker at
   the finding's first time whose ``<title>`` (the browser's tooltip) tells what it is;
 * tables of APIs, errors, connections and warnings.
 
-Charts are SVG written here.  Everything that comes from a capture (client ids, topics, member
+Every chart shares one time axis (the span of the whole analysis), drawn at the same place in the
+same width, so an event lines up across charts; its labels carry the date, with the year, when
+the span crosses days.  Charts are SVG written here (``<svg class="chart">``, each data mark -
+point, line, cross - of class ``mark``).  Everything that comes from a capture (client ids, topics, member
 ids, error messages...) is untrusted and goes through ``html.escape``; the report has no script,
 so it reads the same with JavaScript off.
 """
@@ -47,6 +52,7 @@ MAX_CHARTS = 40  #: charts of each kind (the busiest APIs, the groups/topics wit
 MAX_POINTS = 2000  #: commit points per chart; more are thinned evenly (the last one always kept)
 MAX_MARKERS = 200  #: finding markers per chart
 MAX_TABLE_ROWS = 200
+MAX_DOTS = 300  #: a latency series with more buckets than this is drawn as lines (isolated buckets keep a dot)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf", "#393b79", "#637939", "#8c6d31")
 SEVERITY_COLOURS = {"error": "#d62728", "warning": "#e6a700", "info": "#1f77b4"}
@@ -87,6 +93,38 @@ class Line:
     step: bool = False  #: hold each value until the next point (committed offsets)
     dashed: bool = False
     end_label: str | None = None  #: written at the line's last point
+    #: points further apart than this (ns) are not joined: the series has no value between them
+    #: (a bucketed series passes its bucket width); None joins every point
+    gap_ns: int | None = None
+    dots: bool = True  #: a point at each value (a run of one point always gets one)
+
+    def runs(self) -> list[list[tuple[int, float]]]:
+        """The points cut where two neighbours are more than ``gap_ns`` apart."""
+        out: list[list[tuple[int, float]]] = []
+        for point in self.points:
+            if out and (self.gap_ns is None or point[0] - out[-1][-1][0] <= self.gap_ns):
+                out[-1].append(point)
+            else:
+                out.append([point])
+        return out
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """The time span every chart of a report draws (ns since the epoch, ``t1 > t0``)."""
+
+    t0: int
+    t1: int
+
+    @classmethod
+    def around(cls, times: Iterable[int]) -> TimeAxis | None:
+        times = [t for t in times if t]
+        if not times:
+            return None
+        t0, t1 = min(times), max(times)
+        if t1 == t0:  # one instant: a second around it
+            t0, t1 = t0 - NS_PER_S // 2, t1 + NS_PER_S // 2
+        return cls(t0, t1)
 
 
 @dataclass
@@ -115,6 +153,7 @@ class Chart:
     markers: list[Marker] = field(default_factory=list)
     log_y: bool | None = None  #: None: log scale when the values span more than two decades
     zero_based: bool = True  #: a linear axis starts at 0 (latencies); False fits the values (offsets)
+    axis: TimeAxis | None = None  #: the report's shared time axis; None fits this chart's own times
 
     def svg(self) -> str:
         times = [t for line in self.lines for t, _ in line.points] + [d.t_ns for d in self.dots]
@@ -122,9 +161,8 @@ class Chart:
         values = [v for line in self.lines for _, v in line.points] + [d.value for d in self.dots]
         if not times:
             return ""
-        t0, t1 = min(times), max(times)
-        if t1 == t0:
-            t0, t1 = t0 - NS_PER_S // 2, t1 + NS_PER_S // 2
+        axis = self.axis or TimeAxis.around(times)
+        t0, t1 = axis.t0, axis.t1
         positive = [v for v in values if v > 0]
         log = self.log_y
         if log is None:
@@ -164,7 +202,7 @@ class Chart:
                 frac = (v - lo) / (hi - lo)
             return TOP + (1 - frac) * plot_h
 
-        out = [f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg" role="img">',
+        out = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg" role="img">',
                f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#bbb"/>']
         for value in (_log_ticks(lo, hi) if log else _linear_ticks(lo, hi)):
             yy = y(value)
@@ -174,31 +212,36 @@ class Chart:
             xx = x(t)
             out.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#eee"/>')
             out.append(f'<text x="{xx:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">'
-                       f'{e(_time_label(t, t1 - t0))}</text>')
+                       f'{e(_time_label(t, t0, t1))}</text>')
         out.append(f'<text x="12" y="{TOP + plot_h / 2:.0f}" transform="rotate(-90 12 {TOP + plot_h / 2:.0f})" '
                    f'text-anchor="middle">{e(self.y_label)}{" (log)" if log else ""}</text>')
         out.append(f'<text x="{LEFT + plot_w}" y="{HEIGHT - 4}" text-anchor="end">time (UTC) from '
                    f'{e(format_ts(t0))}</text>')
         for line in self.lines:
-            coords = []
-            for i, (t, v) in enumerate(line.points):
-                if line.step and i:
-                    coords.append(f"{x(t):.1f},{y(line.points[i - 1][1]):.1f}")
-                coords.append(f"{x(t):.1f},{y(v):.1f}")
             dash = ' stroke-dasharray="4 3"' if line.dashed else ""
-            out.append(f'<polyline fill="none" stroke="{line.colour}" stroke-width="1.5"{dash} '
-                       f'points="{" ".join(coords)}"><title>{e(line.label)}</title></polyline>')
+            for run in line.runs():
+                if len(run) > 1:
+                    coords = []
+                    for i, (t, v) in enumerate(run):
+                        if line.step and i:
+                            coords.append(f"{x(t):.1f},{y(run[i - 1][1]):.1f}")
+                        coords.append(f"{x(t):.1f},{y(v):.1f}")
+                    out.append(f'<polyline class="mark" fill="none" stroke="{line.colour}" stroke-width="1.5"{dash} '
+                               f'points="{" ".join(coords)}"><title>{e(line.label)}</title></polyline>')
+                if line.dots or len(run) == 1:
+                    out.extend(f'<circle class="mark" cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5" '
+                               f'fill="{line.colour}"><title>{e(line.label)}</title></circle>' for t, v in run)
             if line.end_label and line.points:
                 t, v = line.points[-1]
                 out.append(f'<text x="{x(t) + 4:.1f}" y="{y(v) + 4:.1f}">{e(line.end_label)}</text>')
         for d in self.dots:
             xx, yy = x(d.t_ns), y(d.value)
             if d.cross:
-                out.append(f'<path d="M{xx - 4:.1f},{yy - 4:.1f}L{xx + 4:.1f},{yy + 4:.1f}M{xx - 4:.1f},{yy + 4:.1f}'
-                           f'L{xx + 4:.1f},{yy - 4:.1f}" stroke="{d.colour}" stroke-width="2">'
-                           f'<title>{e(d.title)}</title></path>')
+                out.append(f'<path class="mark" d="M{xx - 4:.1f},{yy - 4:.1f}L{xx + 4:.1f},{yy + 4:.1f}'
+                           f'M{xx - 4:.1f},{yy + 4:.1f}L{xx + 4:.1f},{yy - 4:.1f}" stroke="{d.colour}" '
+                           f'stroke-width="2"><title>{e(d.title)}</title></path>')
             else:
-                out.append(f'<circle cx="{xx:.1f}" cy="{yy:.1f}" r="3" fill="{d.colour}">'
+                out.append(f'<circle class="mark" cx="{xx:.1f}" cy="{yy:.1f}" r="3" fill="{d.colour}">'
                            f'<title>{e(d.title)}</title></circle>')
         for m in self.markers[:MAX_MARKERS]:
             xx = x(m.t_ns)
@@ -233,25 +276,51 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
 
 
 _TIME_STEPS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600,
-                 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+                 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400)
+_DAY_S = 86400
 
 
 def _time_ticks(t0: int, t1: int, count: int = 6) -> list[int]:
     span_s = (t1 - t0) / NS_PER_S
     step_s = next((s for s in _TIME_STEPS_S if span_s / s <= count), None)
-    if step_s is None:
-        step_s = math.ceil(span_s / count / 86400) * 86400
+    if step_s is None:  # months or years: the first of a month, every few months
+        return _month_ticks(t0, t1, count)
     step = int(step_s * NS_PER_S)
     first = -(-t0 // step) * step
     return list(range(first, t1 + 1, step))
 
 
-def _time_label(t_ns: int, span_ns: int) -> str:
+def _month_ticks(t0: int, t1: int, count: int) -> list[int]:
+    start = datetime.fromtimestamp(t0 / NS_PER_S, tz=timezone.utc)
+    end = datetime.fromtimestamp(t1 / NS_PER_S, tz=timezone.utc)
+    months = (end.year - start.year) * 12 + end.month - start.month + 1
+    every = next((m for m in (1, 2, 3, 6, 12) if months / m <= count), None) or 12 * math.ceil(months / count / 12)
+    ticks = []
+    index = start.year * 12 + start.month - 1  # months since year 0, from the month t0 is in
+    index = -(-index // every) * every
+    while True:
+        tick = datetime(index // 12, index % 12 + 1, 1, tzinfo=timezone.utc)
+        t = int(tick.timestamp()) * NS_PER_S
+        if t > t1:
+            return ticks
+        if t >= t0:
+            ticks.append(t)
+        index += every
+
+
+def _time_label(t_ns: int, t0: int, t1: int) -> str:
+    """A tick's label on an axis from t0 to t1: the date (with the year) when the axis crosses a
+    day, the time of day when it is shorter than two weeks, milliseconds below ten seconds."""
     t = datetime.fromtimestamp(t_ns / NS_PER_S, tz=timezone.utc)
+    span_ns = t1 - t0
+    first = datetime.fromtimestamp(t0 / NS_PER_S, tz=timezone.utc)
+    last = datetime.fromtimestamp(t1 / NS_PER_S, tz=timezone.utc)
+    if first.date() != last.date():
+        if span_ns > 14 * _DAY_S * NS_PER_S:
+            return t.strftime("%Y-%m-%d")
+        return t.strftime("%Y-%m-%d %H:%M")
     if span_ns < 10 * NS_PER_S:
         return t.strftime("%H:%M:%S.") + f"{t.microsecond // 1000:03d}"
-    if span_ns > 2 * 86400 * NS_PER_S:
-        return t.strftime("%m-%d %H:%M")
     return t.strftime("%H:%M:%S")
 
 
@@ -369,7 +438,20 @@ def _findings_section(analysis) -> str:
     return table + more
 
 
-def _latency_section(analysis) -> str:
+def _report_axis(analysis) -> TimeAxis | None:
+    """The time axis every chart shares: from the first to the last thing any chart draws."""
+    s = analysis.summary
+    times = [s.first_ts_ns, s.last_ts_ns]
+    for series in s.series.values():
+        points = series.points()
+        if points:  # points are drawn at their bucket's middle
+            times += [points[0][0] + series.width_ns // 2, points[-1][0] + series.width_ns // 2]
+    times += [row.get("ts_ns") for row in analysis.commits if row.get("topic") is not None]
+    times += [f.first_ts_ns for f in analysis.findings]
+    return TimeAxis.around(t for t in times if t)
+
+
+def _latency_section(analysis, axis: TimeAxis | None = None) -> str:
     s = analysis.summary
     keys = sorted(s.series, key=lambda k: -s.apis[k].count)
     parts = []
@@ -384,9 +466,11 @@ def _latency_section(analysis) -> str:
             maxes.append((start + half, bucket.max_ms))
         if not medians:
             continue
-        chart = Chart("latency ms",
-                      lines=[Line("max latency per bucket", PALETTE[1], maxes, dashed=True),
-                             Line("median latency per bucket", PALETTE[0], medians)])
+        # neighbouring buckets are width_ns apart: further means idle buckets between, no line there
+        gap, dots = series.width_ns, len(medians) <= MAX_DOTS
+        chart = Chart("latency ms", axis=axis,
+                      lines=[Line("max latency per bucket", PALETTE[1], maxes, dashed=True, gap_ns=gap, dots=dots),
+                             Line("median latency per bucket", PALETTE[0], medians, gap_ns=gap, dots=dots)])
         for f in analysis.findings:
             if f.api == api and getattr(f, "protocol", None) in (None, protocol):
                 marker = _marker(f, len(analysis.captures) > 1)
@@ -403,7 +487,7 @@ def _latency_section(analysis) -> str:
     return "".join(parts) or "<p>No answered exchanges.</p>"
 
 
-def _commit_section(analysis) -> str:
+def _commit_section(analysis, axis: TimeAxis | None = None) -> str:
     by_chart: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in analysis.commits:
         if row.get("ts_ns") and row.get("topic") is not None:
@@ -416,7 +500,7 @@ def _commit_section(analysis) -> str:
         rows = sorted(by_chart[(group, topic)], key=lambda r: (r["ts_ns"], r.get("request_frame") or 0))
         members: dict[str, str] = {}  # member -> colour, in order of first commit
         labels: dict[str, str] = {}
-        chart = Chart("committed offset", log_y=False, zero_based=False)
+        chart = Chart("committed offset", log_y=False, zero_based=False, axis=axis)
         by_partition: dict[int, list[dict]] = defaultdict(list)
         for row in rows:
             by_partition[row["partition"]].append(row)
@@ -425,7 +509,9 @@ def _commit_section(analysis) -> str:
             prow = _thin(by_partition[partition], per_partition_limit)
             ok = [(r["ts_ns"], r["offset"]) for r in prow if not r.get("error_code") and (r["offset"] or 0) >= 0]
             if ok:
-                chart.lines.append(Line(f"partition {partition}", "#999", ok, step=True, end_label=f"p{partition}"))
+                # a committed offset holds until the next commit: one step line, its commits are the dots
+                chart.lines.append(Line(f"partition {partition}", "#999", ok, step=True, end_label=f"p{partition}",
+                                        dots=False))
             for r in prow:
                 if r["offset"] is None or r["offset"] < 0:
                     continue
@@ -502,11 +588,12 @@ def render_html(analysis) -> str:
     names = analysis.captures
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     title = "kwire analyze: " + (shown or "no capture")  # the overview lists every capture
+    axis = _report_axis(analysis)
     sections = [
         ("Overview", _overview(analysis)),
         ("Findings", _findings_section(analysis)),
-        ("Latency over time", _latency_section(analysis)),
-        ("Committed offsets over time", _commit_section(analysis)),
+        ("Latency over time", _latency_section(analysis, axis)),
+        ("Committed offsets over time", _commit_section(analysis, axis)),
         ("APIs", _api_table(analysis)),
         ("Errors", _errors_table(analysis)),
         ("Connections", _connections_table(analysis)),
