@@ -4,17 +4,18 @@
 #   tcpdump  the analyzer's tests capture real client traffic on loopback
 #   dumpcap  the same, through Wireshark's capture tool (package wireshark-common, with tshark)
 #   tshark   the analyzer's field-by-field oracle
+#   chromium the analyzer's HTML report is checked in a real browser (headless)
 # Used by `make test` and by .ci/run, so a fresh machine needs nothing installed by hand.  Where
 # apt-get can't run (not root and no sudo, or not Debian), it names the packages and fails.
 set -euo pipefail
 
 need=()
-for tool in kcat tcpdump dumpcap tshark; do
+for tool in kcat tcpdump dumpcap tshark chromium; do
     command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
 
-packages="kcat tcpdump tshark"
+packages="kcat tcpdump tshark chromium"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
