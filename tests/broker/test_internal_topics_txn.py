@@ -105,6 +105,7 @@ def test_send_offsets_to_transaction_commits_and_aborts_through_markers(tmp_path
         assert ongoing and (OFFSETS_TOPIC, partition) in ongoing[-1]
 
     with EmbeddedBroker(data, default_partitions=1) as broker:  # a restart: the committed offset, never the aborted
+        assert broker.wait_loaded()  # (the coordinators load after start; the state is read directly below)
         assert _committed(broker.bootstrap, "txg") == 4
         assert broker.state.coordinator.pending_txn_partitions("txg") == set()
         txn = broker.state.transactions.describe("tx-1")
@@ -130,6 +131,7 @@ def test_an_open_transactions_offsets_commit_after_a_restart(tmp_path):
         producer.close(timeout=5)  # leaves the transaction open, as Kafka's producers do
         assert broker.state.transactions.describe("tx-2").state.value == "Ongoing"
     with EmbeddedBroker(data, port=port, default_partitions=1) as broker:
+        assert broker.wait_loaded()
         txn = broker.state.transactions.describe("tx-2")
         assert txn.state.value == "Ongoing" and txn.groups == {"grp2"}  # found again from the offsets topic
         assert broker.state.coordinator.pending_txn_partitions("grp2") == {("in", 0)}
@@ -150,12 +152,14 @@ def test_transactions_json_of_an_earlier_kwire_is_migrated_once(tmp_path, caplog
     path.write_text(json.dumps(legacy))
     caplog.set_level(logging.INFO, logger="kwire.broker.transactions")
     with EmbeddedBroker(data) as broker:
+        assert broker.wait_loaded()
         txn = broker.state.transactions.describe("old-tx")
         assert (txn.producer_id, txn.producer_epoch, txn.state.value) == (1234, 3, "CompleteCommit")
     assert len([r for r in caplog.records if "to __transaction_state" in r.getMessage()]) == 1
     assert not path.exists() and path.with_name("transactions.json.migrated").exists()
     caplog.clear()
     with EmbeddedBroker(data) as broker:
+        assert broker.wait_loaded()
         assert broker.state.transactions.describe("old-tx").producer_epoch == 3
         records = [decode_key(r.key, TRANSACTION_STATE_TOPIC)
                    for b in _batches(broker, TRANSACTION_STATE_TOPIC, partition_for("old-tx", 50)) for r in b.records()]

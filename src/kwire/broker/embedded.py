@@ -152,6 +152,14 @@ class EmbeddedBroker:
             self._thread = None
             self._cleanup()
 
+    def wait_loaded(self, timeout: float | None = 30) -> bool:
+        """Wait until the group and transaction coordinators have loaded their internal
+        partitions, which they do in the background after ``start()`` (as Kafka's after a
+        restart: clients retry COORDINATOR_LOAD_IN_PROGRESS meanwhile).  For callers that read
+        ``state`` directly; whether the load finished within ``timeout`` seconds."""
+        loader = self.broker.state.loader if self.broker.state is not None else None
+        return loader is None or loader.done.wait(timeout)
+
     def call(self, fn, *args):
         """Run ``fn(*args)`` on the broker's event loop thread and return its result (tests use it
         to look at the state without racing the broker)."""

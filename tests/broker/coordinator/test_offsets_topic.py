@@ -128,6 +128,9 @@ def test_commits_of_three_clients_are_kafka_records_and_survive_a_restart(tmp_pa
         assert group_records["g-confluent"][-1].members == []
 
     with EmbeddedBroker(data) as broker:  # a restart: every group's offsets come from the topic
+        # kafka-python's admin raises COORDINATOR_LOAD_IN_PROGRESS (as against Kafka) rather than
+        # retrying it: wait for the coordinators' load after start.
+        assert broker.wait_loaded()
         admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
         try:
             for group in groups:
@@ -186,6 +189,7 @@ def test_the_journal_of_an_earlier_kwire_is_migrated_once(tmp_path, caplog):
 
     caplog.clear()
     with EmbeddedBroker(data) as broker:  # no second migration: the topic alone
+        assert broker.wait_loaded()  # (see above: kafka-python's admin does not retry a loading group)
         assert not [r for r in caplog.records if "to __consumer_offsets" in r.getMessage()]
         assert _served(broker.bootstrap, "old-group") == {(TOPIC, 0): (40, "kept"), (TOPIC, 1): (41, "")}
         assert broker.state.logs.get(OFFSETS_TOPIC, partition_for("old-group", 50)).log_end_offset == end
