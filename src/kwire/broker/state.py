@@ -98,6 +98,9 @@ class BrokerState:
         self.coordinator = GroupCoordinator(self.data_dir, config, self.topics, clean_shutdown=self.clean_shutdown,
                                             internal_topics=self.internal_topics, notify=self.waiters.notify,
                                             load=load_coordinators)
+        # KIP-848 consumer groups: their offsets stay in the coordinator above.
+        from .coordinator.consumer.broker_glue import open_consumer_groups
+        self.consumer_groups = open_consumer_groups(self)
         # Last: it completes the transactions a restart left half done, in the logs and the groups.
         self.transactions = TransactionCoordinator(
             self.data_dir, config, producer_ids=self.producer_ids, logs=self.logs, topics=self.topics,
@@ -182,6 +185,7 @@ class BrokerState:
             if self.loader is not None:
                 self.loader.close()  # before the logs it reads close
             self.transactions.close()
+            self.consumer_groups.close()
             self.coordinator.close()
             self.producer_ids.close()
         finally:

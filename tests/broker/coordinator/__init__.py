@@ -18,6 +18,8 @@ from typing import Any
 from kwire.broker.config import BrokerConfig
 from kwire.broker.context import RequestContext
 from kwire.broker.coordinator import GroupCoordinator
+from kwire.broker.coordinator.consumer import ConsumerGroupCoordinator, Timeouts
+from kwire.broker.coordinator.consumer.records import ConsumerGroupRecords
 from kwire.broker.handlers import HANDLERS
 from kwire.broker.internal_topics import InternalTopics
 from kwire.broker.state import PartitionWaiters
@@ -67,6 +69,12 @@ class Broker:
         self.coordinator = GroupCoordinator(self.data_dir, self.config, self.topics, clean_shutdown=clean_shutdown,
                                             internal_topics=self.internal_topics, notify=self.waiters.notify,
                                             clock=self.clock, **self.coordinator_options)
+        # KIP-848 groups, on the same clock; their records go where the classic groups' do.
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self.topics, now_ms=self.clock, records=ConsumerGroupRecords(self.coordinator.store),
+            timeouts=lambda _g: Timeouts(self.config.group_consumer_session_timeout_ms,
+                                         self.config.group_consumer_heartbeat_interval_ms),
+            classic_group_active=lambda g: bool((c := self.coordinator.group(g)) is not None and c.members))
 
     def close(self) -> None:
         self.coordinator.close()

@@ -130,8 +130,11 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     R = messages.JoinGroupResponse
     v = ctx.api_version
-    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
-        resp = R(throttle_time_ms=0, error_code=_GROUP_DENIED, generation_id=-1,
+    # A group id is one group type: a KIP-848 group with members refuses classic joins (an empty
+    # one gives the id up, as Kafka converts it); Kafka's classic-member upgrade path is not served.
+    refused = ctx.broker.consumer_groups.refuse_classic_join(request.group_id or "")
+    if refused or not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        resp = R(throttle_time_ms=0, error_code=refused or _GROUP_DENIED, generation_id=-1,
                  protocol_name=None if v >= 7 else "", leader="", skip_assignment=False,
                  member_id=request.member_id or "", members=[])
         if v >= 7:
@@ -268,13 +271,19 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                 metadata=p.committed_metadata,
                 commit_timestamp_ms=p.commit_timestamp if v == 1 else -1))
         plan.append((t, parts))
+    # A KIP-848 group checks the member epoch; its offsets are then stored as any group's.
+    consumer_error = None if group_denied else broker.consumer_groups.check_offset_commit(
+        request.group_id or "", (request.member_id or "") if v >= 1 else "",
+        request.generation_id_or_member_epoch if v >= 1 else -1)
     if group_denied:
         errors = []
+    elif consumer_error:
+        errors = [consumer_error] * len(entries)
     else:
         errors = broker.coordinator.commit_offsets(
             request.group_id or "",
-            request.generation_id_or_member_epoch if v >= 1 else -1,
-            (request.member_id or "") if v >= 1 else "",
+            -1 if consumer_error is not None else request.generation_id_or_member_epoch if v >= 1 else -1,
+            "" if consumer_error is not None else (request.member_id or "") if v >= 1 else "",
             request.group_instance_id if v >= 7 else None,
             entries,
             retention_ms=request.retention_time_ms if 2 <= v <= 4 else -1,
@@ -376,6 +385,12 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         if not _group_allowed(ctx, AclOperation.DESCRIBE, g.group_id):
             groups.append(G(group_id=g.group_id, topics=[], error_code=_GROUP_DENIED))
             continue
+        # v9+: a member of a KIP-848 group fetches with its current member epoch.
+        stale = ctx.broker.consumer_groups.check_offset_fetch(g.group_id or "", g.member_id, g.member_epoch) \
+            if v >= 9 else 0
+        if stale:
+            groups.append(G(group_id=g.group_id, topics=[], error_code=stale))
+            continue
         if ctx.broker.coordinator.loading(g.group_id or ""):
             groups.append(G(group_id=g.group_id, topics=[], error_code=_LOADING))
             continue
@@ -435,7 +450,8 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             groups.append(G(error_code=_LOADING, group_id=group_id, group_state="", protocol_type="",
                             protocol_data="", members=[]))
             continue
-        desc = ctx.broker.coordinator.describe_group(group_id or "")
+        desc = ctx.broker.consumer_groups.describe_group(group_id or "") \
+            or ctx.broker.coordinator.describe_group(group_id or "")
         if desc is None:
             if v >= 6:  # KIP-1043
                 groups.append(G(error_code=GroupIdNotFoundError.code, error_message=f"Group {group_id} not found.",
@@ -469,14 +485,18 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=_LOADING, groups=[])
     groups = []
     everything = ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER)
-    for listing in ctx.broker.coordinator.list_groups(states, types):
+    consumer_groups = ctx.broker.consumer_groups
+    listings = [(listing, GROUP_TYPE) for listing in ctx.broker.coordinator.list_groups(states, types)
+                if not consumer_groups.has_group(listing.group_id)]
+    listings += [(listing, consumer_groups.GROUP_TYPE) for listing in consumer_groups.list_groups(states, types)]
+    for listing, group_type in sorted(listings, key=lambda x: x[0].group_id):
         if not everything and not _group_allowed(ctx, AclOperation.DESCRIBE, listing.group_id):
             continue
         g = R.ListedGroup(group_id=listing.group_id, protocol_type=listing.protocol_type)
         if v >= 4:
             g.group_state = listing.state
         if v >= 5:
-            g.group_type = GROUP_TYPE
+            g.group_type = group_type
         groups.append(g)
     return R(throttle_time_ms=0, error_code=0, groups=groups)
 
@@ -486,7 +506,12 @@ def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     R = messages.DeleteGroupsResponse
     names = [g or "" for g in request.groups_names]
     denied = {g for g in names if not _group_allowed(ctx, AclOperation.DELETE, g)}
-    results = ctx.broker.coordinator.delete_groups(g for g in names if g not in denied)
+    consumer = {g: ctx.broker.consumer_groups.delete_group(g) for g in names
+                if g not in denied and ctx.broker.consumer_groups.has_group(g)}
+    results = ctx.broker.coordinator.delete_groups(g for g in names if g not in denied and consumer.get(g, 0) == 0)
+    for g, code in consumer.items():
+        # A deleted consumer group without offsets is unknown to the classic coordinator.
+        results[g] = code or (0 if results.get(g) == GroupIdNotFoundError.code else results[g])
     codes = {g: _GROUP_DENIED if g in denied else results[g] for g in names}
     return R(throttle_time_ms=0, results=[R.DeletableGroupResult(group_id=g, error_code=code)
                                           for g, code in codes.items()])

@@ -1,0 +1,248 @@
+"""KIP-848 consumer groups judged by confluent-kafka (librdkafka) with ``group.protocol=consumer``:
+members join and leave under a produce load, every record is consumed once, no partition is
+owned by two members at once (checked from the members' own rebalance callbacks), commits and
+the group survive a restart, the admin client lists and describes the group by type, and bad
+heartbeats get Kafka's errors while the broker keeps serving."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import confluent_kafka
+from confluent_kafka import ConsumerGroupType, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kwire.broker import EmbeddedBroker
+from kwire.protocol import messages as M
+from kwire.protocol.errors import (
+    FencedMemberEpochError,
+    InvalidRequestError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+)
+
+from .conftest import serve
+
+TOPIC = "orders"
+PARTITIONS = 6
+# Short heartbeats so rebalances take a second, not Kafka's 5 s.
+FAST = {"group_consumer_heartbeat_interval_ms": 300, "group_consumer_session_timeout_ms": 6000}
+
+
+def _create_topic(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+
+
+class Ownership:
+    """Which member owns each partition, as the members' callbacks say; overlaps are errors."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner: dict[int, str] = {}
+        self.overlaps: list[str] = []
+        self.events: list[tuple[str, str, list[int]]] = []
+
+    def assigned(self, member: str, partitions: list[int]) -> None:
+        with self.lock:
+            self.events.append((member, "assign", partitions))
+            for p in partitions:
+                if p in self.owner and self.owner[p] != member:
+                    self.overlaps.append(f"{member} got {p} still owned by {self.owner[p]}")
+                self.owner[p] = member
+
+    def released(self, member: str, partitions: list[int]) -> None:
+        with self.lock:
+            self.events.append((member, "revoke", partitions))
+            for p in partitions:
+                if self.owner.get(p) == member:
+                    del self.owner[p]
+
+
+class Member:
+    """A confluent-kafka consumer polling in its own thread; commits what it processed when
+    partitions are revoked (so the next owner starts right after) and when it stops."""
+
+    def __init__(self, name: str, bootstrap: str, group: str, ownership: Ownership, consumed: list, **conf):
+        self.name = name
+        self.ownership = ownership
+        self.consumed = consumed
+        self.processed: dict[int, int] = {}
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                           "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                                           "enable.auto.commit": False, **conf})
+        self.c.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _on_assign(self, c, parts) -> None:
+        self.ownership.assigned(self.name, [p.partition for p in parts])
+
+    def _commit(self, partitions: list[int]) -> None:
+        offsets = [TopicPartition(TOPIC, p, self.processed[p]) for p in partitions if p in self.processed]
+        if offsets:
+            self.c.commit(offsets=offsets, asynchronous=False)
+
+    def _on_revoke(self, c, parts) -> None:
+        revoked = [p.partition for p in parts]
+        try:
+            self._commit(revoked)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(f"commit on revoke: {exc}")
+        for p in revoked:
+            self.processed.pop(p, None)
+        self.ownership.released(self.name, revoked)
+
+    def _on_lost(self, c, parts) -> None:
+        self.errors.append(f"lost {[p.partition for p in parts]}")
+        self.ownership.released(self.name, [p.partition for p in parts])
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 120
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            msg = self.c.poll(0.1)
+            if msg is None:
+                continue
+            if msg.error():
+                self.errors.append(str(msg.error()))
+                continue
+            self.consumed.append((msg.partition(), msg.offset(), self.name))
+            self.processed[msg.partition()] = msg.offset() + 1
+        self._commit(list(self.processed))
+        self.c.close()  # leaves the group: the revoke callback runs first
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), f"{self.name} did not stop"
+
+
+def _produce(bootstrap: str, n: int, start: int, pace_s: float = 0.0) -> None:
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + n):
+        p.produce(TOPIC, key=b"k%d" % i, value=b"v%d" % i)
+        if pace_s and i % 50 == 0:
+            p.poll(0)
+            time.sleep(pace_s)
+    assert p.flush(30) == 0
+
+
+def _wait(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def test_members_join_and_leave_under_load_each_record_once_no_partition_owned_twice(tmp_path):
+    data = tmp_path / "data"
+    total = 3000
+    with EmbeddedBroker(data, **FAST) as broker:
+        _create_topic(broker.bootstrap)
+        ownership = Ownership()
+        consumed: list[tuple[int, int, str]] = []
+        producer = threading.Thread(target=_produce, args=(broker.bootstrap, total, 0, 0.05))
+        producer.start()
+        members = {"m1": Member("m1", broker.bootstrap, "g", ownership, consumed)}
+        assert _wait(lambda: len(consumed) > 200)
+        members["m2"] = Member("m2", broker.bootstrap, "g", ownership, consumed)
+        assert _wait(lambda: any(e[0] == "m2" and e[1] == "assign" and e[2] for e in ownership.events))
+        members["m3"] = Member("m3", broker.bootstrap, "g", ownership, consumed)
+        assert _wait(lambda: any(e[0] == "m3" and e[1] == "assign" and e[2] for e in ownership.events))
+        with ownership.lock:
+            assert sorted(set(ownership.owner.values())) == ["m1", "m2", "m3"], ownership.owner
+        members.pop("m1").close()
+        assert _wait(lambda: set(ownership.owner.values()) == {"m2", "m3"} and len(ownership.owner) == PARTITIONS)
+        producer.join(60)
+        members.pop("m2").close()
+        assert _wait(lambda: len({(p, o) for p, o, _ in consumed}) >= total, timeout=60)
+        last = members.pop("m3")
+        last.close()
+        errors = [e for m in (last,) for e in m.errors]
+        assert not ownership.overlaps, ownership.overlaps
+        assert not errors, errors
+        seen = [(p, o) for p, o, _ in consumed]
+        assert len(seen) == len(set(seen)) == total, (len(seen), len(set(seen)))
+        by_member = {name for _, _, name in consumed}
+        assert by_member == {"m1", "m2", "m3"}
+        epoch_before = broker.state.consumer_groups.group("g").group_epoch
+
+    # The commits and the group come back after a restart: only the new records are read.
+    with EmbeddedBroker(data, **FAST) as broker:
+        assert _wait(lambda: not broker.state.coordinator.loading())  # __consumer_offsets loads after start
+        group = broker.state.consumer_groups.group("g")
+        assert group is not None and group.group_epoch == epoch_before and not group.members
+        _produce(broker.bootstrap, 100, total)
+        ownership = Ownership()
+        consumed = []
+        member = Member("m4", broker.bootstrap, "g", ownership, consumed)
+        assert _wait(lambda: len(consumed) >= 100)
+        time.sleep(1)  # anything past the new records would show up now
+        member.close()
+        assert sorted(o for _, o, _ in consumed) and len(consumed) == 100, len(consumed)
+        assert not member.errors
+        assert broker.state.consumer_groups.group("g").group_epoch > epoch_before
+
+
+def test_admin_client_lists_and_describes_consumer_groups_by_type(tmp_path):
+    with EmbeddedBroker(tmp_path / "data", **FAST) as broker:
+        _create_topic(broker.bootstrap)
+        ownership = Ownership()
+        consumed: list = []
+        a = Member("a", broker.bootstrap, "new-style", ownership, consumed, **{"group.remote.assignor": "range"})
+        b = Member("b", broker.bootstrap, "new-style", ownership, consumed, **{"group.remote.assignor": "range"})
+        assert _wait(lambda: len(ownership.owner) == PARTITIONS and set(ownership.owner.values()) == {"a", "b"})
+        classic = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "old-style",
+                                            "auto.offset.reset": "earliest"})
+        classic.subscribe([TOPIC])
+        assert _wait(lambda: (classic.poll(0.1), classic.assignment())[1] != [])
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_consumer_groups(request_timeout=10).result()
+        types = {g.group_id: g.type for g in listed.valid}
+        assert types == {"new-style": ConsumerGroupType.CONSUMER, "old-style": ConsumerGroupType.CLASSIC}
+        only = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}, request_timeout=10).result()
+        assert [g.group_id for g in only.valid] == ["new-style"]
+        desc = admin.describe_consumer_groups(["new-style"], request_timeout=10)["new-style"].result()
+        assert desc.type == ConsumerGroupType.CONSUMER and desc.partition_assignor == "range"
+        assigned = sorted(tp.partition for m in desc.members for tp in m.assignment.topic_partitions)
+        assert assigned == list(range(PARTITIONS)) and len(desc.members) == 2
+        classic.close()
+        a.close()
+        b.close()
+
+
+def _heartbeat(state, **fields):
+    req = M.ConsumerGroupHeartbeatRequest(**{"group_id": "g", "member_id": "m", "member_epoch": 0,
+                                             "rebalance_timeout_ms": 30000, "subscribed_topic_names": ["t"],
+                                             "topic_partitions": [], **fields})
+    return serve(state, req, 1)
+
+
+def test_bad_heartbeats_get_kafkas_errors_and_the_broker_keeps_serving(state):
+    state.topics.add("t", 2)
+    joined = _heartbeat(state, instance_id="i1")
+    assert (joined.error_code, joined.member_epoch, joined.member_id) == (0, 1, "m")
+    assert sorted(joined.assignment.topic_partitions[0].partitions) == [0, 1]
+    cases = [
+        (dict(member_epoch=7, topic_partitions=None, subscribed_topic_names=None, rebalance_timeout_ms=-1),
+         FencedMemberEpochError),
+        (dict(member_id="ghost", member_epoch=1, topic_partitions=None), UnknownMemberIdError),
+        (dict(member_id="m2", instance_id="i1"), UnreleasedInstanceIdError),
+        (dict(member_id=""), InvalidRequestError),
+        (dict(rebalance_timeout_ms=-1, member_id="m3"), InvalidRequestError),
+    ]
+    for fields, error in cases:
+        resp = _heartbeat(state, **fields)
+        assert resp.error_code == error.code, (fields, resp)
+        assert resp.error_message
+    ok = _heartbeat(state, member_epoch=1, topic_partitions=None, subscribed_topic_names=None, rebalance_timeout_ms=-1)
+    assert (ok.error_code, ok.member_epoch) == (0, 1)
+    desc = serve(state, M.ConsumerGroupDescribeRequest(group_ids=["g", "nope"], include_authorized_operations=False), 0)
+    g, nope = desc.groups
+    assert (g.error_code, g.group_state, g.group_epoch, [m.member_id for m in g.members]) == (0, "Stable", 1, ["m"])
+    assert nope.error_code != 0
