@@ -123,11 +123,6 @@ class InternalTopics:
         assert self._logs is not None, "attach() the log manager first"
         return [p for t, p in self._logs.partitions() if t == topic]
 
-    def existing_logs(self, topic: str) -> list[tuple[int, PartitionLog]]:
-        """The partitions of ``topic`` that have a log on disk, by partition number (opened)."""
-        assert self._logs is not None, "attach() the log manager first"
-        return [(p, self._logs.get(topic, p)) for p in self.existing_partitions(topic)]
-
     def existing_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The partition's log if it has one on disk (opened now if it was not), else None."""
         assert self._logs is not None, "attach() the log manager first"

@@ -32,7 +32,9 @@ written against:
   is ended or times out (its timer counts from its start, wall clock).  A transaction a partition
   holds open but the coordinator has no record of (its state file lost or behind, possible only
   after a power cut with fsync "never"/"interval") joins the producer's open transaction of that
-  epoch, or else is aborted, so no LSO stays stuck.
+  epoch, or else is aborted, so no LSO stays stuck.  A broker loads this state after it listens
+  (``install_state``, from ``coordinator.loader``, once every group is loaded), as Kafka's
+  coordinator loads its partitions; until then requests answer COORDINATOR_LOAD_IN_PROGRESS.
 
 Handlers run on the event loop one at a time, so there is no locking.  Error results are
 Kafka error codes; the handlers map them to what each request version knows.
