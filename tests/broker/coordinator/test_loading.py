@@ -146,6 +146,18 @@ def test_the_log_manager_leaves_internal_partitions_unopened_after_a_clean_shutd
         state.close()
 
 
+def test_after_a_crash_internal_partitions_are_recovered_at_start(data):
+    data_dir, _, _ = data
+    BrokerState(load_config(None, data_dir=data_dir)).close(clean=False)  # no clean-shutdown marker
+    state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
+    try:
+        internal = [(t, p) for t, p in state.logs.partitions() if t.startswith("__")]
+        assert internal and all(state.logs.opened(t, p) for t, p in internal)
+        assert state.coordinator.loading()  # (the replay still waits for the loader)
+    finally:
+        state.close()
+
+
 def test_group_requests_while_their_partition_loads(data):
     data_dir, groups, _ = data
     state, executor = _loading_state(data_dir)
