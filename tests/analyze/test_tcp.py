@@ -308,6 +308,17 @@ def test_rst_ends_both_directions_and_flushes():
     assert stream_view(w.events(TO_CLIENT))[-1] == ("end", "rst")
 
 
+@pytest.mark.parametrize("sender", [TO_SERVER, TO_CLIENT])
+def test_a_reset_ends_its_senders_direction_first(sender):
+    """Flows tell who gave up by which direction ended first (a client closing with a request in
+    flight, or a server resetting the connection)."""
+    w = Wire()
+    w.handshake()
+    w.send(sender, (CISN if sender == TO_SERVER else SISN) + 1, flags=RST)
+    ends = [(d, e.reason) for _, d, e in w.all if isinstance(e, End)]
+    assert ends == [(sender, "rst"), (1 - sender, "rst")]
+
+
 def test_snaplen_cut_segment_becomes_data_then_gap():
     w = Wire()
     w.handshake()

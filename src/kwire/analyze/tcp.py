@@ -12,6 +12,7 @@ come in stream order:
   frame it was assembling and resynchronise.
 * ``End(frame, ts_ns, reason)``: no more bytes in this direction; reason is 'fin', 'rst', 'eof'
   (end of capture), 'idle' (idle timeout), or 'reused' (a new connection on the same addresses).
+  The direction of the side that closed first ends first (its FIN, or its RST, which ends both).
 
 Direction ``TO_SERVER`` (0) is client to server, ``TO_CLIENT`` (1) server to client.  The client
 is the sender of the SYN (or the receiver of the SYN-ACK); without either (a capture started
@@ -275,7 +276,7 @@ class TcpReassembler:
         if self._holes and flags & ACK:
             self._acked(conn, 1 - d, ack)
         if flags & RST and not conn.closed:
-            self._close(conn, frame, ts, "rst")
+            self._close(conn, frame, ts, "rst", first=d)
         if ts >= self._due:
             self._housekeeping(ts)
 
@@ -399,8 +400,10 @@ class TcpReassembler:
         if conn.directions[1 - d].ended is not None and not conn.closed:
             self._mark_closed(conn, ts)
 
-    def _close(self, conn, frame, ts, reason) -> None:
-        for d in (TO_SERVER, TO_CLIENT):
+    def _close(self, conn, frame, ts, reason, first: int = TO_SERVER) -> None:
+        """End both directions, ``first``'s first (a reset ends its sender's direction first, so a
+        flow can tell which side gave up)."""
+        for d in (first, 1 - first):
             h = conn.directions[d]
             if h.ended is None:
                 self._end(conn, d, h, frame, ts, reason)
