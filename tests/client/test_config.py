@@ -53,6 +53,7 @@ PRODUCER_DEFAULTS = {
     "acks": -1,
     "linger.ms": 5,
     "batch.size": 16384,
+    "batch.num.messages": None,  # librdkafka's bound on records per batch; Java has none
     "compression.type": "none",
     "enable.idempotence": True,
     "retries": 2147483647,
@@ -95,7 +96,7 @@ BOOL_SETTINGS = {"enable.idempotence": ProducerConfig, "partitioner.ignore.keys"
                  "check.crcs": ConsumerConfig, "enable.auto.commit": ConsumerConfig, "allow.auto.create.topics": ConsumerConfig,
                  "exclude.internal.topics": ConsumerConfig}
 CHOICES = {"compression.type": (ProducerConfig, "brotli"), "partitioner": (ProducerConfig, "fnv1a"),
-           "auto.offset.reset": (ConsumerConfig, "smallest"), "isolation.level": (ConsumerConfig, "committed")}
+           "auto.offset.reset": (ConsumerConfig, "oldest"), "isolation.level": (ConsumerConfig, "committed")}
 
 
 def role_of(name: str) -> type[CommonConfig]:
@@ -503,3 +504,29 @@ def test_coerce_only_parses_text_when_asked():
         coerce("n", "5", int)
     assert coerce("f", "0.5", float, parse_text=True) == 0.5
     assert coerce("l", "a, b,,c", tuple) == ("a", "b", "c")
+
+
+def test_librdkafkas_names_and_values_set_the_same_settings():
+    producer = ProducerConfig.from_settings({"queue.buffering.max.ms": 7, "request.required.acks": "1",
+                                             "compression.codec": "lz4", "message.timeout.ms": 60000,
+                                             "message.send.max.retries": 3, "max.in.flight": 1})
+    assert (producer.linger_ms, producer.acks, producer.compression_type, producer.delivery_timeout_ms,
+            producer.retries, producer.max_in_flight_requests_per_connection) == (7, 1, "lz4", 60000, 3, 1)
+    consumer = ConsumerConfig.from_settings({"fetch.wait.max.ms": 50, "fetch.message.max.bytes": 4096,
+                                             "topic.metadata.refresh.interval.ms": 1000})
+    assert (consumer.fetch_max_wait_ms, consumer.max_partition_fetch_bytes, consumer.metadata_max_age_ms) == \
+        (50, 4096, 1000)
+    for value, meant in (("smallest", "earliest"), ("beginning", "earliest"), ("largest", "latest"),
+                         ("end", "latest"), ("earliest", "earliest")):
+        assert ConsumerConfig.from_settings({"auto.offset.reset": value}).auto_offset_reset == meant
+
+
+def test_hints_are_spelled_as_the_name_was_written():
+    with pytest.raises(ConfigError, match=r"'lingerms' \(did you mean 'linger.ms'\?\)"):
+        ProducerConfig.from_settings({"lingerms": 5})
+    with pytest.raises(ConfigError, match=r"'linger_mss' \(did you mean 'linger_ms'\?\)"):
+        ProducerConfig.from_settings({"linger_mss": 5})
+    with pytest.raises(ConfigError, match=r"did you mean 'request.required.acks'"):
+        ProducerConfig.from_settings({"request.required.ack": 5})
+    with pytest.raises(ConfigError, match="queue.buffering.max.ms is a producer setting"):
+        ConsumerConfig.from_settings({"queue.buffering.max.ms": 5})

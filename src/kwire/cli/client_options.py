@@ -52,7 +52,10 @@ Precedence, lowest first: the defaults, the environment (``KWIRE_BOOTSTRAP``, ``
 
 ``client_command(handler)`` wraps a handler so that configuration errors, broker error codes,
 unreachable clusters and timeouts end as one line on stderr (``kwire: error: ...``) and exit
-status 1, never a traceback.
+status 1, never a traceback.  A cluster that is plainly not there fails fast, as kcat does: when
+every bootstrap address refuses the connection (or does not resolve) for 2 s, the command ends
+then, naming the addresses, instead of retrying for ``--timeout`` (which still bounds a slow or
+silent network: an address that does not answer at all is left to it).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import socket
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -206,6 +211,40 @@ def _connection_failure(exc: BaseException):
     return None
 
 
+# How long every bootstrap address may refuse connections before the command gives up; a broker
+# started a moment before the command still gets that long to open its port.
+REFUSED_FOR_S = 2.0
+_REFUSED_RETRY_S = 0.1
+
+
+def _all_refused(bootstrap: Any, window: float) -> str | None:
+    """Why no bootstrap address can be connected to, when each one refused (or did not resolve)
+    for ``window`` seconds; None as soon as one accepts, or when one does not answer at all."""
+    from kwire.client.config import parse_host_port
+
+    addresses = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    try:
+        targets = [parse_host_port(a) for a in addresses if str(a).strip()]
+    except ValueError:
+        return None  # the client's own check says what is wrong with it
+    deadline = time.monotonic() + window
+    while True:
+        reasons = []
+        for host, port in targets:
+            try:
+                socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.05)).close()
+                return None
+            except ConnectionRefusedError:
+                reasons.append(f"{host}:{port} refused the connection")
+            except socket.gaierror as exc:
+                reasons.append(f"{host}:{port}: unknown host ({exc.strerror or exc})")
+            except OSError:
+                return None  # unreachable or silent: a slow network is --timeout's to judge
+        if time.monotonic() + _REFUSED_RETRY_S >= deadline:
+            return "; ".join(reasons)
+        time.sleep(_REFUSED_RETRY_S)
+
+
 def client_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Wrap a command handler: the errors a client meets become one line on stderr and exit 1."""
 
@@ -220,6 +259,10 @@ def client_command(handler: Callable[[argparse.Namespace], int]) -> Callable[[ar
         from kwire.protocol.errors import KafkaError, ProtocolError
 
         try:
+            settings = client_settings(args)
+            refused = _all_refused(settings["bootstrap.servers"], min(REFUSED_FOR_S, args.timeout))
+            if refused:
+                return fail(f"cannot reach the cluster at {bootstrap_of(args)}: {refused}", 1)
             return handler(args)
         except (AuthenticationError, SecurityProtocolMismatchError) as exc:
             return fail(str(exc), 1)  # not retried: the message says what to fix

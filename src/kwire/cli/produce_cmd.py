@@ -3,8 +3,13 @@
     kwire produce orders '{"id": 1}' '{"id": 2}'          two records, keyless (sticky partitioner)
     kwire produce orders --key user-7 'hello'              keyed: murmur2, as a Java producer picks
     seq 1000 | kwire produce numbers                        one record per line of stdin
-    kwire produce orders --file events.txt --key-separator :   "key:value" lines
+    kwire produce orders --file events.txt -K :            "key:value" lines
+    kwire produce blobs -f dump.bin -D '\\0' -K '\\t'        NUL-separated binary records, key TAB value
     kwire produce orders -p 2 --header source=cli --compression zstd --acks all 'x'
+
+Input is read as bytes (kcat's way): records are split at ``-D`` (default a newline), keys at the
+first ``-K``, and nothing is decoded, so any binary data goes through as it is.  ``-Z`` sends an
+empty key or value as null (a tombstone, for a compacted topic).
 
 It prints where the records went: for each partition the count and the first and last offsets
 (``--verbose``: every record's partition and offset), or the same as JSON with ``--json``.
@@ -14,11 +19,13 @@ Records that could not be delivered are counted, the first error is shown, and t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
+from .arg_types import delimiter
 from .client_options import add_client_options, client_command, client_settings
 from .output import print_json, print_table
 
@@ -33,12 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "(sticky); keyed records go where a Java producer would put them (murmur2).")
     p.add_argument("topic", help="the topic to write to")
     p.add_argument("values", nargs="*", metavar="VALUE", help="record values (default: lines of --file or stdin)")
-    p.add_argument("-f", "--file", metavar="PATH", help="read one record per line from this file")
+    p.add_argument("-f", "--file", metavar="PATH", help="read the records from this file (as bytes)")
+    p.add_argument("-D", "--delimiter", type=delimiter, default=b"\n", metavar="DELIM",
+                   help="the end of each record in the input (default a newline; escapes \\n \\t \\0 \\xHH ...)")
     p.add_argument("-p", "--partition", type=int, metavar="N", help="write every record to partition N")
     keys = p.add_mutually_exclusive_group()
     keys.add_argument("-k", "--key", metavar="KEY", help="the key of every record")
-    keys.add_argument("-K", "--key-separator", metavar="SEP",
-                      help="split each line at the first SEP into key and value")
+    keys.add_argument("-K", "--key-separator", "--key-delimiter", type=delimiter, metavar="SEP",
+                      help="split each record at the first SEP into key and value (escapes as -D)")
+    p.add_argument("-Z", "--null", action="store_true",
+                   help="send an empty key or value as null (a tombstone), as kcat's -Z")
     p.add_argument("-H", "--header", dest="headers", action="append", default=[], metavar="KEY=VALUE",
                    help="a header on every record (repeatable)")
     p.add_argument("-z", "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"),
@@ -56,32 +67,72 @@ def _header(text: str) -> tuple[str, bytes]:
     return key, value.encode()
 
 
-def _lines(stream: TextIO) -> Iterator[str]:
-    for line in stream:
-        yield line[:-1] if line.endswith("\n") else line
+_READ_SIZE = 1 << 16
+
+
+def _split(stream: BinaryIO, delim: bytes) -> Iterator[bytes]:
+    """The records of a byte stream ending each at ``delim`` (the last may lack it), read in
+    chunks so that input of any size streams through."""
+    read = getattr(stream, "read1", stream.read)  # read1: what is there now, so a pipe streams
+    pending = b""
+    while True:
+        chunk = read(_READ_SIZE)
+        if not chunk:
+            break
+        pending += chunk
+        parts = pending.split(delim)
+        pending = parts.pop()
+        yield from parts
+    if pending:
+        yield pending
 
 
 class _BadLine(ValueError):
-    """An input line the flags cannot make a record of; the records before it are sent."""
+    """An input record the flags cannot make a record of; the records before it are sent."""
 
 
-def _records(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes]]:
+class _BadInput(_BadLine):
+    """The input cannot be read at all."""
+
+
+def _shown(data: bytes) -> str:
+    """Input bytes in a message: as text where they are UTF-8, escaped where not."""
+    return repr(data.decode("utf-8", "backslashreplace"))
+
+
+def _file_records(path: str, delim: bytes) -> Iterator[bytes]:
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise _BadInput(f"cannot read --file {path}: {exc.strerror or exc}") from None
+    with stream:
+        yield from _split(stream, delim)
+
+
+def _records(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes | None]]:
+    unit = "line" if args.delimiter == b"\n" else "record"  # how an error names the bad input
     if args.values:
-        source: Iterator[str] = iter(args.values)
+        # Arguments as the shell passed them: os.fsencode gives back undecodable bytes too.
+        source: Iterator[bytes] = (os.fsencode(v) for v in args.values)
+        what = "value"
     elif args.file:
-        source = _lines(open(args.file, encoding="utf-8"))  # noqa: SIM115 - read to the end below
+        source, what = _file_records(args.file, args.delimiter), f"{args.file}: {unit}"
     else:
-        source = _lines(sys.stdin)
-    key = args.key.encode() if args.key is not None else None
-    for number, text in enumerate(source, 1):
+        source, what = _split(sys.stdin.buffer, args.delimiter), unit
+    key = os.fsencode(args.key) if args.key is not None else None
+
+    def nullable(data: bytes | None) -> bytes | None:
+        return None if args.null and data == b"" else data
+
+    for number, data in enumerate(source, 1):
         if args.key_separator:
-            k, sep, v = text.partition(args.key_separator)
+            k, sep, v = data.partition(args.key_separator)
             if not sep:
-                raise _BadLine(f"{'value' if args.values else 'line'} {number} has no key separator "
-                               f"{args.key_separator!r}: {text[:60]!r}")
-            yield k.encode(), v.encode()
+                raise _BadLine(f"{what} {number} has no key separator {_shown(args.key_separator)}: "
+                               f"{_shown(data[:60])}")
+            yield nullable(k), nullable(v)
         else:
-            yield key, text.encode()
+            yield nullable(key), nullable(data)
 
 
 class _Progress:

@@ -118,8 +118,11 @@ class RecordAccumulator:
     """The producer's queued batches per partition, and its memory budget.  Event loop only."""
 
     def __init__(self, *, batch_size: int, linger: float, delivery_timeout: float, buffer_memory: int,
-                 compression: int = Compression.NONE, wakeup: Callable[[], None] = lambda: None):
+                 compression: int = Compression.NONE, wakeup: Callable[[], None] = lambda: None,
+                 batch_records: int | None = None):
         self.batch_size = batch_size
+        # librdkafka's batch.num.messages: a batch is full at this many records too (Java has no such bound).
+        self.batch_records = batch_records
         self.linger = linger
         self.delivery_timeout = delivery_timeout
         self.buffer_memory = buffer_memory
@@ -148,6 +151,9 @@ class RecordAccumulator:
                     batch.size += size
                     self.buffered += size
                     self.record_count += 1
+                    if self.batch_records is not None and len(batch.records) >= self.batch_records:
+                        batch.open = False
+                        self.wakeup()
                     return True
                 batch.open = False
                 self.wakeup()  # a full batch is ready at once
@@ -158,7 +164,7 @@ class RecordAccumulator:
         batch.records.append(record)
         batch.tokens.append(token)
         batch.size += size
-        if batch.size >= self.batch_size:
+        if batch.size >= self.batch_size or self.batch_records == 1:
             batch.open = False  # one record as big as a batch goes alone
         if queue is None:
             queue = self.queues[tp] = collections.deque()

@@ -72,8 +72,25 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SUPPORTED_SECURITY_PROTOCOLS = SECURITY_PROTOCOLS
 # sasl.mechanism values kwire's client speaks (GSSAPI and OAUTHBEARER are not implemented).
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-# Other names for a setting: librdkafka's plural, so that its configs work as they are.
-_ALIASES = {"sasl_mechanisms": "sasl_mechanism"}
+# Other names for a setting: librdkafka's, so that its configs (and kcat's -X habits) work as
+# they are.  Each maps to the one setting that means the same (librdkafka's CONFIGURATION.md
+# documents these as aliases of, or equivalent to, the Java names).
+_ALIASES = {
+    "sasl_mechanisms": "sasl_mechanism",
+    "queue_buffering_max_ms": "linger_ms",
+    "request_required_acks": "acks",
+    "compression_codec": "compression_type",
+    "message_send_max_retries": "retries",
+    "message_timeout_ms": "delivery_timeout_ms",
+    "max_in_flight": "max_in_flight_requests_per_connection",
+    "fetch_wait_max_ms": "fetch_max_wait_ms",
+    "fetch_message_max_bytes": "max_partition_fetch_bytes",
+    "topic_metadata_refresh_interval_ms": "metadata_max_age_ms",
+}
+# Values librdkafka takes beside Java's, by setting.
+_VALUE_ALIASES: dict[str, dict[str, str]] = {
+    "auto_offset_reset": {"smallest": "earliest", "beginning": "earliest", "largest": "latest", "end": "latest"},
+}
 
 # partition.assignment.strategy names and the rebalance protocol each one runs.
 ASSIGNORS = {"range": "eager", "roundrobin": "eager", "cooperative-sticky": "cooperative"}
@@ -171,6 +188,8 @@ class CommonConfig:
             if value is None and kind.optional:
                 continue
             key = _kafka_name(name)
+            if isinstance(value, str) and name in _VALUE_ALIASES:
+                value = _VALUE_ALIASES[name].get(value.strip().lower(), value)
             special = _PARSERS.get(name)
             if special is not None:
                 value = special(key, value)
@@ -211,7 +230,9 @@ class CommonConfig:
     @classmethod
     def _not_a_setting(cls, key: str) -> ConfigError:
         kafka = _kafka_name(key)
-        roles = [role for role, other in _ROLES.items() if other is not cls and key.replace(".", "_") in _fields(other)]
+        underscored = key.replace(".", "_")
+        underscored = _ALIASES.get(underscored, underscored)
+        roles = [role for role, other in _ROLES.items() if other is not cls and underscored in _fields(other)]
         if roles:
             return ConfigError(f"{kafka} is a {' and '.join(roles)} setting; {cls._a_role()} does not take it")
         reason = _unsupported(kafka)
@@ -220,8 +241,11 @@ class CommonConfig:
             if role is not None and role != cls.ROLE:
                 return ConfigError(f"{kafka} is a {role} setting; {cls._a_role()} does not take it")
             return ConfigError(f"{kafka} is not supported: {why}")
-        # Suggest in the spelling the key was written in.
-        known = [_kafka_name(n) if "." in key else n for n in _fields(cls)]
+        # Suggest in the spelling the key was written in: underscores only to one who wrote them
+        # (a keyword argument); Kafka's dotted names otherwise, librdkafka's aliases included.
+        fields = _fields(cls)
+        names = [*fields, *(alias for alias, target in _ALIASES.items() if target in fields)]
+        known = [n if "_" in key else _kafka_name(n) for n in names]
         message = f"unknown {cls.ROLE} setting {key!r}"
         guess = did_you_mean(key, known)
         return ConfigError(message + (f" (did you mean {guess!r}?)" if guess else ""))
@@ -267,6 +291,9 @@ class ProducerConfig(CommonConfig):
     linger_ms: int = _int(5, high=I64)
     # Bytes of records per partition batch; a batch is sent when full.
     batch_size: int = _int(16_384)
+    # librdkafka's bound on the records of one batch (Java has none): a batch is also full at
+    # this many records.  None: no bound, as Java.
+    batch_num_messages: int | None = _int(None, low=1, high=1_000_000)
     compression_type: str = _choice("none", "none", "gzip", "snappy", "lz4", "zstd")
     # Producer id and sequence numbers, so that retries never duplicate nor reorder records.
     # Not given: on unless acks, retries or max.in.flight rule it out (then quietly off, as in

@@ -224,7 +224,7 @@ class AsyncProducer:
         self._accumulator = RecordAccumulator(
             batch_size=max(1, config.batch_size), linger=config.linger_ms / 1000,
             delivery_timeout=config.delivery_timeout_ms / 1000, buffer_memory=config.buffer_memory,
-            compression=self._compression)
+            compression=self._compression, batch_records=config.batch_num_messages)
         self._sender = Sender(cluster, self._accumulator, config, deliver=self._complete_batch,
                               idempotence=idempotence, legacy=self._legacy, topics=lambda: self._topics,
                               max_produce_version=self._max_produce_version, transactions=self._txn)
