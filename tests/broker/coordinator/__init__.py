@@ -75,6 +75,7 @@ class Broker:
             timeouts=lambda _g: Timeouts(self.config.group_consumer_session_timeout_ms,
                                          self.config.group_consumer_heartbeat_interval_ms),
             classic_group_active=lambda g: bool((c := self.coordinator.group(g)) is not None and c.members))
+        self.coordinator.topics_in_use = self.consumer_groups.topics_in_use
 
     def close(self) -> None:
         self.coordinator.close()

@@ -160,6 +160,10 @@ class GroupCoordinator:
         self._initial_delay_left: dict[str, int] = {}
         self._timers = Timers(on_bind=self._on_loop)
         self._closed = False
+        # KIP-848 groups keep their offsets here too; their coordinator says which topics their
+        # members subscribe to, whose offsets neither expire nor may be deleted (Kafka's
+        # ConsumerGroup.isSubscribedToTopic).  None: no such groups.
+        self.topics_in_use: Callable[[str], Collection[str]] | None = None
         self._load()
 
     # ------------------------------------------------------------------ lifecycle
@@ -930,9 +934,12 @@ class GroupCoordinator:
             return NonEmptyGroupError.code, {}
         results: dict[tuple[str, int], int] = {}
         eligible = []
+        in_use = self.topics_in_use(group_id) if self.topics_in_use is not None else ()
         for tp in partitions:
             if not self._topics.partition_exists(*tp):
                 results[tp] = UnknownTopicOrPartitionError.code
+            elif tp[0] in in_use:
+                results[tp] = GroupSubscribedToTopicError.code
             elif group.is_(GroupState.EMPTY):
                 eligible.append(tp)
             elif group.is_subscribed_to(tp[0]):
@@ -975,6 +982,9 @@ class GroupCoordinator:
         removed = 0
         for group in list(self._groups.values()):
             expired = expired_partitions(group, now, self._config.offsets_retention_ms)
+            if expired and self.topics_in_use is not None:
+                in_use = self.topics_in_use(group.group_id)
+                expired = [tp for tp in expired if tp[0] not in in_use]
             if expired:
                 self._store.delete_offsets(group.group_id, expired)
                 for tp in expired:

@@ -70,4 +70,5 @@ def open_consumer_groups(state: BrokerState) -> ConsumerGroupCoordinator:
                                            classic_group_active=classic_active, records=records,
                                            on_deadline=timer)
     timer.fire = coordinator.expire
+    state.coordinator.topics_in_use = coordinator.topics_in_use
     return coordinator

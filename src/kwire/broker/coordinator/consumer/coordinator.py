@@ -125,6 +125,7 @@ class ConsumerGroupCoordinator:
                 # Sessions start again at load: members heartbeat to a restarted broker.
                 self._sessions[(group_id, m.member_id)] = now + self._timeouts(group_id).session_timeout_ms
             logger.info("group %s: loaded at epoch %d with %d member(s)", group_id, group.group_epoch, len(group))
+            self._deadline_moved()
 
     def group(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group of that id, if there is one (read it, don't change it)."""
@@ -450,6 +451,17 @@ class ConsumerGroupCoordinator:
         if member_epoch != member.member_epoch and not (transactional and member_epoch < member.member_epoch):
             return StaleMemberEpochError.code
         return 0
+
+    def topics_in_use(self, group_id: str) -> set[str]:
+        """The topics the members of the consumer group subscribe to (empty when there is no
+        such group): their committed offsets neither expire nor may be deleted."""
+        group = self.group(group_id)
+        if group is None:
+            return set()
+        names: set[str] = set()
+        for m in group:
+            names |= self._subscribed_names(m)
+        return names
 
     def check_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """0 or the error of an OffsetFetch v9+ that names a member (Kafka's validateOffsetFetch)."""

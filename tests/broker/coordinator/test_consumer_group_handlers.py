@@ -1,0 +1,160 @@
+"""KIP-848 groups through the request handlers: ConsumerGroupHeartbeat, OffsetCommit/OffsetFetch
+with member epochs, ListGroups/DescribeGroups by type, OffsetDelete, DeleteGroups, and the
+group's ConsumerGroup* records in __consumer_offsets replayed after a restart."""
+
+from __future__ import annotations
+
+from kwire.protocol import messages
+from kwire.protocol.coordinator_records import OFFSETS_TOPIC, decode_key
+from kwire.protocol.errors import (
+    GroupSubscribedToTopicError,
+    InconsistentGroupProtocolError,
+    NonEmptyGroupError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+)
+from kwire.protocol.records import iter_batches
+
+from . import Broker, call, commit, describe, join, run
+
+NONE = 0
+HB = messages.ConsumerGroupHeartbeatRequest
+
+
+async def heartbeat(broker, member_id, epoch, *, owned=None, topics=None, group="g", **fields):
+    tps = None if owned is None else [HB.TopicPartitions(topic_id=t, partitions=ps) for t, ps in owned.items()]
+    req = HB(group_id=group, member_id=member_id, member_epoch=epoch, topic_partitions=tps,
+             subscribed_topic_names=topics, **fields)
+    return await call(broker, req, 1)
+
+
+async def join_consumer(broker, member_id, topics=("t",), group="g"):
+    return await heartbeat(broker, member_id, 0, owned={}, topics=list(topics), group=group,
+                           rebalance_timeout_ms=30000)
+
+
+def assigned(resp):
+    return {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions}
+
+
+def test_commits_need_the_current_member_epoch(tmp_path):
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 2)
+    R = messages.OffsetFetchRequest
+
+    async def scenario():
+        a = await join_consumer(broker, "a")
+        assert (a.error_code, a.member_epoch) == (NONE, 1)
+        assert await commit(broker, "g", {("t", 0): 5}, generation=1, member_id="a") == {("t", 0): NONE}
+        assert await commit(broker, "g", {("t", 0): 6}, generation=0, member_id="a") == \
+            {("t", 0): StaleMemberEpochError.code}
+        assert await commit(broker, "g", {("t", 0): 6}, generation=1, member_id="b") == \
+            {("t", 0): UnknownMemberIdError.code}
+        assert await commit(broker, "g", {("t", 0): 6}) == {("t", 0): UnknownMemberIdError.code}  # not from outside
+        G = R.OffsetFetchRequestGroup
+        fetch = R(groups=[G(group_id="g", member_id="a", member_epoch=1, topics=None)], require_stable=False)
+        resp = await call(broker, fetch, 9)
+        [g] = resp.groups
+        assert g.error_code == NONE and g.topics[0].partitions[0].committed_offset == 5
+        fetch.groups[0].member_epoch = 3
+        assert (await call(broker, fetch, 9)).groups[0].error_code == StaleMemberEpochError.code
+        fetch.groups[0].member_epoch = -1  # the admin client
+        assert (await call(broker, fetch, 9)).groups[0].error_code == NONE
+        # The subscribed topic's offsets may not be deleted while the group reads it.
+        D = messages.OffsetDeleteRequest
+        resp = await call(broker, D(group_id="g", topics=[D.OffsetDeleteRequestTopic(
+            name="t", partitions=[D.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition(partition_index=0)])]), 0)
+        assert resp.topics[0].partitions[0].error_code == GroupSubscribedToTopicError.code
+
+    run(scenario())
+    broker.close()
+
+
+def test_list_and_describe_groups_show_both_types(tmp_path):
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 2)
+    L = messages.ListGroupsRequest
+
+    async def scenario():
+        await join_consumer(broker, "a", group="new")
+        classic = await join(broker, "old")
+        classic = await join(broker, "old", classic.member_id)
+        assert classic.error_code == NONE
+        resp = await call(broker, L(states_filter=[], types_filter=[]), 5)
+        assert {(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in resp.groups} == {
+            ("new", "consumer", "consumer", "Stable"), ("old", "classic", "consumer", "CompletingRebalance")}
+        resp = await call(broker, L(states_filter=[], types_filter=["Consumer"]), 5)
+        assert [g.group_id for g in resp.groups] == ["new"]
+        resp = await call(broker, L(states_filter=["stable"], types_filter=["classic"]), 5)
+        assert resp.groups == []
+        desc = await describe(broker, "new")
+        assert (desc.error_code, desc.group_state, desc.protocol_type, desc.protocol_data) == \
+            (NONE, "Stable", "consumer", "uniform")
+        [m] = desc.members
+        body = messages.ConsumerProtocolAssignment.decode(memoryview(m.member_assignment)[2:], 0)
+        assert [(tp.topic, sorted(tp.partitions)) for tp in body.assigned_partitions] == [("t", [0, 1])]
+        # A group id is one type: a classic join of the consumer group is refused while it has members.
+        refused = await join(broker, "new")
+        assert refused.error_code == InconsistentGroupProtocolError.code
+        resp = await call(broker, messages.DeleteGroupsRequest(groups_names=["new"]), 2)
+        assert resp.results[0].error_code == NonEmptyGroupError.code
+        assert (await heartbeat(broker, "a", -1, group="new")).error_code == NONE
+        resp = await call(broker, messages.DeleteGroupsRequest(groups_names=["new"]), 2)
+        assert resp.results[0].error_code == NONE
+        assert broker.consumer_groups.group("new") is None
+
+    run(scenario())
+    broker.close()
+
+
+def test_members_and_assignments_survive_a_restart(tmp_path):
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 4)
+    t = broker.topics.get("t").topic_id
+
+    async def first():
+        await join_consumer(broker, "a")
+        b = await join_consumer(broker, "b")
+        assert assigned(b) == {} and b.member_epoch == 2
+        a = await heartbeat(broker, "a", 1, owned={t: [0, 1, 2, 3]})
+        kept = assigned(a)[t]
+        a = await heartbeat(broker, "a", 1, owned={t: kept})
+        assert a.member_epoch == 2
+        return kept
+
+    kept = run(first())
+    group = broker.consumer_groups.group("g")
+    before = (group.group_epoch, group.assignment_epoch, {m.member_id: (m.member_epoch, dict(m.assigned))
+                                                            for m in group})
+    broker = broker.reopen()
+    group = broker.consumer_groups.group("g")
+    after = (group.group_epoch, group.assignment_epoch, {m.member_id: (m.member_epoch, dict(m.assigned))
+                                                           for m in group})
+    assert after == before
+
+    async def second():
+        # Members go on at their epochs: no rebalance for the restart.
+        a = await heartbeat(broker, "a", 2)
+        assert (a.error_code, a.member_epoch) == (NONE, 2)
+        b = await heartbeat(broker, "b", 2, owned={})
+        assert b.error_code == NONE and sorted(assigned(b)[t]) == sorted({0, 1, 2, 3} - set(kept))
+        assert broker.consumer_groups.group("g").group_epoch == before[0]
+
+    run(second())
+    broker.close()
+
+
+def test_record_types_are_kafkas(tmp_path):
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 1)
+    run(join_consumer(broker, "a"))
+    log = broker.logs.get(OFFSETS_TOPIC, broker.coordinator.store.partition_of("g"))
+    kinds = set()
+    for s in log.read(0, 1 << 20):
+        for batch in iter_batches(s.read()):
+            for r in batch.records():
+                kinds.add(type(decode_key(r.key, OFFSETS_TOPIC)).__name__)
+    assert kinds == {"ConsumerGroupMetadataKey", "ConsumerGroupPartitionMetadataKey", "ConsumerGroupMemberMetadataKey",
+                     "ConsumerGroupTargetAssignmentMemberKey", "ConsumerGroupTargetAssignmentMetadataKey",
+                     "ConsumerGroupCurrentMemberAssignmentKey"}
+    broker.close()
