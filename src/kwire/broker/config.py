@@ -73,6 +73,8 @@ class BrokerConfig:
     # Internal topics (Kafka's offsets.topic.num.partitions, transaction.state.log.num.partitions).
     offsets_topic_num_partitions: int = 50
     transaction_state_log_num_partitions: int = 50
+    # KIP-932's share-group state topic (Kafka's share.coordinator.state.topic.num.partitions).
+    share_coordinator_state_topic_num_partitions: int = 50
     # The log cleaner (Kafka's log.cleaner.*): compacts topics whose cleanup.policy holds "compact".
     log_cleaner_enable: bool = True
     log_cleaner_threads: int = 1
@@ -125,6 +127,8 @@ class BrokerConfig:
                               "group_consumer_session_timeout_ms")
         if self.offsets_topic_num_partitions < 1 or self.transaction_state_log_num_partitions < 1:
             raise ConfigError("offsets_topic_num_partitions and transaction_state_log_num_partitions must be >= 1")
+        if self.share_coordinator_state_topic_num_partitions < 1:
+            raise ConfigError("share_coordinator_state_topic_num_partitions must be >= 1")
         if self.log_cleaner_threads < 1 or self.log_cleaner_backoff_ms < 1 or self.log_cleaner_io_buffer_size < 1:
             raise ConfigError("log_cleaner_threads, log_cleaner_backoff_ms and log_cleaner_io_buffer_size must be >= 1")
         if self.log_cleaner_io_max_bytes_per_second <= 0:

@@ -1,4 +1,5 @@
-"""Kafka's internal topics in kwire's broker: ``__consumer_offsets`` and ``__transaction_state``.
+"""Kafka's internal topics in kwire's broker: ``__consumer_offsets``, ``__transaction_state`` and
+``__share_group_state`` (KIP-932 share-partition state, kwire.broker.share.persister).
 
 The group and transaction coordinators keep their state there as Kafka's own records (see
 kwire.protocol.coordinator_records), so tools that read those topics (lag monitors such as
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kwire.protocol.coordinator_records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from kwire.protocol.coordinator_records import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from kwire.protocol.errors import UnknownTopicOrPartitionError
 
 from .topics import INTERNAL_TOPICS, TopicRegistry, is_internal
@@ -46,6 +47,8 @@ INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     OFFSETS_TOPIC: {"cleanup.policy": "compact", "segment.bytes": _SEGMENT_BYTES, "compression.type": "producer"},
     # TransactionStateManager.transactionTopicConfigs
     TRANSACTION_STATE_TOPIC: {"cleanup.policy": "compact", "segment.bytes": _SEGMENT_BYTES},
+    # ShareCoordinatorConfig: share.coordinator.state.topic.segment.bytes (100 MiB), compacted.
+    SHARE_GROUP_STATE_TOPIC: {"cleanup.policy": "compact", "segment.bytes": _SEGMENT_BYTES},
 }
 
 # The internal topics whose partitions the log manager opens on first use after a clean
@@ -82,7 +85,9 @@ class InternalTopics:
         self._log_config = None
         wanted = {OFFSETS_TOPIC: (config.offsets_topic_num_partitions, INTERNAL_TOPIC_CONFIGS[OFFSETS_TOPIC]),
                   TRANSACTION_STATE_TOPIC: (config.transaction_state_log_num_partitions,
-                                            INTERNAL_TOPIC_CONFIGS[TRANSACTION_STATE_TOPIC])}
+                                            INTERNAL_TOPIC_CONFIGS[TRANSACTION_STATE_TOPIC]),
+                  SHARE_GROUP_STATE_TOPIC: (config.share_coordinator_state_topic_num_partitions,
+                                            INTERNAL_TOPIC_CONFIGS[SHARE_GROUP_STATE_TOPIC])}
         for name in topics.ensure(wanted, save=False):
             logger.debug("internal topic %s: %d partitions", name, wanted[name][0])
 

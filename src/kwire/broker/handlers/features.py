@@ -4,8 +4,8 @@ Kafka 4.3 formats a new cluster at metadata.version 4.3-IV0 (level 30) with tran
 group.version 1, share.version 1, eligible.leader.replicas.version 1 and streams.version 1.  This
 broker claims only the levels whose protocol it serves: no KIP-890 part 2 transactions (EndTxn v5,
 AddPartitionsToTxn v4+ are not served), so transaction.version 1; KIP-848 consumer groups, so
-group.version 1 (librdkafka's group.protocol=consumer checks it); no KIP-932
-share groups, KIP-1071 streams groups nor ELR, so their levels are 0 (a level 0 feature is not
+group.version 1 (librdkafka's group.protocol=consumer checks it); KIP-932 share groups, so
+share.version 1; no KIP-1071 streams groups nor ELR, so their levels are 0 (a level 0 feature is not
 finalized, as in Kafka).  kraft.version is 0: a static one-voter quorum (no AddRaftVoter).
 
 The finalized levels are kept in ``<data dir>/__kwire/features.json`` with an epoch that grows
@@ -47,11 +47,11 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     "kraft.version": (0, 0),
     "transaction.version": (0, 1),
     "group.version": (0, 1),
-    "share.version": (0, 0),
+    "share.version": (0, 1),
     "eligible.leader.replicas.version": (0, 0),
     "streams.version": (0, 0),
 }
-DEFAULT_LEVELS = {METADATA_VERSION: 30, "transaction.version": 1, "group.version": 1}
+DEFAULT_LEVELS = {METADATA_VERSION: 30, "transaction.version": 1, "group.version": 1, "share.version": 1}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,244 @@
+"""The broker's share groups: membership, share sessions and share partitions together, as the
+request handlers use them (Kafka splits this between the group coordinator, SharePartitionManager
+and the share coordinator; one broker holds all three).
+
+Share partitions are created when a member is first assigned them (Kafka 4.1+ initializes share
+state from the heartbeat's assignment), at the persisted state if ``__share_group_state`` has
+one, else where the group's ``share.auto.offset.reset`` says: the log end (latest, the default),
+the log start (earliest), or the first record not older than a duration (by_duration).
+
+Every change to a share partition is persisted as a snapshot before the answer goes out, so a
+restarted broker resumes with what was acknowledged and each record's delivery count.  Time is
+``now_ms()`` (injectable): locks and member sessions expire when a request or a waiting fetch
+looks, never by a background timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kwire.protocol.errors import GroupIdNotFoundError, KafkaError, UnknownTopicOrPartitionError
+
+from ..storage.batch_header import iter_headers
+from .groups import ShareGroups, ShareMember
+from .partition import AcquiredRange, SharePartition
+from .persister import PersistedState, SharePersister
+from .sessions import ShareSessionCache
+
+__all__ = ["ShareManager", "FetchedPartition"]
+
+logger = logging.getLogger("kwire.broker.share")
+
+Key = tuple[str, str, int]  # (group, topic, partition)
+
+
+@dataclass(slots=True)
+class FetchedPartition:
+    records: bytes
+    acquired: list[AcquiredRange]
+
+
+class ShareManager:
+    def __init__(self, state, *, now_ms: Callable[[], int] | None = None) -> None:
+        self._state = state
+        self.now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
+        self.groups = ShareGroups(self._partitions_of, self._member_expired)
+        self.sessions = ShareSessionCache()
+        self.partitions: dict[Key, SharePartition] = {}
+        self._persisted_changes: dict[Key, int] = {}
+        self.persister = SharePersister(state.internal_topics)
+        self._loaded = self._load()
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _load(self) -> dict[Key, PersistedState]:
+        out: dict[Key, PersistedState] = {}
+        try:
+            found = self.persister.load_all()
+        except Exception:  # noqa: BLE001 - a broken state topic must not stop the broker
+            logger.exception("reading __share_group_state failed; share groups start without their state")
+            return out
+        for (group, topic_id, p), st in found.items():
+            info = self._state.topics.by_id(topic_id)
+            if info is not None:
+                out[(group, info.name, p)] = st
+        return out
+
+    def _partitions_of(self, topic: str) -> int | None:
+        info = self._state.topics.get(topic)
+        return info.partitions if info is not None and not info.internal else None
+
+    def config(self, group_id: str):
+        return self._state.group_configs.get(group_id)
+
+    def group_type_taken(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer or classic group (a group id has one type)."""
+        from ..coordinator.group_types import group_type
+        return group_type(self._state, group_id) is not None and group_id not in self.groups.groups
+
+    # -- membership -----------------------------------------------------------------------------
+    def heartbeat(self, group_id: str, member_id: str, member_epoch: int, subscribed, rack_id, *,
+                  client_id: str, client_host: str) -> tuple[ShareMember | None, bool]:
+        if group_id not in self.groups.groups and self.group_type_taken(group_id):
+            raise GroupIdNotFoundError(f"Group {group_id} is not a share group.")
+        cfg = self.config(group_id)
+        m, send = self.groups.heartbeat(group_id, member_id, member_epoch, subscribed, rack_id,
+                                        client_id=client_id, client_host=client_host,
+                                        session_timeout_ms=cfg.share_session_timeout_ms, now_ms=self.now_ms())
+        if m is not None:
+            for topic, parts in m.assignment.items():
+                for p in parts:
+                    self.partition(group_id, topic, p)
+        return m, send
+
+    def _member_expired(self, group_id: str, member_id: str) -> None:
+        self.sessions.close(group_id, member_id)
+        self.release_member(group_id, member_id)
+
+    def release_member(self, group_id: str, member_id: str) -> None:
+        for key, sp in self.partitions.items():
+            if key[0] == group_id and sp.release_member(member_id):
+                self._notify(key)
+        self.persist(group_id)
+
+    def expire(self) -> None:
+        """Expire member sessions and acquisition locks that ran out."""
+        now = self.now_ms()
+        self.groups.expire(now)
+        for key, sp in self.partitions.items():
+            if sp.expire_locks(now):
+                self._notify(key)
+
+    def _notify(self, key: Key) -> None:
+        # Released records are new data for the group's waiting fetches (they wait on the partition).
+        self._state.waiters.notify((key[1], key[2]))
+
+    # -- share partitions -----------------------------------------------------------------------
+    def partition(self, group_id: str, topic: str, p: int) -> SharePartition:
+        key = (group_id, topic, p)
+        sp = self.partitions.get(key)
+        if sp is not None:
+            return sp
+        if not self._state.topics.partition_exists(topic, p):
+            raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
+        cfg = self.config(group_id)
+        log = self._state.internal_topics.partition_log(topic, p)
+        sp = SharePartition(log.log_start_offset, delivery_count_limit=cfg.share_delivery_count_limit,
+                            max_in_flight=cfg.share_partition_max_record_locks)
+        persisted = self._loaded.pop(key, None)
+        if persisted is not None:
+            sp.load(persisted.start_offset, persisted.batches)
+        else:
+            sp.reset_to(self._reset_offset(cfg, log))
+        if sp.start_offset < log.log_start_offset:  # deleted by retention meanwhile
+            sp.reset_to(log.log_start_offset)
+        self.partitions[key] = sp
+        self._save(key, sp)
+        return sp
+
+    def _reset_offset(self, cfg, log) -> int:
+        strategy = cfg.share_auto_offset_reset
+        if strategy == "earliest":
+            return log.log_start_offset
+        duration = cfg.share_auto_offset_reset_duration_ms
+        if duration is not None:
+            found = log.offset_for_timestamp(time.time_ns() // 1_000_000 - duration)
+            return found[0] if found is not None else log.high_watermark
+        return log.high_watermark
+
+    def _save(self, key: Key, sp: SharePartition) -> None:
+        if self._persisted_changes.get(key) == sp.changes:
+            return
+        info = self._state.topics.get(key[1])
+        if info is None:
+            return
+        self.persister.write(key[0], info.topic_id, key[2], PersistedState(0, sp.start_offset, sp.state_batches()))
+        self._persisted_changes[key] = sp.changes
+
+    def persist(self, group_id: str | None = None) -> None:
+        """Write the state of every share partition (of ``group_id``) changed since its last write."""
+        for key, sp in self.partitions.items():
+            if group_id is None or key[0] == group_id:
+                self._save(key, sp)
+
+    # -- fetching -------------------------------------------------------------------------------
+    def fetch(self, group_id: str, member_id: str, topic: str, p: int, max_records: int, max_bytes: int,
+              committed: bool) -> FetchedPartition:
+        """Acquire up to ``max_records`` records of one partition for the member: the stored
+        batches holding them and the acquired offset ranges."""
+        sp = self.partition(group_id, topic, p)
+        cfg = self.config(group_id)
+        log = self._state.internal_topics.partition_log(topic, p)
+        if sp.start_offset < log.log_start_offset:
+            sp.reset_to(log.log_start_offset)
+        limit = log.last_stable_offset if committed else log.high_watermark
+        offset = sp.first_acquirable()
+        if offset >= limit or max_records <= 0:
+            return FetchedPartition(b"", [])
+        slices = log.read(offset, max(max_bytes, 1), min_one_batch=True, max_offset=limit)
+        data = b"".join(s.read() for s in slices)
+        batches: list[tuple[int, int]] = []
+        control: set[int] = set()
+        aborted = self._aborted_offsets(log, offset, slices, data) if committed else set()
+        for h in iter_headers(data):
+            batches.append((h.base_offset, h.last_offset))
+            if h.is_control or (h.is_transactional and (h.producer_id, h.base_offset) in aborted):
+                control.update(range(max(h.base_offset, offset), h.last_offset + 1))
+        acquired = sp.acquire(member_id, batches, max_records, cfg.share_record_lock_duration_ms, self.now_ms(),
+                              skip=control)
+        if not acquired:
+            return FetchedPartition(b"", [])
+        # Only the batches that hold acquired records go out.
+        first, last = acquired[0].first_offset, acquired[-1].last_offset
+        out = bytearray()
+        for h in iter_headers(data):
+            if h.last_offset >= first and h.base_offset <= last:
+                out += data[h.position:h.position + h.size]
+        return FetchedPartition(bytes(out), acquired)
+
+    @staticmethod
+    def _aborted_offsets(log, offset: int, slices, data: bytes) -> set[tuple[int, int]]:
+        """(producer id, batch base offset) of the transactional batches in ``data`` that an
+        aborted transaction holds (a read_committed share group archives them)."""
+        if not slices:
+            return set()
+        txns = log.aborted_transactions(offset, slices[-1].next_offset)
+        out = set()
+        for h in iter_headers(data):
+            if h.is_transactional and not h.is_control:
+                for t in txns:
+                    if t.producer_id == h.producer_id and t.first_offset <= h.base_offset < t.last_offset + 1:
+                        out.add((h.producer_id, h.base_offset))
+        return out
+
+    def acknowledge(self, group_id: str, member_id: str, topic: str, p: int, batches, *,
+                    renew_allowed: bool = False) -> None:
+        """Apply a partition's acknowledgement batches (all checked first by each batch)."""
+        key = (group_id, topic, p)
+        sp = self.partitions.get(key)
+        if sp is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{p} has no share partition in group {group_id}")
+        cfg = self.config(group_id)
+        error: KafkaError | None = None
+        for b in batches:
+            try:
+                sp.acknowledge(member_id, b.first_offset, b.last_offset, list(b.acknowledge_types),
+                               cfg.share_record_lock_duration_ms, self.now_ms(), renew_allowed=renew_allowed)
+            except KafkaError as exc:
+                error = error or exc
+        self._notify(key)
+        if error is not None:
+            raise error
+
+    def next_deadline(self, group_id: str) -> int | None:
+        """The earliest acquisition-lock deadline among the group's share partitions."""
+        ds = [d for k, sp in self.partitions.items() if k[0] == group_id
+              for d in (sp.next_lock_deadline(),) if d is not None]
+        return min(ds) if ds else None
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self._state.topics.get(topic)
+        return info.topic_id if info is not None else None
