@@ -846,25 +846,28 @@ def _scenario_normal(workdir: Path, tool: str) -> ScenarioRun:
                 total = n + kcat_runs - kcat_runs // 3
                 _confluent_consume_all({consumer_1: first}, 1)
                 consumer_2 = _confluent_consumer(broker.bootstrap, group, topic, second)
+                _confluent_commit(consumer_1, first, group)
                 read = sum(first.consumed.values())
                 for _ in _deadline_loop(30):
                     if read >= total and len(second.assignments) >= 1 and len(first.assignments) >= 2:
                         break
-                    read += len(_consume(consumer_1, first)) + len(_consume(consumer_2, second))
-                for consumer, facts in ((consumer_1, first), (consumer_2, second)):
-                    try:
-                        _confluent_commit(consumer, facts, group)
-                    except confluent_kafka.KafkaException as e:  # nothing read since its assignment
-                        if e.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
-                            raise
+                    for consumer, facts in ((consumer_1, first), (consumer_2, second)):
+                        batch = _consume(consumer, facts)
+                        read += len(batch)
+                        if batch:  # each batch processed, its position committed
+                            _confluent_commit(consumer, facts, group)
+                if read < total or not first.commits:
+                    raise RuntimeError(f"the group read {read} of {total} records, committed {first.commits}")
             finally:
                 consumer_1.close()
                 if consumer_2 is not None:
                     consumer_2.close()
-            kp = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id="normal-audit",
+            kp = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="normal-audit",
                                      client_id=kp_facts.client_id, auto_offset_reset="earliest",
                                      enable_auto_commit=False)
             try:
+                kp.partitions_for_topic(topic)  # the topic's metadata before the join: else no assignment
+                kp.subscribe([topic])
                 got = 0
                 for _ in _deadline_loop(30):
                     if got >= total:
@@ -872,6 +875,8 @@ def _scenario_normal(workdir: Path, tool: str) -> ScenarioRun:
                     for tp, msgs in kp.poll(timeout_ms=200).items():
                         kp_facts.consumed[(tp.topic, tp.partition)] += len(msgs)
                         got += len(msgs)
+                if got < total:
+                    raise RuntimeError(f"kafka-python read {got} of {total} records")
                 kp.commit()
             finally:
                 kp.close()
