@@ -122,3 +122,18 @@ def test_the_report_of_captures_years_apart_in_chromium(tmp_path):
     analysis = analyze_captures(paths, AnalyzeOptions())
     seen = check_report(analysis, tmp_path)
     assert len(seen["charts"]) >= 10
+
+
+def test_the_probe_sees_a_script_error_and_a_chart_without_marks(tmp_path):
+    """The checks above can fail: a page whose script throws, and a chart with no mark drawn (a
+    one-point polyline, which draws nothing - the old report's empty chart)."""
+    page = tmp_path / "bad.html"
+    page.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><h3>kafka Fetch</h3>'
+                    '<svg class="chart" viewBox="0 0 100 100" xmlns="http://www.w3.org/2000/svg">'
+                    '<rect x="10" y="10" width="80" height="80" fill="none" stroke="#bbb"/>'
+                    '<polyline class="mark" fill="none" stroke="#000" points="50,50"/></svg>'
+                    '<script>throw new Error("boom")</script></body></html>', encoding="utf-8")
+    seen = probe(page, tmp_path)
+    assert len(seen["errors"]) == 1 and "boom" in seen["errors"][0]
+    assert seen["charts"] == [{"title": "kafka Fetch", "marks": 1, "drawn": 0, "left": seen["charts"][0]["left"],
+                               "width": seen["charts"][0]["width"]}]
