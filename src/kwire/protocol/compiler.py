@@ -209,13 +209,20 @@ def _fixed_runs(fields: list[FieldSpec]) -> list[list[FieldSpec]]:
     return groups
 
 
+# The decode error of a null where the version allows none (the lenient decode forgives arrays).
+_NOT_NULLABLE = "in a field that is not nullable in this version"
+_NULL_ARRAY = f"null array {_NOT_NULLABLE}"
+
+
 class _Writer:
     """Accumulates generated source for one (message, version)."""
 
-    def __init__(self, message: MessageSpec, version: int, *, record_views: bool = False):
+    def __init__(self, message: MessageSpec, version: int, *, record_views: bool = False,
+                 null_arrays_as_empty: bool = False):
         self.message = message
         self.version = version
         self.record_views = record_views
+        self.null_arrays_as_empty = null_arrays_as_empty
         self.flexible = message.is_flexible(version)
         self.lines: list[str] = []
         self.ns: dict[str, Any] = {
@@ -276,8 +283,10 @@ class _Writer:
     def null_or_fail(self, out: list[str], ind: str, f: FieldSpec, target: str, what: str) -> None:
         if f.is_nullable(self.version):
             out.append(f"{ind}{target} = None")
+        elif what == "array" and self.null_arrays_as_empty:
+            out.append(f"{ind}{target} = []")
         else:
-            out.append(f"{ind}raise DecodeError('null {what} in a field that is not nullable in this version')")
+            out.append(f"{ind}raise DecodeError('null {what} {_NOT_NULLABLE}')")
 
     def read_value(self, out: list[str], ind: str, f: FieldSpec, target: str) -> None:
         """Statements reading field f (its whole value, array or not) into target."""
@@ -646,7 +655,7 @@ class _ElementSpec:
 class Codec:
     """The compiled decoder and encoder of one message at one version."""
 
-    __slots__ = ("message", "version", "decode_from", "encode_into", "source", "_view_decode_from")
+    __slots__ = ("message", "version", "decode_from", "encode_into", "source", "_variants")
 
     def __init__(self, message: MessageSpec, version: int):
         w = _Writer(message, version)
@@ -657,32 +666,48 @@ class Codec:
         self.version = version
         self.decode_from = w.ns[dec]
         self.encode_into = w.ns[enc]
-        self._view_decode_from = None
+        # (record_views, null_arrays_as_empty) -> the decoder compiled that way, on first use
+        self._variants: dict[tuple[bool, bool], Any] = {(False, False): self.decode_from}
 
-    def _view_decoder(self):
-        """The decoder whose ``records`` fields are views of the input (compiled on first use)."""
-        if self._view_decode_from is None:
-            w = _Writer(self.message, self.version, record_views=True)
+    def _decoder(self, record_views: bool, null_arrays_as_empty: bool = False):
+        """The decoder whose ``records`` fields are views of the input (``record_views``), and
+        that reads a null array where the version allows none as empty (``null_arrays_as_empty``):
+        each compiled on first use."""
+        key = (record_views, null_arrays_as_empty)
+        found = self._variants.get(key)
+        if found is None:
+            w = _Writer(self.message, self.version, record_views=record_views,
+                        null_arrays_as_empty=null_arrays_as_empty)
             dec, _enc = w.struct_functions(self.message.struct)
             source = "\n".join(w.lines) + "\n"
-            if source == self.source:  # no records field anywhere in this message
-                self._view_decode_from = self.decode_from
+            if source == self.source:  # nothing this variant changes in this message
+                found = self.decode_from
             else:
-                exec(compile(source, f"<kwire {self.message.name} v{self.version} record views>", "exec"), w.ns)
-                self._view_decode_from = w.ns[dec]
-        return self._view_decode_from
+                exec(compile(source, f"<kwire {self.message.name} v{self.version} {key}>", "exec"), w.ns)
+                found = w.ns[dec]
+            self._variants[key] = found
+        return found
 
     def decode(self, data, pos: int = 0, *, strict: bool = True, record_views: bool = False):
         """Decode one message from data[pos:]; with strict, bytes left over are an error.
+
+        Without ``strict`` a peer's known slips are forgiven as well: a null array in a field that
+        this version does not let be null (librdkafka's mock broker sends them) reads as empty.
+        That decoder is only tried after the exact one failed, so correct input costs nothing.
 
         With ``record_views``, ``records`` fields are ``memoryview`` slices of ``data`` instead
         of ``bytes`` copies: no copy of the (large) record batches, and writable when ``data``
         is (a broker stamps offsets into a Produce request's batches in place).  The views keep
         ``data`` alive and, while they exist, a ``bytearray`` ``data`` cannot be resized.
         """
-        decode_from = self._view_decoder() if record_views else self.decode_from
+        decode_from = self._decoder(record_views) if record_views else self.decode_from
         try:
-            obj, end = decode_from(data, pos)
+            try:
+                obj, end = decode_from(data, pos)
+            except DecodeError as e:
+                if strict or _NULL_ARRAY not in str(e):
+                    raise
+                obj, end = self._decoder(record_views, null_arrays_as_empty=True)(data, pos)
         except ProtocolError as e:
             e.what, e.version = self.message.name, self.version
             raise
