@@ -46,9 +46,9 @@ def test_views_of_bytes_are_read_only_and_copies_stay_the_default():
 
 def test_messages_without_records_share_the_plain_decoder():
     codec = messages.MetadataRequest.codec(12)
-    assert codec._view_decoder() is codec.decode_from
+    assert codec._decoder(record_views=True) is codec.decode_from
     fetch = messages.FetchResponse.codec(16)
-    assert fetch._view_decoder() is not fetch.decode_from
+    assert fetch._decoder(record_views=True) is not fetch.decode_from
     # bytes fields are never views (handlers may keep them, and with them the whole frame).
     join = messages.JoinGroupRequest(group_id="g", session_timeout_ms=1, member_id="", protocol_type="consumer",
                                      protocols=[messages.JoinGroupRequest.JoinGroupRequestProtocol(
