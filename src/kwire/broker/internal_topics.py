@@ -85,11 +85,22 @@ class InternalTopics:
         self._log_config = None
         wanted = {OFFSETS_TOPIC: (config.offsets_topic_num_partitions, INTERNAL_TOPIC_CONFIGS[OFFSETS_TOPIC]),
                   TRANSACTION_STATE_TOPIC: (config.transaction_state_log_num_partitions,
-                                            INTERNAL_TOPIC_CONFIGS[TRANSACTION_STATE_TOPIC]),
-                  SHARE_GROUP_STATE_TOPIC: (config.share_coordinator_state_topic_num_partitions,
-                                            INTERNAL_TOPIC_CONFIGS[SHARE_GROUP_STATE_TOPIC])}
+                                            INTERNAL_TOPIC_CONFIGS[TRANSACTION_STATE_TOPIC])}
+        # __share_group_state appears when the first share group needs it, as in Kafka (whose
+        # share coordinator creates it on first use); once there it is kept like the others.
+        self._share_state = (config.share_coordinator_state_topic_num_partitions,
+                             INTERNAL_TOPIC_CONFIGS[SHARE_GROUP_STATE_TOPIC])
+        if topics.get(SHARE_GROUP_STATE_TOPIC) is not None:
+            wanted[SHARE_GROUP_STATE_TOPIC] = self._share_state
         for name in topics.ensure(wanted, save=False):
             logger.debug("internal topic %s: %d partitions", name, wanted[name][0])
+
+    def ensure_share_state_topic(self) -> None:
+        """Create ``__share_group_state`` if it does not exist yet (share groups call this before
+        they write their first state)."""
+        if self._topics.get(SHARE_GROUP_STATE_TOPIC) is None:
+            self._topics.ensure({SHARE_GROUP_STATE_TOPIC: self._share_state})
+            logger.info("created internal topic %s (%d partitions)", SHARE_GROUP_STATE_TOPIC, self._share_state[0])
 
     def attach(self, logs: LogManager, log_config) -> None:
         """The log manager, and ``log_config(info) -> LogConfig`` (BrokerState.log_config_for)."""

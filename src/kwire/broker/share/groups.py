@@ -108,13 +108,14 @@ class ShareGroups:
         if g is None:
             g = self.groups[group_id] = ShareGroup(group_id)
         m = g.members.get(member_id)
+        joined = False
         if member_epoch == 0:
             if subscribed is None:
                 raise InvalidRequestError("SubscribedTopicNames must be set in first request.")
             if m is None:
                 m = ShareMember(member_id, 0, (), rack_id, client_id, client_host, 0)
                 g.members[member_id] = m
-                g.group_epoch += 1
+                joined = True
         elif m is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group_id}.")
         elif member_epoch > m.member_epoch or member_epoch < m.member_epoch - 1:
@@ -128,6 +129,8 @@ class ShareGroups:
             m.rack_id = rack_id
         if subscribed is not None and tuple(sorted(set(subscribed))) != m.subscribed:
             m.subscribed = tuple(sorted(set(subscribed)))
+            joined = True
+        if joined:  # one new group epoch for a join or a changed subscription
             g.group_epoch += 1
         target = self._target(m)
         send = member_epoch == 0

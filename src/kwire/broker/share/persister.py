@@ -75,6 +75,7 @@ class SharePersister:
                                    state_batches=[V.StateBatch(first_offset=f, last_offset=last, delivery_state=s,
                                                                delivery_count=c)
                                                   for f, last, s, c in state.batches]), version=VALUE_VERSION)
+        self._topics.ensure_share_state_topic()
         log = self._topics.partition_log(SHARE_GROUP_STATE_TOPIC, self._partition(group_id, topic_id, partition))
         now = self._now_ms()
         builder = RecordBatchBuilder()
