@@ -107,7 +107,8 @@ Over ``exchanges``, streamed through ``ExchangeFindings``:
    'capture_end'`` (or null) are not findings: the capture stopped while they waited, and the
    rows do not tell how long before the capture's end they were sent.  Nor are rows with
    'client_close': the client closed the connection first, giving its requests up (a consumer
-   closing during its long-poll Fetch, as every consumer does when it stops).
+   closing during its long-poll Fetch, as every consumer does when it stops).  (A client that
+   closes because its request timed out looks the same in these rows: not told apart yet.)
 9. ``unsupported_version``: Kafka rows with status 'answered' and ``error == 'UNSUPPORTED_VERSION'``,
    per (api, api_version, client_id); 'info' for ApiVersions (the KIP-511 negotiation: the client
    retries with a lower version), 'warning' for any other api.
