@@ -26,7 +26,7 @@ from collections.abc import Callable
 from kwire.protocol.quotas import CLIENT_ID, USER, QuotaKey
 from kwire.protocol.schema import api_key_for
 
-from .rate import SampledRate, throttle_time_ms
+from .rate import SampledRate
 from .store import ClientQuotaStore
 
 __all__ = ["ClientQuotaManager", "RequestMeter"]
@@ -92,7 +92,8 @@ class ClientQuotaManager:
     def quota(self, key: str, user: str, client_id: str) -> tuple[float, tuple] | None:
         """The bound that applies to this user and client id for ``key`` and the tags of the rate it is
         measured by, or None (no quota)."""
-        self._refresh()
+        if self._seen_version != self.store.version:
+            self._refresh()
         cache_key = (key, user, client_id)
         try:
             return self._resolved[cache_key]
@@ -123,12 +124,15 @@ class ClientQuotaManager:
         found = self.quota(key, user, client_id)
         if found is None:
             return 0
+        return self.record_found(found, value, self.now_ms() if now is None else now)
+
+    def record_found(self, found: tuple[float, tuple], value: float, now: float) -> int:
+        """``record`` for a quota already looked up (``quota``'s answer)."""
         bound, tags = found
-        now = self.now_ms() if now is None else now
-        rate = self._rate(tags, now)
+        rate = self._rates.get(tags) or self._rate(tags, now)
         rate.record(value, now)
-        throttle = throttle_time_ms(rate, bound, now)
-        if key == QuotaKey.REQUEST_PERCENTAGE:
+        throttle = rate.throttle_ms(bound, now)
+        if throttle and tags[0] == QuotaKey.REQUEST_PERCENTAGE:
             throttle = min(throttle, int(self.window_ms))  # Kafka bounds request throttling by one window
         return throttle
 
@@ -150,32 +154,32 @@ class ClientQuotaManager:
         user, client = user_of(principal), client_id or ""
         byte_key = QuotaKey.PRODUCER_BYTE_RATE if api_key == PRODUCE else \
             QuotaKey.CONSUMER_BYTE_RATE if api_key == FETCH else None
-        by_bytes = byte_key is not None and self.quota(byte_key, user, client) is not None
-        by_time = self.quota(QuotaKey.REQUEST_PERCENTAGE, user, client) is not None
-        if not by_bytes and not by_time:
+        by_bytes = self.quota(byte_key, user, client) if byte_key is not None else None
+        by_time = self.quota(QuotaKey.REQUEST_PERCENTAGE, user, client)
+        if by_bytes is None and by_time is None:
             return None
-        if api_key == FETCH and by_bytes:
+        if api_key == FETCH and by_bytes is not None:
             # Kafka asks for no more than the quota lets through in its window (else certainly throttled).
-            most = int(self.max_value_in_window(byte_key, user, client))
+            most = int(by_bytes[0] * (self.samples - 1) * self.window_ms / 1000.0)
             if request.max_bytes > most:
                 request.max_bytes = max(most, 1)
-        return RequestMeter(self, api_key, request, frame_size, user, client, byte_key if by_bytes else None, by_time)
+        return RequestMeter(self, api_key, request, frame_size, byte_key, by_bytes, by_time)
 
 
 class RequestMeter:
     """One request's measuring: ``call`` runs the handler timing it, ``finish`` counts the answer."""
 
-    __slots__ = ("manager", "api_key", "request", "frame_size", "user", "client_id", "byte_key", "by_time", "elapsed_ns")
+    __slots__ = ("manager", "api_key", "request", "frame_size", "byte_key", "by_bytes", "by_time", "elapsed_ns")
 
-    def __init__(self, manager: ClientQuotaManager, api_key: int, request, frame_size: int, user: str, client_id: str,
-                 byte_key: str | None, by_time: bool):
+    def __init__(self, manager: ClientQuotaManager, api_key: int, request, frame_size: int, byte_key: str | None,
+                 by_bytes: tuple | None, by_time: tuple | None):
+        """``by_bytes`` / ``by_time``: the byte-rate and request-percentage quotas (``quota``'s answers)."""
         self.manager = manager
         self.api_key = api_key
         self.request = request
         self.frame_size = frame_size
-        self.user = user
-        self.client_id = client_id
-        self.byte_key = byte_key
+        self.byte_key = byte_key if by_bytes is not None else None
+        self.by_bytes = by_bytes
         self.by_time = by_time
         self.elapsed_ns = 0
 
@@ -192,7 +196,7 @@ class RequestMeter:
             result = fn(ctx, request)
         finally:
             self.elapsed_ns += time.perf_counter_ns() - start
-        if self.by_time and inspect.iscoroutine(result):
+        if self.by_time is not None and inspect.iscoroutine(result):
             return _Timed(result, self)
         return result
 
@@ -201,18 +205,16 @@ class RequestMeter:
         ``size``: the encoded answer's size when ``needs_size``."""
         m = self.manager
         now = m.now_ms()
-        user, client = self.user, self.client_id
-        by_time = self.by_time and not (self.api_key == PRODUCE and self.request.acks == 0)
-        time_throttle = m.record(QuotaKey.REQUEST_PERCENTAGE, user, client, self.elapsed_ns * _NS_TO_PERCENT, now) \
-            if by_time else 0
+        by_time = self.by_time is not None and not (self.api_key == PRODUCE and self.request.acks == 0)
+        time_throttle = m.record_found(self.by_time, self.elapsed_ns * _NS_TO_PERCENT, now) if by_time else 0
         if self.byte_key == QuotaKey.PRODUCER_BYTE_RATE:
-            return response, max(time_throttle, m.record(self.byte_key, user, client, self.frame_size, now))
+            return response, max(time_throttle, m.record_found(self.by_bytes, self.frame_size, now))
         if self.byte_key == QuotaKey.CONSUMER_BYTE_RATE and response is not None:
-            byte_throttle = m.record(self.byte_key, user, client, size or 0, now)
+            byte_throttle = m.record_found(self.by_bytes, size or 0, now)
             throttle = max(time_throttle, byte_throttle)
             if throttle:
                 # Kafka answers a throttled Fetch with no data (and does not count what it would have sent).
-                m.unrecord(self.byte_key, user, client, size or 0, now)
+                m.record_found(self.by_bytes, -(size or 0), now)
                 response = type(response)(throttle_time_ms=throttle, error_code=0, session_id=0, responses=[])
             return response, throttle
         return response, time_throttle

@@ -52,33 +52,47 @@ class SampledRate:
                 sample.value = 0.0
         sample.value += value
 
-    def _purge(self, now_ms: float) -> None:
+    def _purge(self, now_ms: float) -> tuple[float, float]:
+        """Forget windows older than ``samples`` windows; (the oldest window's start, the total kept)."""
         expire = self.samples * self.window_ms
+        oldest, total = now_ms, 0.0
         for sample in self._windows:
             if now_ms - sample.start_ms >= expire:
                 sample.start_ms = now_ms
                 sample.value = 0.0
+            elif sample.start_ms < oldest:
+                oldest = sample.start_ms
+            total += sample.value
+        return oldest, total
 
-    def window_size_ms(self, now_ms: float) -> float:
-        """The time the rate is measured over (Kafka's Rate.windowSize), at least 1 ms."""
-        self._purge(now_ms)
-        oldest = min((s.start_ms for s in self._windows), default=now_ms)
+    def _window(self, oldest: float, now_ms: float) -> float:
         elapsed = now_ms - oldest
         full = int(elapsed // self.window_ms)
         if full < self.samples - 1:
             elapsed += (self.samples - 1 - full) * self.window_ms
         return max(elapsed, 1.0)
 
+    def window_size_ms(self, now_ms: float) -> float:
+        """The time the rate is measured over (Kafka's Rate.windowSize), at least 1 ms."""
+        return self._window(self._purge(now_ms)[0], now_ms)
+
     def rate(self, now_ms: float) -> float:
         """Units per second over the kept windows."""
-        size = self.window_size_ms(now_ms)
-        return sum(s.value for s in self._windows) * 1000.0 / size
+        oldest, total = self._purge(now_ms)
+        return total * 1000.0 / self._window(oldest, now_ms)
+
+    def throttle_ms(self, bound: float, now_ms: float) -> int:
+        """How long nothing must be recorded for the rate to come back to ``bound``, 0 when it is
+        within it (Kafka's QuotaUtils.throttleTime: (observed - bound) / bound * window, rounded).
+        One pass over the windows: this runs for every request a quota covers."""
+        oldest, total = self._purge(now_ms)
+        window = self._window(oldest, now_ms)
+        observed = total * 1000.0 / window
+        if observed <= bound:
+            return 0
+        return min(round((observed - bound) / bound * window), 2**31 - 1)
 
 
 def throttle_time_ms(rate: SampledRate, bound: float, now_ms: float) -> int:
-    """How long the client must send nothing for its rate to come back to ``bound``, 0 when it is
-    within it (Kafka: (observed - bound) / bound * window, rounded)."""
-    observed = rate.rate(now_ms)
-    if observed <= bound:
-        return 0
-    return min(round((observed - bound) / bound * rate.window_size_ms(now_ms)), 2**31 - 1)
+    """``rate.throttle_ms(bound, now_ms)``."""
+    return rate.throttle_ms(bound, now_ms)
