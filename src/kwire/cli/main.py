@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import os
+import signal
 import sys
-from collections.abc import Iterable
 
-from kwire import __version__
+
+def _interrupted_while_starting(_signum: int, _frame: object) -> None:
+    # Ctrl-C before main() runs (the imports of a command can take a noticeable part of a
+    # second): the same one line and 130 as later, not a traceback from inside an import.
+    os.write(2, b"kwire: interrupted\n")
+    os._exit(130)
+
+
+# Only when this process is the kwire command (``python -m kwire.cli.main``, or the ``kwire``
+# script importing this module to call main): a program importing it keeps its own handler.
+if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "kwire":
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402 - after the handler, which should cover every import
+import importlib  # noqa: E402
+from collections.abc import Iterable  # noqa: E402
+
+from kwire import __version__  # noqa: E402
 
 # command -> the module that registers it: register(subparsers) adds that one command, whose
 # parser sets ``func`` to a handler taking the parsed arguments and returning an exit code.
@@ -49,7 +65,24 @@ def _commands_needed(argv: list[str]) -> list[str] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run one ``kwire`` command line; its exit code (Ctrl-C: one line on stderr and 130)."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here: KeyboardInterrupt
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        # Wherever it came (importing a command, connecting, mid-output): one line, the shell's
+        # code for SIGINT, and no traceback.  Commands that stop cleanly on Ctrl-C (consume,
+        # broker) handle it themselves and report as usual.
+        print("kwire: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Output piped into head(1) and closed early: not an error worth a traceback.
+        sys.stderr.close()
+        return 0
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser(_commands_needed(argv))
     args, extra = parser.parse_known_args(argv)
     # argparse stops filling a trailing ``nargs="*"`` positional at the first option, so in
@@ -60,14 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         getattr(args, trailing).extend(extra)
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # Output piped into head(1) and closed early: not an error worth a traceback.
-        sys.stderr.close()
-        return 0
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":
