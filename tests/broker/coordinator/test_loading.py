@@ -227,6 +227,22 @@ def test_each_partition_is_served_once_it_is_loaded(data):
     assert executor.shut_down
 
 
+def test_a_partition_a_client_asks_for_is_loaded_next(data):
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        order = state.coordinator.loading_partitions
+        asked = next(g for g in groups if state.coordinator.store.partition_of(g) == order[-1])
+        expected = {g: {("t", 0): 10 + i, ("t", 1): 20 + i} for i, g in enumerate(groups[:3])}.get(asked, {})
+        assert _fetch(state, asked) == (LOADING, {})
+        executor.run_next()  # the lowest partition's load, under way before the request
+        executor.run_next()  # then the one asked for, before the others
+        assert _fetch(state, asked) == (NONE, expected)
+        assert state.coordinator.loading_partitions == order[1:-1]
+    finally:
+        state.close()
+
+
 def test_transaction_requests_wait_for_the_transaction_state(data):
     data_dir, groups, (pid, epoch) = data
     state, executor = _loading_state(data_dir)

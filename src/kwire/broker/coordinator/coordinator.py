@@ -145,6 +145,7 @@ class GroupCoordinator:
         # COORDINATOR_LOAD_IN_PROGRESS meanwhile.  A journal to migrate is loaded at once.
         self._loading: set[int] = set()
         self.load_refusals = 0  # requests answered while their partition loaded, for tests and stats
+        self._wanted: set[int] = set()  # loading partitions a request was refused for
         journal = Path(data_dir) / META_DIR / GROUPS_DIR
         if load or journal_to_migrate(journal):
             self._store.load_all()
@@ -207,10 +208,18 @@ class GroupCoordinator:
         coordinator runtime answers COORDINATOR_LOAD_IN_PROGRESS for it meanwhile."""
         if not self._loading:
             return False
-        if group_id is None or self._store.partition_of(group_id) in self._loading:
+        partition = None if group_id is None else self._store.partition_of(group_id)
+        if partition is None or partition in self._loading:
             self.load_refusals += 1
+            if partition is not None:
+                self._wanted.add(partition)  # the loader loads it next
             return True
         return False
+
+    def wanted_partitions(self) -> frozenset[int]:
+        """The loading partitions clients have asked for (the loader reads it from its thread:
+        a copy)."""
+        return frozenset(self._wanted)
 
     def load_partition(self, partition: int, groups: dict[str, StoredGroup], findings: list[str]) -> None:
         """Install a partition the loader replayed (``OffsetsTopicStore.read_partition``), on the
@@ -222,6 +231,7 @@ class GroupCoordinator:
         for group_id, stored in groups.items():
             self._restore(group_id, stored, now)
         self._loading.discard(partition)
+        self._wanted.discard(partition)
         if groups:
             logger.debug("__consumer_offsets-%d loaded: %d group(s)", partition, len(groups))
 
@@ -1039,6 +1049,50 @@ class GroupCoordinator:
                 logger.info("group %s deleted", group_id)
                 results[group_id] = NONE
         return results
+
+    # ------------------------------------------------------------------ KIP-848 conversion
+
+    def release_group(self, group_id: str) -> tuple[int, str | None, list[Member]] | None:
+        """The online upgrade (a consumer-protocol member joins a classic group): the members of
+        a Stable classic group of the consumer protocol, taken out of it without a rebalance,
+        with its generation and protocol; the group stays, Empty, with its offsets.  None if the
+        group can't be upgraded now (missing, rebalancing, another protocol type)."""
+        group = self._groups.get(group_id)
+        if (group is None or self.loading(group_id) or not group.is_(GroupState.STABLE) or not group.members
+                or group.protocol_type != CONSUMER_PROTOCOL_TYPE):
+            return None
+        generation, protocol = group.generation_id, group.protocol_name
+        members = list(group.members.values())
+        for member in members:
+            self._drop_member(group, member, NONE)
+        now = self._clock()
+        group.transition_to(GroupState.PREPARING_REBALANCE, now)
+        group.transition_to(GroupState.EMPTY, now)
+        self._persist_group(group)
+        return generation, protocol, members
+
+    def adopt_group(self, group_id: str, generation: int, protocol_name: str, members: list[Member]) -> None:
+        """The online downgrade (the last consumer-protocol member of a consumer group left):
+        ``members`` become the classic group's at ``generation``, which then rebalances (the
+        members learn it from their heartbeats and join again), as Kafka converts a group back."""
+        self._timers.bind()
+        group = self._groups.get(group_id)
+        if group is None:
+            group = Group(group_id, state_timestamp_ms=self._clock())
+            self._register(group)
+        if group.members:
+            raise RuntimeError(f"group {group_id} has classic members already")
+        group.generation_id = generation
+        group.protocol_name = protocol_name
+        for member in members:
+            group.add(member)
+        now = self._clock()
+        for state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            group.transition_to(state, now)
+        for member in members:
+            self._schedule_session(group, member)
+        self._persist_group(group)
+        self._prepare_rebalance(group, "converted from a consumer group")
 
     # ------------------------------------------------------------------ introspection (tests, tools)
 

@@ -15,8 +15,8 @@ replayed before the broker accepts connections:
   partition is (``TransactionCoordinator.install_state``): completing a transaction a crash
   left half done ends the offsets it staged in its groups, so they must be there first.
 
-One worker thread, the partitions in order: the load is bounded and does not compete with the
-event loop for more than one core.  A partition that fails to load is logged and stays loading
+One worker thread, one partition at a time, in order except that a partition a client asked for
+goes first: the load is bounded and does not compete with the event loop for more than one core.  A partition that fails to load is logged and stays loading
 (its requests keep getting the retriable error) rather than being served empty.
 
 Tests give an ``executor`` they run by hand and a ``post`` that runs at once, to hold the load
@@ -65,32 +65,56 @@ class CoordinatorLoader:
             max_workers=1, thread_name_prefix="kwire-coordinator-load")
         self._txn_state: dict | None = None
         self._closed = False
-        self._pending = 0  # loads submitted and not handled yet (on the event loop)
+        self._pending = 0  # loads not handled yet (on the event loop)
+        self._lock = threading.Lock()  # the loads still to submit: taken by the worker and start()
+        self._remaining: list[int] = []
+        self._txn_to_read = False
         self.failed: list[str] = []  # what could not be loaded (logged), for tests
         self.done = threading.Event()  # set once everything is installed (or failed)
 
     def start(self) -> None:
-        """Submit the loads: each group partition, then the transaction state."""
-        jobs: list[tuple[Callable[..., Any], Callable[[concurrent.futures.Future], None], tuple]] = [
-            (self._groups.store.read_partition, self._group_partition_read, (p,))
-            for p in self._groups.loading_partitions]
-        if self._transactions.loading():
-            jobs.append((self._transactions.read_state, self._txn_state_read, ()))
-        self._pending = len(jobs)
-        if not jobs:
+        """Start loading: the group partitions, then the transaction state."""
+        with self._lock:
+            self._remaining = self._groups.loading_partitions
+            self._txn_to_read = self._transactions.loading()
+            self._pending = len(self._remaining) + self._txn_to_read
+        if not self._pending:
             self._finished()
-        for fn, then, args in jobs:
+        self._submit_next()
+
+    def _submit_next(self) -> None:
+        """One load at a time, so the next can be chosen when it starts: the partition of a
+        group a client asked for while loading first (a restarted test suite's group is served
+        after one partition's load, not after all of them), else the lowest."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._remaining:
+                wanted = self._groups.wanted_partitions()
+                partition = min((p for p in self._remaining if p in wanted), default=self._remaining[0])
+                self._remaining.remove(partition)
+                fn, then, args = self._groups.store.read_partition, self._group_partition_read, (partition,)
+            elif self._txn_to_read:
+                self._txn_to_read = False
+                fn, then, args = self._transactions.read_state, self._txn_state_read, ()
+            else:
+                return
+        try:
             future = self._executor.submit(fn, *args)
-            future.add_done_callback(lambda f, then=then: self._hand_over(then, f))
+        except RuntimeError:  # shut down meanwhile (the broker closes)
+            return
+        future.add_done_callback(lambda f: self._hand_over(then, f))
 
     def _hand_over(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
-        """(In the worker) the result to the event loop; nothing once the broker closes."""
+        """(In the worker) the result to the event loop, and the next load; nothing once the
+        broker closes."""
         if future.cancelled() or self._closed:
             return
         try:
             self._post(lambda: then(future))
         except RuntimeError:  # the loop is closed: the broker stopped meanwhile
-            pass
+            return
+        self._submit_next()
 
     def _group_partition_read(self, future: concurrent.futures.Future) -> None:
         exc = future.exception()
@@ -134,5 +158,6 @@ class CoordinatorLoader:
 
     def close(self) -> None:
         """Stop loading: the partition being read finishes, the rest is dropped."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
         self._executor.shutdown(wait=True, cancel_futures=True)
