@@ -10,6 +10,7 @@ import threading
 import time
 
 import confluent_kafka
+import pytest
 from confluent_kafka import ConsumerGroupType, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -246,3 +247,40 @@ def test_bad_heartbeats_get_kafkas_errors_and_the_broker_keeps_serving(state):
     g, nope = desc.groups
     assert (g.error_code, g.group_state, g.group_epoch, [m.member_id for m in g.members]) == (0, "Stable", 1, ["m"])
     assert nope.error_code != 0
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_classic_group_upgraded_by_a_consumer_protocol_member_and_downgraded_back(tmp_path, strategy):
+    with EmbeddedBroker(tmp_path / "data", **FAST) as broker:
+        _create_topic(broker.bootstrap)
+        _produce(broker.bootstrap, 600, 0)
+        ownership = Ownership()
+        consumed: list = []
+        classic = Member("classic", broker.bootstrap, "mixed", ownership, consumed, **{
+            "group.protocol": "classic", "partition.assignment.strategy": strategy,
+            "heartbeat.interval.ms": 300, "session.timeout.ms": 6000})
+        assert _wait(lambda: len(ownership.owner) == PARTITIONS)
+        assert broker.state.coordinator.group("mixed").state.value == "Stable"
+        modern = Member("modern", broker.bootstrap, "mixed", ownership, consumed)
+        # Upgraded: one consumer group with a classic and a consumer-protocol member sharing the partitions.
+        assert _wait(lambda: set(ownership.owner.values()) == {"classic", "modern"} and len(ownership.owner) == PARTITIONS)
+        group = broker.state.consumer_groups.group("mixed")
+        assert group is not None and sorted(m.classic is not None for m in group) == [False, True]
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_consumer_groups(request_timeout=10).result()
+        assert {g.group_id: g.type for g in listed.valid} == {"mixed": ConsumerGroupType.CONSUMER}
+        assert _wait(lambda: len({(p, o) for p, o, _ in consumed}) >= 600)
+        modern.close()
+        # Downgraded: the classic member has the whole topic again in a classic group.
+        assert _wait(lambda: broker.state.consumer_groups.group("mixed") is None
+                     and set(ownership.owner.values()) == {"classic"} and len(ownership.owner) == PARTITIONS)
+        assert broker.state.coordinator.group("mixed").state.value == "Stable"
+        listed = admin.list_consumer_groups(request_timeout=10).result()
+        assert {g.group_id: g.type for g in listed.valid} == {"mixed": ConsumerGroupType.CLASSIC}
+        _produce(broker.bootstrap, 60, 600)
+        assert _wait(lambda: len({(p, o) for p, o, _ in consumed}) >= 660)
+        classic.close()
+        assert not ownership.overlaps, ownership.overlaps
+        assert not classic.errors and not modern.errors, (classic.errors, modern.errors)
+        seen = [(p, o) for p, o, _ in consumed]
+        assert len(seen) == len(set(seen)) == 660

@@ -66,6 +66,9 @@ class BrokerConfig:
     # configs gets.  Kafka's defaults; tests lower them to see rebalances quickly.
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # Which ways a group converts between the classic and the consumer protocol (Kafka 4.x's
+    # group.consumer.migration.policy): bidirectional | upgrade | downgrade | disabled.
+    group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     # Transaction coordinator (Kafka's names: transaction.max.timeout.ms, transactional.id.expiration.ms).
     transaction_max_timeout_ms: int = 900_000
@@ -122,6 +125,9 @@ class BrokerConfig:
         if self.queued_max_request_bytes < -1 or self.queued_max_request_bytes == 0:
             raise ConfigError("queued_max_request_bytes must be -1 (no limit) or > 0, "
                               f"got {self.queued_max_request_bytes}")
+        if self.group_consumer_migration_policy not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+            raise ConfigError("group_consumer_migration_policy must be one of bidirectional, upgrade, downgrade, "
+                              f"disabled, got {self.group_consumer_migration_policy!r}")
         if not 0 < self.group_consumer_heartbeat_interval_ms < self.group_consumer_session_timeout_ms:
             raise ConfigError("group_consumer_heartbeat_interval_ms must be > 0 and less than "
                               "group_consumer_session_timeout_ms")

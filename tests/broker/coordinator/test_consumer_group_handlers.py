@@ -8,14 +8,18 @@ from kwire.protocol import messages
 from kwire.protocol.coordinator_records import OFFSETS_TOPIC, decode_key
 from kwire.protocol.errors import (
     GroupSubscribedToTopicError,
+    IllegalGenerationError,
     InconsistentGroupProtocolError,
+    MemberIdRequiredError,
     NonEmptyGroupError,
+    RebalanceInProgressError,
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
 from kwire.protocol.records import iter_batches
 
 from . import Broker, call, commit, describe, join, run
+from . import heartbeat as heartbeat_classic
 
 NONE = 0
 HB = messages.ConsumerGroupHeartbeatRequest
@@ -93,9 +97,21 @@ def test_list_and_describe_groups_show_both_types(tmp_path):
         [m] = desc.members
         body = messages.ConsumerProtocolAssignment.decode(memoryview(m.member_assignment)[2:], 0)
         assert [(tp.topic, sorted(tp.partitions)) for tp in body.assigned_partitions] == [("t", [0, 1])]
-        # A group id is one type: a classic join of the consumer group is refused while it has members.
-        refused = await join(broker, "new")
-        assert refused.error_code == InconsistentGroupProtocolError.code
+        # A group id is one type: a classic member joins the consumer group as one of its members
+        # (Kafka 4's upgrade path), answered at once with its member epoch, no leader.
+        first = await join(broker, "new")
+        assert first.error_code == MemberIdRequiredError.code
+        joined = await join(broker, "new", first.member_id)
+        assert (joined.error_code, joined.generation_id, joined.leader) == (NONE, 2, "")
+        assert (await join(broker, "new", protocol_type="connect")).error_code == InconsistentGroupProtocolError.code
+        # It must wait for "a" to give partitions up: its heartbeat sends it to join again.
+        assert await heartbeat_classic(broker, "new", 2, joined.member_id) == \
+            RebalanceInProgressError.code
+        assert await heartbeat_classic(broker, "new", 1, joined.member_id) == IllegalGenerationError.code
+        assert len((await describe(broker, "new")).members) == 2
+        left = await call(broker, messages.LeaveGroupRequest(group_id="new", members=[
+            messages.LeaveGroupRequest.MemberIdentity(member_id=joined.member_id, group_instance_id=None)]), 3)
+        assert (left.error_code, left.members[0].error_code) == (NONE, NONE)
         resp = await call(broker, messages.DeleteGroupsRequest(groups_names=["new"]), 2)
         assert resp.results[0].error_code == NonEmptyGroupError.code
         assert (await heartbeat(broker, "a", -1, group="new")).error_code == NONE

@@ -1050,6 +1050,50 @@ class GroupCoordinator:
                 results[group_id] = NONE
         return results
 
+    # ------------------------------------------------------------------ KIP-848 conversion
+
+    def release_group(self, group_id: str) -> tuple[int, str | None, list[Member]] | None:
+        """The online upgrade (a consumer-protocol member joins a classic group): the members of
+        a Stable classic group of the consumer protocol, taken out of it without a rebalance,
+        with its generation and protocol; the group stays, Empty, with its offsets.  None if the
+        group can't be upgraded now (missing, rebalancing, another protocol type)."""
+        group = self._groups.get(group_id)
+        if (group is None or self.loading(group_id) or not group.is_(GroupState.STABLE) or not group.members
+                or group.protocol_type != CONSUMER_PROTOCOL_TYPE):
+            return None
+        generation, protocol = group.generation_id, group.protocol_name
+        members = list(group.members.values())
+        for member in members:
+            self._drop_member(group, member, NONE)
+        now = self._clock()
+        group.transition_to(GroupState.PREPARING_REBALANCE, now)
+        group.transition_to(GroupState.EMPTY, now)
+        self._persist_group(group)
+        return generation, protocol, members
+
+    def adopt_group(self, group_id: str, generation: int, protocol_name: str, members: list[Member]) -> None:
+        """The online downgrade (the last consumer-protocol member of a consumer group left):
+        ``members`` become the classic group's at ``generation``, which then rebalances (the
+        members learn it from their heartbeats and join again), as Kafka converts a group back."""
+        self._timers.bind()
+        group = self._groups.get(group_id)
+        if group is None:
+            group = Group(group_id, state_timestamp_ms=self._clock())
+            self._register(group)
+        if group.members:
+            raise RuntimeError(f"group {group_id} has classic members already")
+        group.generation_id = generation
+        group.protocol_name = protocol_name
+        for member in members:
+            group.add(member)
+        now = self._clock()
+        for state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            group.transition_to(state, now)
+        for member in members:
+            self._schedule_session(group, member)
+        self._persist_group(group)
+        self._prepare_rebalance(group, "converted from a consumer group")
+
     # ------------------------------------------------------------------ introspection (tests, tools)
 
     def group(self, group_id: str) -> Group | None:

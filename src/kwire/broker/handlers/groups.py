@@ -130,11 +130,8 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     R = messages.JoinGroupResponse
     v = ctx.api_version
-    # A group id is one group type: a KIP-848 group with members refuses classic joins (an empty
-    # one gives the id up, as Kafka converts it); Kafka's classic-member upgrade path is not served.
-    refused = ctx.broker.consumer_groups.refuse_classic_join(request.group_id or "")
-    if refused or not _group_allowed(ctx, AclOperation.READ, request.group_id):
-        resp = R(throttle_time_ms=0, error_code=refused or _GROUP_DENIED, generation_id=-1,
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        resp = R(throttle_time_ms=0, error_code=_GROUP_DENIED, generation_id=-1,
                  protocol_name=None if v >= 7 else "", leader="", skip_assignment=False,
                  member_id=request.member_id or "", members=[])
         if v >= 7:
@@ -155,7 +152,12 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         require_known_member_id=v >= 4,
         reason=request.reason if v >= 8 else None,
     )
-    result = await ctx.broker.coordinator.join_group(request.group_id or "", join)
+    consumer_groups = ctx.broker.consumer_groups
+    if consumer_groups.takes_classic_requests(request.group_id or ""):
+        # A classic member of a KIP-848 group (Kafka 4's upgrade path): that coordinator answers.
+        result = consumer_groups.classic_join(request.group_id or "", join)
+    else:
+        result = await ctx.broker.coordinator.join_group(request.group_id or "", join)
     resp = R(
         throttle_time_ms=0,
         error_code=result.error,
@@ -183,12 +185,17 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     assignments: dict[str, bytes] = {}
     for a in request.assignments:
         assignments[a.member_id] = bytes(a.assignment or b"")
-    result = await ctx.broker.coordinator.sync_group(
-        request.group_id or "", request.generation_id, request.member_id or "",
-        request.group_instance_id if v >= 3 else None,
-        request.protocol_type if v >= 5 else None,
-        request.protocol_name if v >= 5 else None,
-        assignments)
+    if ctx.broker.consumer_groups.has_group(request.group_id or ""):
+        result = ctx.broker.consumer_groups.classic_sync(
+            request.group_id or "", request.generation_id, request.member_id or "",
+            request.protocol_type if v >= 5 else None, request.protocol_name if v >= 5 else None)
+    else:
+        result = await ctx.broker.coordinator.sync_group(
+            request.group_id or "", request.generation_id, request.member_id or "",
+            request.group_instance_id if v >= 3 else None,
+            request.protocol_type if v >= 5 else None,
+            request.protocol_name if v >= 5 else None,
+            assignments)
     resp = R(throttle_time_ms=0, error_code=result.error, assignment=result.assignment)
     if v >= 5:
         resp.protocol_type, resp.protocol_name = result.protocol_type, result.protocol_name
@@ -203,8 +210,12 @@ def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
     if not _group_allowed(ctx, AclOperation.READ, request.group_id):
         return messages.HeartbeatResponse(throttle_time_ms=0, error_code=_GROUP_DENIED)
-    error = ctx.broker.coordinator.heartbeat(request.group_id or "", request.generation_id, request.member_id or "",
-                                             request.group_instance_id if v >= 3 else None)
+    if ctx.broker.consumer_groups.has_group(request.group_id or ""):
+        error = ctx.broker.consumer_groups.classic_heartbeat(request.group_id or "", request.generation_id,
+                                                             request.member_id or "")
+    else:
+        error = ctx.broker.coordinator.heartbeat(request.group_id or "", request.generation_id,
+                                                 request.member_id or "", request.group_instance_id if v >= 3 else None)
     return messages.HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
 
@@ -221,7 +232,10 @@ def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
         reason = "; ".join(sorted(reasons)) or None
     else:
         leaving, reason = [(request.member_id or "", None)], None
-    error, member_errors = ctx.broker.coordinator.leave_group(request.group_id or "", leaving, reason)
+    if ctx.broker.consumer_groups.has_group(request.group_id or ""):
+        error, member_errors = ctx.broker.consumer_groups.classic_leave(request.group_id or "", leaving)
+    else:
+        error, member_errors = ctx.broker.coordinator.leave_group(request.group_id or "", leaving, reason)
     if v >= 3:
         # A group-level error (INVALID_GROUP_ID ...) comes without member results.
         members = [] if error else [R.MemberResponse(member_id=mid, group_instance_id=iid, error_code=code)

@@ -68,7 +68,9 @@ def open_consumer_groups(state: BrokerState) -> ConsumerGroupCoordinator:
     records = ConsumerGroupRecords(state.coordinator.store)
     coordinator = ConsumerGroupCoordinator(state.topics, timeouts=timeouts, now_ms=_monotonic_ms,
                                            classic_group_active=classic_active, records=records,
-                                           on_deadline=timer)
+                                           on_deadline=timer, release_classic=state.coordinator.release_group,
+                                           adopt_classic=state.coordinator.adopt_group,
+                                           migration_policy=config.group_consumer_migration_policy)
     timer.fire = coordinator.expire
     state.coordinator.topics_in_use = coordinator.topics_in_use
     return coordinator

@@ -30,7 +30,6 @@ load; members come back with their epochs and assignments, and their sessions st
 from __future__ import annotations
 
 import logging
-import struct
 import time
 import uuid
 from collections import Counter
@@ -38,12 +37,11 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kwire.protocol import messages
 from kwire.protocol.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
-    InconsistentGroupProtocolError,
+    IllegalGenerationError,
     InvalidRequestError,
     NonEmptyGroupError,
     StaleMemberEpochError,
@@ -56,6 +54,8 @@ from ...topics import is_internal
 from ..model import GroupDescription, GroupListing, MemberDescription
 from . import assignment as asg
 from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, MemberSpec
+from .classic_members import MIGRATION_POLICIES, ClassicMembers
+from .classic_protocol import encode_assignment, encode_subscription
 from .group import ConsumerGroup
 from .member import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerMember, MemberState
 from .model import HeartbeatRequest, HeartbeatResult
@@ -84,7 +84,7 @@ def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ClassicMembers):
     """Every consumer group of the broker.
 
     ``timeouts(group_id)``: the group's session timeout and heartbeat interval (group configs
@@ -97,7 +97,13 @@ class ConsumerGroupCoordinator:
     def __init__(self, topics: TopicRegistry, *, timeouts: Callable[[str], Timeouts],
                  now_ms: Callable[[], int] | None = None,
                  classic_group_active: Callable[[str], bool] | None = None,
-                 records: Any = None, on_deadline: Callable[[int | None], None] | None = None):
+                 records: Any = None, on_deadline: Callable[[int | None], None] | None = None,
+                 release_classic: Callable[[str], Any] | None = None,
+                 adopt_classic: Callable[[str, int, str, list], None] | None = None,
+                 migration_policy: str = "bidirectional"):
+        if migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}, "
+                             f"got {migration_policy!r}")
         self._topics = topics
         self._timeouts = timeouts
         self._now = now_ms or _monotonic_ms
@@ -111,6 +117,12 @@ class ConsumerGroupCoordinator:
         # Group ids taken from what the store replayed: the store's partitions may load after
         # the broker starts (coordinator.loader), so groups are taken when first looked up.
         self._taken: set[str] = set()
+        # The classic side (classic_members): converting groups, member ids given with MEMBER_ID_REQUIRED.
+        self._release_classic = release_classic
+        self._adopt_classic = adopt_classic
+        self._migration_policy = migration_policy
+        self._pending_classic: set[tuple[str, str]] = set()
+        self._logger = logger
 
     # ------------------------------------------------------------------ lookups
 
@@ -123,9 +135,14 @@ class ConsumerGroupCoordinator:
             now = self._now()
             for m in group:
                 # Sessions start again at load: members heartbeat to a restarted broker.
-                self._sessions[(group_id, m.member_id)] = now + self._timeouts(group_id).session_timeout_ms
+                self._sessions[(group_id, m.member_id)] = now + self._session_timeout(group_id, m)
             logger.info("group %s: loaded at epoch %d with %d member(s)", group_id, group.group_epoch, len(group))
             self._deadline_moved()
+
+    def _session_timeout(self, group_id: str, member: ConsumerMember) -> int:
+        if member.classic is not None:
+            return member.classic.session_timeout_ms
+        return self._timeouts(group_id).session_timeout_ms
 
     def group(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group of that id, if there is one (read it, don't change it)."""
@@ -188,6 +205,12 @@ class ConsumerGroupCoordinator:
     def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         gid = req.group_id
         group = self.group(gid)
+        if group is None and self._classic_active(gid) and req.member_epoch == 0:
+            group = self._upgrade(gid)
+            if group is None:
+                raise GroupIdNotFoundError(f"Group {gid} is a classic group that cannot be upgraded to a consumer "
+                                           "group now (it must be Stable, use the consumer protocol, and "
+                                           "group.consumer.migration.policy must allow it).")
         if group is None:
             if self._classic_active(gid):
                 raise GroupIdNotFoundError(f"Group {gid} is not a consumer group.")
@@ -195,7 +218,6 @@ class ConsumerGroupCoordinator:
                 raise UnknownMemberIdError(f"Group {gid} does not have the member {req.member_id}.")
             group = ConsumerGroup(gid)
         changes = _Changes()
-        now = self._now()
         if req.member_epoch == 0:
             member, bumped = self._join(group, req, changes)
         else:
@@ -218,9 +240,26 @@ class ConsumerGroupCoordinator:
             bumped = True
         if _metadata_of(member) != _metadata_of(before) or req.member_epoch == 0:
             changes.member_metadata.add(member.member_id)
+        timeouts = self._timeouts(gid)
+        updated = self._settle(group, member, bumped, changes, req.owned, timeouts.session_timeout_ms,
+                               "member joined" if req.member_epoch == 0 else "subscription or topics changed")
+        full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.owned is not None and (
+            req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
+        send = full or updated.assigned != before.assigned
+        return HeartbeatResult(updated.member_id, updated.member_epoch, timeouts.heartbeat_interval_ms,
+                               dict(updated.assigned) if send else None)
+
+    def _settle(self, group: ConsumerGroup, member: ConsumerMember, bumped: bool, changes: _Changes,
+                owned: Mapping[uuid.UUID, Any] | None, session_timeout_ms: int, why: str) -> ConsumerMember:
+        """After a member's request changed it: bump the group epoch if needed (a join, a new
+        subscription, changed topics), compute the target assignment if the epoch is ahead, move
+        the member towards its target, restart its session, persist.  The member as it is now."""
+        gid = group.group_id
+        now = self._now()
         group.put_member(member)
         if gid not in self._groups:
             self._groups[gid] = group
+            self._taken.add(gid)
             changes.created = True
         snapshot = self._topic_snapshot(group)
         if snapshot != group.topic_snapshot:
@@ -230,14 +269,13 @@ class ConsumerGroupCoordinator:
         if bumped:
             group.group_epoch += 1
             changes.group_epoch = True
-            logger.info("group %s: epoch %d (%s)", gid, group.group_epoch,
-                        "member joined" if req.member_epoch == 0 else "subscription or topics changed")
+            logger.info("group %s: epoch %d (%s)", gid, group.group_epoch, why)
         if group.group_epoch > group.assignment_epoch:
             self._assign(group, changes)
         member = group.members[member.member_id]
         updated = reconcile(member, target_epoch=group.assignment_epoch, target=group.target.get(member.member_id, {}),
                             owner_of=group.owner_of, subscribed_topic_ids=self._subscribed_ids(group, member),
-                            owned=req.owned)
+                            owned=owned)
         key = (gid, member.member_id)
         if updated != member:
             group.put_member(updated)
@@ -246,15 +284,10 @@ class ConsumerGroupCoordinator:
                 self._rebalances[key] = (now + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
             else:
                 self._rebalances.pop(key, None)
-        timeouts = self._timeouts(gid)
-        self._sessions[key] = now + timeouts.session_timeout_ms
+        self._sessions[key] = now + session_timeout_ms
         self._persist(group, changes)
         self._deadline_moved()
-        full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.owned is not None and (
-            req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
-        send = full or updated.assigned != before.assigned
-        return HeartbeatResult(updated.member_id, updated.member_epoch, timeouts.heartbeat_interval_ms,
-                               dict(updated.assigned) if send else None)
+        return updated
 
     def _join(self, group: ConsumerGroup, req: HeartbeatRequest, changes: _Changes) -> tuple[ConsumerMember, bool]:
         """The member a heartbeat with epoch 0 is: new, a static member back, or a member
@@ -335,6 +368,7 @@ class ConsumerGroupCoordinator:
         else:
             self._remove(group, member.member_id, changes, "left")
         self._persist(group, changes)
+        self._maybe_downgrade(group)
         self._deadline_moved()
         return HeartbeatResult(member.member_id, req.member_epoch, interval, None)
 
@@ -422,6 +456,7 @@ class ConsumerGroupCoordinator:
                 else "session timed out"
             self._remove(group, member_id, changes, f"fenced: {why}")
             self._persist(group, changes)
+            self._maybe_downgrade(group)
         self._deadline_moved()
         return gone
 
@@ -449,7 +484,8 @@ class ConsumerGroupCoordinator:
         if member is None:
             return UnknownMemberIdError.code
         if member_epoch != member.member_epoch and not (transactional and member_epoch < member.member_epoch):
-            return StaleMemberEpochError.code
+            # A classic member's epoch is its generation (ILLEGAL_GENERATION, as in a classic group).
+            return StaleMemberEpochError.code if member.classic is None else IllegalGenerationError.code
         return 0
 
     def topics_in_use(self, group_id: str) -> set[str]:
@@ -479,19 +515,6 @@ class ConsumerGroupCoordinator:
 
     GROUP_TYPE = GROUP_TYPE
 
-    def refuse_classic_join(self, group_id: str) -> int:
-        """0, or the error of a classic JoinGroup to a consumer group with members
-        (INCONSISTENT_GROUP_PROTOCOL).  An empty consumer group gives its id up to the classic
-        group (its offsets stay), as Kafka converts an empty group on a classic join."""
-        group = self.group(group_id)
-        if group is None:
-            return 0
-        if group.members:
-            return InconsistentGroupProtocolError.code
-        self.delete_group(group_id)
-        logger.info("group %s: empty consumer group converted to a classic group by a JoinGroup", group_id)
-        return 0
-
     def list_groups(self, states: Collection[str] = (), types: Collection[str] = ()) -> list[GroupListing]:
         """ListGroups' rows of the consumer groups (filters as the classic coordinator's)."""
         if types and GROUP_TYPE not in {t.lower() for t in types}:
@@ -507,8 +530,8 @@ class ConsumerGroupCoordinator:
         if group is None:
             return None
         members = [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                     classic_subscription(self._subscribed_names(m)),
-                                     classic_assignment(self._topics, m.assigned))
+                                     encode_subscription(self._subscribed_names(m)),
+                                     encode_assignment(self._topics, m.assigned))
                    for m in group]
         return GroupDescription(group.group_id, group.state.value, CONSUMER_PROTOCOL_TYPE, self.assignor_of(group),
                                 members)
@@ -582,26 +605,3 @@ def _new_member_id() -> str:
     return str(uuid.uuid4())
 
 
-
-_VERSION = struct.Struct(">h")
-# The classic consumer protocol version DescribeGroups shows the members' data in (Kafka's
-# ConsumerProtocol: version 0 has what a KIP-848 member has, topics and partitions).
-_CLASSIC_VERSION = 0
-
-
-def classic_subscription(topics: Collection[str]) -> bytes:
-    """A ConsumerProtocolSubscription of ``topics`` (int16 version + body)."""
-    body = messages.ConsumerProtocolSubscription(topics=sorted(topics), user_data=None)
-    return _VERSION.pack(_CLASSIC_VERSION) + body.encode(_CLASSIC_VERSION)
-
-
-def classic_assignment(topics: TopicRegistry, parts: Mapping[uuid.UUID, frozenset[int]]) -> bytes:
-    """A ConsumerProtocolAssignment of ``parts`` by topic name (int16 version + body)."""
-    A = messages.ConsumerProtocolAssignment
-    rows = []
-    for topic_id, ps in parts.items():
-        info = topics.by_id(topic_id)
-        if info is not None:
-            rows.append(A.TopicPartition(topic=info.name, partitions=sorted(ps)))
-    body = A(assigned_partitions=sorted(rows, key=lambda r: r.topic), user_data=None)
-    return _VERSION.pack(_CLASSIC_VERSION) + body.encode(_CLASSIC_VERSION)

@@ -8,7 +8,7 @@ from enum import IntEnum
 
 from .assignment import EMPTY, Assignment
 
-__all__ = ["ConsumerMember", "MemberState", "LEAVE_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_STATIC_MEMBER_EPOCH"]
+__all__ = ["ClassicMetadata", "ConsumerMember", "MemberState", "LEAVE_GROUP_MEMBER_EPOCH", "LEAVE_GROUP_STATIC_MEMBER_EPOCH"]
 
 # The member epochs a heartbeat sends to leave (KIP-848): -1 leaves for good, -2 is a static
 # member going away for a while (its instance id keeps its assignment until the session expires).
@@ -31,6 +31,15 @@ class MemberState(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a member that speaks the classic protocol (JoinGroup/SyncGroup) in a consumer group
+    keeps of it (Kafka's ConsumerGroupMemberMetadataValue.ClassicMemberMetadata)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, subscription metadata), in preference order
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerMember:
     """A member as the coordinator knows it; changed by replacing (``dataclasses.replace``)."""
 
@@ -48,6 +57,7 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=lambda: EMPTY)
     pending_revocation: Assignment = field(default_factory=lambda: EMPTY)
+    classic: ClassicMetadata | None = None  # set for a classic-protocol member (upgrade path)
 
     def replace(self, **changes) -> ConsumerMember:
         return dataclasses.replace(self, **changes)

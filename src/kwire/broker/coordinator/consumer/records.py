@@ -27,7 +27,7 @@ from kwire.protocol import messages
 from kwire.protocol.coordinator_records import encode_key, encode_value
 
 from .group import ConsumerGroup
-from .member import ConsumerMember, MemberState
+from .member import ClassicMetadata, ConsumerMember, MemberState
 
 if TYPE_CHECKING:
     from ..offsets_topic import OffsetsTopicStore
@@ -72,6 +72,12 @@ def member_metadata_record(group_id: str, member: ConsumerMember | None, member_
         client_host=member.client_host, subscribed_topic_names=list(member.subscribed_topic_names),
         subscribed_topic_regex=member.subscribed_topic_regex, rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor)
+    if member.classic is not None:
+        C = m.ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+        value.classic_member_metadata = C(session_timeout_ms=member.classic.session_timeout_ms, supported_protocols=[
+            C.ClassicProtocol(name=n, metadata=md) for n, md in member.classic.protocols])
+    else:
+        value.classic_member_metadata = None
     return key, encode_value(value, 0)
 
 
@@ -130,13 +136,18 @@ class ConsumerGroupRecords:
         if records:
             self._store.append_records(gid, records)
 
-    def delete_group(self, group: ConsumerGroup) -> None:
-        """Tombstones for what a deleted (empty) group left: its metadata, topics and target epoch."""
+    def delete_group(self, group: ConsumerGroup, members: list[str] = ()) -> None:
+        """Tombstones for what a deleted group left: its ``members``' records (a group that
+        converts to classic still has some), its metadata, topics and target epoch."""
         gid = group.group_id
         entry = self._store.groups.get(gid)
         if entry is not None and getattr(entry, "consumer", None):
             entry.consumer.clear()
-        self._store.append_records(gid, [
+        records: list[Record] = []
+        for member_id in members:
+            records += [current_assignment_record(gid, None, member_id), target_member_record(gid, member_id, None),
+                        member_metadata_record(gid, None, member_id)]
+        self._store.append_records(gid, records + [
             (encode_key(m.ConsumerGroupTargetAssignmentMetadataKey(group_id=gid)), None),
             (encode_key(m.ConsumerGroupPartitionMetadataKey(group_id=gid)), None),
             (encode_key(m.ConsumerGroupMetadataKey(group_id=gid)), None)])
@@ -184,6 +195,11 @@ def rebuild(group_id: str, records: Any) -> ConsumerGroup | None:
         return None
     for member_id, md in metadata.items():
         cur = current.get(member_id)
+        classic = getattr(md, "classic_member_metadata", None)
+        classic_meta = None
+        if classic is not None and classic.supported_protocols:
+            classic_meta = ClassicMetadata(classic.session_timeout_ms, tuple(
+                (p.name, bytes(p.metadata)) for p in classic.supported_protocols))
         try:
             state = MemberState(cur.state) if cur is not None else MemberState.STABLE
         except ValueError:
@@ -196,7 +212,8 @@ def rebuild(group_id: str, records: Any) -> ConsumerGroup | None:
             member_epoch=cur.member_epoch if cur is not None else 0,
             previous_member_epoch=cur.previous_member_epoch if cur is not None else 0, state=state,
             assigned=_parts(cur.assigned_partitions) if cur is not None else {},
-            pending_revocation=_parts(cur.partitions_pending_revocation) if cur is not None else {}))
+            pending_revocation=_parts(cur.partitions_pending_revocation) if cur is not None else {},
+            classic=classic_meta))
     for member_id in list(group.target):
         if member_id not in group.members:
             del group.target[member_id]
