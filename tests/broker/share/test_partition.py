@@ -108,7 +108,7 @@ def test_delivery_count_limit_archives_a_poison_record():
     assert sp.acquire("a", [(0, 0)], 10, LOCK, now_ms=now) == []
     # The same through lock expiry.
     sp2 = SharePartition(0, delivery_count_limit=2)
-    for attempt in range(2):
+    for _ in range(2):
         assert sp2.acquire("a", [(0, 0)], 10, LOCK, now_ms=now)
         now += LOCK
         sp2.expire_locks(now)
