@@ -284,3 +284,34 @@ def test_classic_group_upgraded_by_a_consumer_protocol_member_and_downgraded_bac
         assert not classic.errors and not modern.errors, (classic.errors, modern.errors)
         seen = [(p, o) for p, o, _ in consumed]
         assert len(seen) == len(set(seen)) == 660
+
+
+def test_transactional_offsets_of_a_consumer_protocol_member(tmp_path):
+    """Consume-transform-produce: the offsets a transaction sends for a KIP-848 member (its member
+    id and epoch in the consumer group metadata) become the group's when the transaction commits."""
+    with EmbeddedBroker(tmp_path / "data", **FAST) as broker:
+        _create_topic(broker.bootstrap)
+        _produce(broker.bootstrap, 30, 0)
+        c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos",
+                                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+        c.subscribe([TOPIC])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 30 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m)
+        assert len(got) == 30
+        p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-1"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("out", value=b"done")
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        committed = c.committed([TopicPartition(TOPIC, i) for i in range(PARTITIONS)], timeout=10)
+        ends = {i: 0 for i in range(PARTITIONS)}
+        for m in got:
+            ends[m.partition()] = max(ends[m.partition()], m.offset() + 1)
+        assert {tp.partition: tp.offset for tp in committed} == {i: (o if o else -1001) for i, o in ends.items()}
+        c.close()

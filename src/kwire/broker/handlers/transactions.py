@@ -186,8 +186,15 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     if entries:
         code = broker.transactions.check_txn_offset_commit(request.transactional_id or "", request.producer_id,
                                                            request.producer_epoch, group_id)
-        if code:
-            errors = [code] * len(entries)
+        # A KIP-848 group checks the member epoch; its offsets are then staged as any group's.
+        consumer_code = None if code else broker.consumer_groups.check_offset_commit(
+            group_id, (request.member_id or "") if v >= 3 else "", request.generation_id if v >= 3 else -1,
+            transactional=True)
+        if code or consumer_code:
+            errors = [code or consumer_code] * len(entries)
+        elif consumer_code is not None:
+            errors = broker.coordinator.commit_txn_offsets(group_id, request.producer_id, -1, "", None, entries,
+                                                           defer_fsync=True, producer_epoch=request.producer_epoch)
         else:
             errors = broker.coordinator.commit_txn_offsets(
                 group_id, request.producer_id, request.generation_id if v >= 3 else -1,

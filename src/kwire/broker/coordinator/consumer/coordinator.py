@@ -480,6 +480,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
             return None
         if member_epoch < 0 and not member_id and not group.members:
             return 0
+        if transactional and member_epoch < 0 and not member_id:
+            return 0  # TxnOffsetCommit need not name a member (v0-2, or a producer outside the group)
         member = group.members.get(member_id)
         if member is None:
             return UnknownMemberIdError.code
