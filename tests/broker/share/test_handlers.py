@@ -1,0 +1,121 @@
+"""Share-group requests through the broker's dispatch (no sockets): the session and
+acknowledgement errors Kafka answers, and a broker that keeps serving after them."""
+
+from __future__ import annotations
+
+import uuid
+
+from kwire.protocol import messages
+from kwire.protocol.errors import (
+    InvalidRecordStateError,
+    InvalidRequestError,
+    InvalidShareSessionEpochError,
+    ShareSessionNotFoundError,
+    UnknownMemberIdError,
+    UnknownTopicIdError,
+)
+
+from ..conftest import serve
+
+HB, SF, SA = messages.ShareGroupHeartbeatRequest, messages.ShareFetchRequest, messages.ShareAcknowledgeRequest
+FT, FP = SF.FetchTopic, SF.FetchTopic.FetchPartition
+AT, AP = SA.AcknowledgeTopic, SA.AcknowledgeTopic.AcknowledgePartition
+ACCEPT = 1
+
+
+def setup_group(state, topic="t", n=5, group="g", member="m1"):
+    state.topics.add(topic, 1)
+    info = state.topics.get(topic)
+    state.logs.create_partition(topic, 0, state.log_config_for(info))
+    from kwire.protocol.records import RecordBatchBuilder
+    b = RecordBatchBuilder()
+    for i in range(n):
+        b.append(None, b"v%d" % i, 0)
+    state.logs.get(topic, 0).append(b.build(), now_ms=0)
+    state.group_configs.replace(group, {"share.auto.offset.reset": "earliest"})
+    resp = serve(state, HB(group_id=group, member_id=member, member_epoch=0, rack_id=None,
+                           subscribed_topic_names=[topic]), 1)
+    assert resp.error_code == 0 and resp.assignment.topic_partitions[0].partitions == [0]
+    return info.topic_id
+
+
+def fetch(state, epoch, topic_id, acks=None, member="m1", forgotten=()):
+    batches = [FP.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[t])
+               for f, last, t in (acks or [])]
+    return serve(state, SF(group_id="g", member_id=member, share_session_epoch=epoch, max_wait_ms=0, min_bytes=1,
+                           max_bytes=1 << 20, max_records=100, batch_size=100,
+                           topics=[FT(topic_id=topic_id, partitions=[FP(partition_index=0,
+                                                                        acknowledgement_batches=batches)])],
+                           forgotten_topics_data=[]), 1)
+
+
+def ack(state, epoch, topic_id, first, last, member="m1"):
+    return serve(state, SA(group_id="g", member_id=member, share_session_epoch=epoch, topics=[AT(
+        topic_id=topic_id, partitions=[AP(partition_index=0, acknowledgement_batches=[
+            AP.AcknowledgementBatch(first_offset=first, last_offset=last, acknowledge_types=[ACCEPT])])])]), 1)
+
+
+def test_a_fetch_acquires_and_an_acknowledge_accepts(state):
+    tid = setup_group(state)
+    r = fetch(state, 0, tid)
+    assert r.error_code == 0 and r.acquisition_lock_timeout_ms == 30_000
+    p = r.responses[0].partitions[0]
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records] == [(0, 4, 1)]
+    assert ack(state, 1, tid, 0, 4).responses[0].partitions[0].error_code == 0
+    assert state.share.partitions[("g", "t", 0)].start_offset == 5
+
+
+def test_session_errors(state):
+    tid = setup_group(state)
+    assert fetch(state, 3, tid).error_code == ShareSessionNotFoundError.code
+    assert ack(state, 2, tid, 0, 0).error_code == ShareSessionNotFoundError.code
+    assert fetch(state, 0, tid).error_code == 0
+    assert fetch(state, 5, tid).error_code == InvalidShareSessionEpochError.code  # out of order
+    assert fetch(state, 1, tid).error_code == 0
+    assert fetch(state, 1, tid).error_code == InvalidShareSessionEpochError.code  # a replay
+    # Acknowledgements can't open a session.
+    assert ack(state, 0, tid, 0, 0).error_code == InvalidShareSessionEpochError.code
+    assert fetch(state, 0, tid, acks=[(0, 0, ACCEPT)]).error_code == InvalidShareSessionEpochError.code
+
+
+def test_acknowledging_records_not_acquired_is_invalid_record_state(state):
+    tid = setup_group(state)
+    r = fetch(state, 0, tid)
+    assert r.responses[0].partitions[0].acquired_records
+    r = ack(state, 1, tid, 3, 9)  # 5-9 never delivered
+    assert r.error_code == 0 and r.responses[0].partitions[0].error_code == InvalidRecordStateError.code
+    # Another member can't acknowledge them either.
+    assert fetch(state, 0, tid, member="m2").error_code == 0
+    r = ack(state, 1, tid, 0, 0, member="m2")
+    assert r.responses[0].partitions[0].error_code == InvalidRecordStateError.code
+    # The piggy-backed form gives the partition's AcknowledgeErrorCode.
+    r = fetch(state, 2, tid, acks=[(7, 7, ACCEPT)])
+    assert r.error_code == 0 and r.responses[0].partitions[0].acknowledge_error_code == InvalidRecordStateError.code
+    # And the owner still can.
+    assert ack(state, 3, tid, 0, 4).responses[0].partitions[0].error_code == 0
+
+
+def test_bad_requests_get_errors_and_the_broker_keeps_serving(state):
+    tid = setup_group(state)
+    assert fetch(state, 0, uuid.uuid4()).responses[0].partitions[0].error_code == UnknownTopicIdError.code
+    r = serve(state, HB(group_id="g", member_id="", member_epoch=0, rack_id=None, subscribed_topic_names=["t"]), 1)
+    assert r.error_code == InvalidRequestError.code
+    r = serve(state, HB(group_id="g", member_id="ghost", member_epoch=4, rack_id=None, subscribed_topic_names=None), 1)
+    assert r.error_code == UnknownMemberIdError.code
+    r = fetch(state, 1, tid, acks=[(4, 0, ACCEPT)])  # last < first
+    p = r.responses[0].partitions[0]
+    assert p.acknowledge_error_code == InvalidRequestError.code
+    # Still serving: the same request acquired the records, and they can be accepted.
+    assert p.error_code == 0 and p.acquired_records[0].first_offset == 0
+    assert ack(state, 2, tid, 0, 4).responses[0].partitions[0].error_code == 0
+
+
+def test_the_final_epoch_closes_the_session_and_releases_what_the_member_held(state):
+    tid = setup_group(state)
+    fetch(state, 0, tid)
+    r = ack(state, -1, tid, 0, 1)
+    assert r.error_code == 0
+    assert fetch(state, 2, tid).error_code == ShareSessionNotFoundError.code
+    r = fetch(state, 0, tid, member="m2")
+    acquired = r.responses[0].partitions[0].acquired_records
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in acquired] == [(2, 4, 2)]
