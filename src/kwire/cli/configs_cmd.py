@@ -8,10 +8,17 @@
     kwire configs alter --topic orders --append cleanup.policy=compact
     kwire configs describe --group orders-app          consumer.* / share.* configs of a group
     kwire configs alter --group orders-app --set share.record.lock.duration.ms=60000
+    kwire configs alter --entity-type users --entity-name alice --add-config producer_byte_rate=1048576
+    kwire configs alter --entity-type users --entity-default --entity-type clients --entity-name app \
+        --set consumer_byte_rate=2097152 --delete request_percentage
+    kwire configs describe --entity-type clients       client quotas of every client id (and the default)
 
 alter sends IncrementalAlterConfigs: configs not named keep their values.  ``--add-config`` and
 ``--delete-config`` are kafka-configs.sh's spellings of ``--set`` and ``--delete`` (a list value in
-brackets).  Every subcommand takes the client flags and ``--json``.
+brackets).  Client quotas (KIP-546) are named as kafka-configs.sh names them: ``--entity-type
+users|clients|ips``, each followed by ``--entity-name NAME`` or ``--entity-default`` (none: describe
+every entity of that type); their values are numbers, and alter sends AlterClientQuotas.  Every
+subcommand takes the client flags and ``--json``.
 """
 
 from __future__ import annotations
@@ -70,6 +77,18 @@ def _add_resource(parser: argparse.ArgumentParser) -> None:
                        help="the cluster-wide broker defaults (kafka-configs.sh --entity-default)")
     which.add_argument("--group", "-g", metavar="GROUP",
                        help="a group's configs (kafka-configs.sh --entity-type groups); the group need not exist yet")
+    which.add_argument("--entity-type", dest="entity_types", action="append", choices=sorted(_QUOTA_ENTITY_TYPES),
+                       help="client quotas of users, client ids or ips (repeatable: users then clients), each "
+                            "followed by --entity-name or --entity-default")
+    parser.add_argument("--entity-name", dest="entity_names", action="append", metavar="NAME",
+                        help="the entity of the --entity-type before it")
+    parser.add_argument("--entity-default", dest="entity_names", action="append_const", const=_DEFAULT,
+                        help="the default entity of the --entity-type before it")
+
+
+# kafka-configs.sh's entity type names -> the quota entity types of KIP-546.
+_QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+_DEFAULT = "<default>"
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -129,8 +148,87 @@ def _describe_resource(resource) -> str:
     return "the cluster-wide broker defaults" if resource.name == "" else f"broker {resource.name}"
 
 
+# -- client quotas ------------------------------------------------------------------------------------
+def _quota_components(args: argparse.Namespace) -> list[tuple[str, str | None | type[Ellipsis]]]:
+    """(entity type, name) per --entity-type in order: a name, None for --entity-default, ... for
+    none given (describe: any entity of the type)."""
+    names = list(args.entity_names or [])
+    if len(names) > len(args.entity_types):
+        raise ValueError("more --entity-name / --entity-default than --entity-type")
+    names += [...] * (len(args.entity_types) - len(names))
+    return [(_QUOTA_ENTITY_TYPES[t], None if n == _DEFAULT else n) for t, n in zip(args.entity_types, names, strict=True)]
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _quota_entity_text(entity) -> str:
+    return ", ".join(f"{k}={'<default>' if v is None else v}" for k, v in entity.entries)
+
+
+def _describe_quotas(args: argparse.Namespace) -> int:
+    from kwire.client.admin import QuotaFilter
+
+    filters = [QuotaFilter.specified(t) if n is ... else QuotaFilter.default(t) if n is None else QuotaFilter.exact(t, n)
+               for t, n in _quota_components(args)]
+
+    async def main():
+        async with open_admin(args) as admin:
+            return await admin.describe_client_quotas(filters, strict=True)
+
+    found = asyncio.run(main())
+    entities = sorted(found, key=lambda e: [(k, v or "") for k, v in e.entries])
+    if args.json:
+        print_json({"client_quotas": [{"entity": e.as_dict(), "quotas": found[e]} for e in entities]})
+        return 0
+    if not entities:
+        print("no client quotas match")
+        return 0
+    print_table(["ENTITY", "QUOTA", "VALUE"], [[_quota_entity_text(e), k, _number(v)] for e in entities
+                                              for k, v in sorted(found[e].items())])
+    return 0
+
+
+def _alter_quotas(args: argparse.Namespace) -> int:
+    from kwire.client.admin import QuotaAlteration, QuotaEntity
+
+    components = _quota_components(args)
+    if any(n is ... for _, n in components):
+        raise ValueError("alter needs --entity-name or --entity-default after each --entity-type")
+    if args.append_configs or args.subtract_configs:
+        raise ValueError("client quotas are numbers: --append and --subtract do not apply")
+    changes: dict[str, float | None] = {}
+    for key, value in list(args.set_configs) + [item for group in args.add_configs for item in group]:
+        try:
+            changes[key] = float(value)
+        except ValueError:
+            raise ValueError(f"client quota {key}={value!r} is not a number") from None
+    for key in list(args.delete_configs) + [n for group in args.delete_lists for n in group]:
+        changes[key] = None
+    if not changes:
+        raise ValueError("nothing to change: give --set / --add-config or --delete / --delete-config")
+    entity = QuotaEntity.of(dict(components))
+
+    async def main():
+        async with open_admin(args) as admin:
+            await admin.alter_client_quotas([QuotaAlteration(entity, changes)], validate_only=args.validate_only)
+
+    asyncio.run(main())
+    if args.json:
+        print_json({"entity": entity.as_dict(), "validate_only": args.validate_only, "changes": changes})
+        return 0
+    verb = "would alter" if args.validate_only else "altered"
+    print(f"{verb} client quotas of {_quota_entity_text(entity)}: "
+          + ", ".join(f"{k}={_number(v)}" if v is not None else f"{k} removed" for k, v in changes.items()))
+    return 0
+
+
 # -- describe -----------------------------------------------------------------------------------------
 def cmd_describe(args: argparse.Namespace) -> int:
+    if args.entity_types:
+        return _describe_quotas(args)
+
     async def main():
         async with open_admin(args) as admin:
             resource = await _resource(admin, args)
@@ -188,6 +286,9 @@ def _source(name: str) -> str:
 # -- alter ------------------------------------------------------------------------------------------
 def cmd_alter(args: argparse.Namespace) -> int:
     from kwire.client.admin import ConfigChange
+
+    if args.entity_types:
+        return _alter_quotas(args)
 
     sets = list(args.set_configs) + [item for group in args.add_configs for item in group]
     deletes = list(args.delete_configs) + [n for group in args.delete_lists for n in group]
