@@ -22,6 +22,7 @@ from kafka import KafkaConsumer, OffsetAndMetadata
 from kafka import TopicPartition as KpTP
 from kafka.admin import (
     ACL,
+    AbortTransactionSpec,
     ACLFilter,
     ACLOperation,
     ACLPermissionType,
@@ -34,6 +35,7 @@ from kafka.admin import (
     ResourcePatternFilter,
     ResourceType,
 )
+from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.admin import OffsetSpec as KpOffsetSpec
 from kafka.errors import NoError, SecurityDisabledError
 
@@ -195,11 +197,29 @@ def test_kafka_python_describe_transactions_list_transactions_find_hanging_trans
     assert kp.describe_transactions(["kp-tx"])["kp-tx"].state.value == "CompleteCommit"
 
 
-def test_kafka_python_delete_records_reset_configs(kp):
+def test_kafka_python_abort_transaction_of_a_hanging_producer(broker, kp):
+    """Kafka's admin abort (kafka-transactions.sh abort): an ABORT marker written by the partition's
+    leader for the producer's open transaction there, whatever its coordinator thinks."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "kp-hanging"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"left open", partition=1)
+    assert producer.flush(30) == 0
+    tp = KpTP(TOPIC, 1)
+    [open_one] = [p for p in kp.describe_producers([tp])[tp].active_producers if p.current_transaction_start_offset >= 0]
+    kp.abort_transaction(AbortTransactionSpec(tp, open_one.producer_id, open_one.producer_epoch))
+    after = {p.producer_id: p for p in kp.describe_producers([tp])[tp].active_producers}
+    assert after[open_one.producer_id].current_transaction_start_offset == -1
+    producer.abort_transaction(30)
+
+
+def test_kafka_python_create_partitions_delete_records_reset_configs(kp):
     kp.create_topics([NewTopic("kp-records", 1, 1)])
+    kp.create_partitions({"kp-records": KpNewPartitions(2)})
+    assert len(kp.describe_topics(["kp-records"])[0]["partitions"]) == 2
     p = confluent_kafka.Producer({"bootstrap.servers": kp.config["bootstrap_servers"]})
     for _ in range(5):
-        p.produce("kp-records", value=b"x")
+        p.produce("kp-records", value=b"x", partition=0)
     assert p.flush(30) == 0
     result = kp.delete_records({KpTP("kp-records", 0): 3})
     assert result[KpTP("kp-records", 0)]["low_watermark"] == 3

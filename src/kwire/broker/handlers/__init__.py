@@ -29,6 +29,7 @@ from . import (  # noqa: F401 - imported for their @handler registrations
     topic_admin,
     topic_partitions,
     transactions,
+    txn_markers,
 )
 from .registry import HANDLERS, HandlerEntry, supported_versions
 
