@@ -13,8 +13,10 @@ from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from kwire.broker import EmbeddedBroker
+from kwire.broker.quotas import Alteration
 from kwire.client.admin import Admin, QuotaAlteration, QuotaEntity, QuotaFilter
 from kwire.protocol.errors import InvalidRequestError
+from tests.security.helpers import PASSWORD
 
 
 def test_confluent_producer_over_its_quota_is_throttled_and_served(tmp_path):
@@ -52,6 +54,33 @@ def test_confluent_producer_over_its_quota_is_throttled_and_served(tmp_path):
                 break
         consumer.close()
         assert seen == 121
+
+
+def _throttled_producer(bootstrap: str, user: str, n: int = 120, **security) -> list[float]:
+    """Send n 1 kB records as ``user`` over SASL/SCRAM (client id "shared"); the throttle times seen."""
+    throttles: list[float] = []
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "client.id": "shared", "linger.ms": 0, "batch.size": 4096,
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user,
+        "sasl.password": PASSWORD, "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    for _ in range(n):
+        producer.produce("q", b"x" * 1000)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    producer.poll(0)
+    return throttles
+
+
+def test_a_user_quota_applies_to_the_logged_in_principal_only(tmp_path):
+    """The quota follows the SASL login (Kafka's user entity is the principal's name), not the client id."""
+    with EmbeddedBroker(tmp_path / "data", listeners=["SASL_PLAINTEXT://127.0.0.1:0"], default_partitions=1) as broker:
+        broker.add_user("alice", PASSWORD)
+        broker.add_user("bob", PASSWORD)
+        broker.call(lambda: broker.state.client_quotas.alter([Alteration([("user", "alice")],
+                                                                         [("producer_byte_rate", 10_000.0)])]))
+        bootstrap = broker.bootstrap_for("SASL_PLAINTEXT")
+        assert any(t > 0 for t in _throttled_producer(bootstrap, "alice"))
+        assert not any(t > 0 for t in _throttled_producer(bootstrap, "bob"))
 
 
 def test_kafka_python_codec_alters_and_describes(tmp_path):
