@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,11 +70,13 @@ class CoordinatorLoader:
         self._lock = threading.Lock()  # the loads still to submit: taken by the worker and start()
         self._remaining: list[int] = []
         self._txn_to_read = False
+        self._started: float | None = None
         self.failed: list[str] = []  # what could not be loaded (logged), for tests
         self.done = threading.Event()  # set once everything is installed (or failed)
 
     def start(self) -> None:
         """Start loading: the group partitions, then the transaction state."""
+        self._started = time.monotonic()
         with self._lock:
             self._remaining = self._groups.loading_partitions
             self._txn_to_read = self._transactions.loading()
@@ -149,6 +152,9 @@ class CoordinatorLoader:
     def _finished(self) -> None:
         if self._own_executor:
             self._executor.shutdown(wait=False)
+        if self._started is not None and not self.failed:
+            logger.info("coordinators loaded in %.0f ms: %d group(s)", (time.monotonic() - self._started) * 1e3,
+                        len(self._groups.store.groups))
         self.done.set()
 
     def _failed(self, what: str, exc: BaseException) -> None:
