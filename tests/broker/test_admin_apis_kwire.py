@@ -107,3 +107,17 @@ def test_list_and_describe_transactions(broker, admin):
     assert admin.describe_transactions(["kw-tx"])["kw-tx"].state == "CompleteCommit"
     with pytest.raises(TransactionalIdNotFoundError):
         admin.describe_transactions(["never-used"])
+
+
+def test_abort_transaction_of_a_hanging_producer(broker, admin):
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "kw-hanging"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(TOPIC, value=b"left open", partition=0)
+    assert producer.flush(30) == 0
+    tp = TopicPartition(TOPIC, 0)
+    [open_one] = [p for p in admin.describe_producers([tp])[tp] if p.current_txn_start_offset >= 0]
+    admin.abort_transaction(tp, open_one.producer_id, open_one.producer_epoch)
+    after = {p.producer_id: p for p in admin.describe_producers([tp])[tp]}
+    assert after[open_one.producer_id].current_txn_start_offset == -1
+    producer.abort_transaction(30)

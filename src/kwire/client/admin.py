@@ -1294,6 +1294,13 @@ class AsyncAdmin:
         """Each transactional id's state at its coordinator (KIP-664)."""
         return await txn_admin.describe_transactions(self, transactional_ids, timeout=timeout)
 
+    async def abort_transaction(self, partition: TopicPartition | tuple[str, int], producer_id: int,
+                                producer_epoch: int, *, coordinator_epoch: int = -1,
+                                timeout: float | None = None) -> None:
+        """Abort a hanging transaction in one partition (an ABORT marker on its leader, KIP-664)."""
+        await txn_admin.abort_transaction(self, partition, producer_id, producer_epoch,
+                                          coordinator_epoch=coordinator_epoch, timeout=timeout)
+
 
 # -- decoding helpers -------------------------------------------------------------------------------
 def _offset_spec(spec: int | str) -> int:
@@ -1427,3 +1434,4 @@ class Admin:
     list_config_resources = _sync("list_config_resources")
     list_transactions = _sync("list_transactions")
     describe_transactions = _sync("describe_transactions")
+    abort_transaction = _sync("abort_transaction")

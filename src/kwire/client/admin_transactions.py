@@ -1,6 +1,6 @@
-"""``Admin``'s transaction calls (KIP-664, as Kafka's Admin.listTransactions / describeTransactions):
-the transactions each broker's coordinator knows, and the state of named transactional ids from
-their coordinator.  Kept apart from admin.py, as admin_cluster.py is; ``AsyncAdmin`` has a thin
+"""``Admin``'s transaction calls (KIP-664, as Kafka's Admin.listTransactions / describeTransactions /
+abortTransaction): the transactions each broker's coordinator knows, the state of named
+transactional ids from their coordinator, and the abort of a hanging transaction in a partition.  Kept apart from admin.py, as admin_cluster.py is; ``AsyncAdmin`` has a thin
 method for each.
 """
 
@@ -17,10 +17,12 @@ from .types import TopicPartition
 if TYPE_CHECKING:
     from .admin import AsyncAdmin
 
-__all__ = ["TransactionDescription", "TransactionListing", "describe_transactions", "list_transactions"]
+__all__ = ["TransactionDescription", "TransactionListing", "abort_transaction", "describe_transactions",
+           "list_transactions"]
 
 LIST_TRANSACTIONS = messages.ListTransactionsRequest.API_KEY
 DESCRIBE_TRANSACTIONS = messages.DescribeTransactionsRequest.API_KEY
+WRITE_TXN_MARKERS = messages.WriteTxnMarkersRequest.API_KEY
 TRANSACTION_COORDINATOR = 1  # FindCoordinator's key type for transactional ids
 
 
@@ -118,3 +120,39 @@ async def describe_transactions(admin: AsyncAdmin, transactional_ids: Iterable[s
         await admin._per_node(batch, by_node, send)
 
     return await admin._run(batch, round_, what="DescribeTransactions", timeout=timeout)
+
+
+async def abort_transaction(admin: AsyncAdmin, partition: TopicPartition | tuple[str, int], producer_id: int,
+                            producer_epoch: int, *, coordinator_epoch: int = -1, timeout: float | None) -> None:
+    """Write an ABORT marker for the producer's open transaction in ``partition`` on its leader
+    (WriteTxnMarkers, as Kafka's Admin.abortTransaction): for a transaction its coordinator lost,
+    which holds the partition's last stable offset back.  The producer id and epoch are those
+    DescribeProducers shows for the partition."""
+    from .admin import UNKNOWN_TOPIC_OR_PARTITION, _Batch, _broker_error, _check_partition_known, _partition
+
+    tp = TopicPartition(*partition)
+    batch: _Batch[TopicPartition, None] = _Batch([tp], _partition)
+    R = messages.WriteTxnMarkersRequest
+    M = R.WritableTxnMarker
+    request = R(markers=[M(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+                           coordinator_epoch=coordinator_epoch,
+                           topics=[M.WritableTxnMarkerTopic(name=tp.topic, partition_indexes=[tp.partition])])])
+
+    async def send(node: int | None, tps: list[TopicPartition]) -> None:
+        response = await admin._send(lambda v: request, node, api_key=WRITE_TXN_MARKERS, low=1)
+        for m in response.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        batch.fail(tp, _broker_error(p.error_code, _partition(tp)),
+                                   final=p.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                    else:
+                        batch.succeed(tp, None)
+
+    async def round_(tps: list[TopicPartition]) -> None:
+        metadata = await admin._cluster.refresh_metadata([tp.topic])
+        _check_partition_known(batch, metadata, tp)
+        if tp in batch.pending:
+            await admin._per_node(batch, {metadata.leader(*tp): [tp]}, send)
+
+    await admin._run(batch, round_, what="WriteTxnMarkers", timeout=timeout, refresh_metadata=True)
