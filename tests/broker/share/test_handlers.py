@@ -119,3 +119,42 @@ def test_the_final_epoch_closes_the_session_and_releases_what_the_member_held(st
     r = fetch(state, 0, tid, member="m2")
     acquired = r.responses[0].partitions[0].acquired_records
     assert [(a.first_offset, a.last_offset, a.delivery_count) for a in acquired] == [(2, 4, 2)]
+
+
+DSO, ASO, DLO = (messages.DescribeShareGroupOffsetsRequest, messages.AlterShareGroupOffsetsRequest,
+                 messages.DeleteShareGroupOffsetsRequest)
+
+
+def describe_offsets(state, group="g", topics=None):
+    T = DSO.DescribeShareGroupOffsetsRequestGroup.DescribeShareGroupOffsetsRequestTopic
+    req = DSO(groups=[DSO.DescribeShareGroupOffsetsRequestGroup(
+        group_id=group, topics=None if topics is None else [T(topic_name=t, partitions=ps) for t, ps in topics])])
+    g = serve(state, req, 0).groups[0]
+    return g.error_code, {(t.topic_name, p.partition_index): (p.start_offset, p.error_code)
+                          for t in g.topics for p in t.partitions}
+
+
+def test_describe_alter_and_delete_share_group_offsets(state):
+    from kwire.protocol.errors import GroupIdNotFoundError, NonEmptyGroupError, UnknownTopicOrPartitionError
+    tid = setup_group(state)
+    assert describe_offsets(state) == (0, {("t", 0): (0, 0)})
+    fetch(state, 0, tid)
+    ack(state, 1, tid, 0, 2)
+    assert describe_offsets(state) == (0, {("t", 0): (3, 0)})
+    assert describe_offsets(state, topics=[("t", [0, 7]), ("nope", [0])])[1] == {
+        ("t", 0): (3, 0), ("t", 7): (-1, UnknownTopicOrPartitionError.code),
+        ("nope", 0): (-1, UnknownTopicOrPartitionError.code)}
+    assert describe_offsets(state, group="other")[0] == GroupIdNotFoundError.code
+    AT_, AP_ = ASO.AlterShareGroupOffsetsRequestTopic, ASO.AlterShareGroupOffsetsRequestTopic.\
+        AlterShareGroupOffsetsRequestPartition
+    alter = ASO(group_id="g", topics=[AT_(topic_name="t", partitions=[AP_(partition_index=0, start_offset=1)])])
+    assert serve(state, alter, 0).error_code == NonEmptyGroupError.code  # m1 is still a member
+    serve(state, HB(group_id="g", member_id="m1", member_epoch=-1, rack_id=None, subscribed_topic_names=None), 1)
+    r = serve(state, alter, 0)
+    assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0
+    assert describe_offsets(state) == (0, {("t", 0): (1, 0)})
+    r = serve(state, DLO(group_id="g", topics=[DLO.DeleteShareGroupOffsetsRequestTopic(topic_name="t"),
+                                               DLO.DeleteShareGroupOffsetsRequestTopic(topic_name="u")]), 0)
+    assert r.error_code == 0
+    assert [(t.topic_name, t.error_code) for t in r.responses] == [("t", 0), ("u", UnknownTopicOrPartitionError.code)]
+    assert describe_offsets(state)[1] == {}

@@ -1,8 +1,10 @@
-"""KIP-932 share groups: ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and ShareAcknowledge.
+"""KIP-932 share groups: ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge and
+the share-group offsets APIs (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets).
 
 The state lives in ``broker.share`` (kwire.broker.share.manager).  Versions are Kafka 4.3's:
 ShareGroupHeartbeat and ShareGroupDescribe v1, ShareFetch and ShareAcknowledge v1-2 (v0 was
-Kafka 4.0's early access, removed in 4.1).
+Kafka 4.0's early access, removed in 4.1), the offsets APIs v0 (DescribeShareGroupOffsets v1 only
+adds the lag, KIP-1226).
 
 ShareFetch follows Kafka's SharePartitionManager: the share session epoch is checked first (an
 error there answers the whole request), then the acknowledgements are applied (their errors go in
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
@@ -27,6 +30,7 @@ from kwire.protocol.errors import (
     KafkaError,
     TopicAuthorizationFailedError,
     UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
 )
 
 from ..auth.acls import AclOperation, ResourceType
@@ -42,6 +46,7 @@ DESC = messages.ShareGroupDescribeResponse
 SF = messages.ShareFetchResponse
 SA = messages.ShareAcknowledgeResponse
 RENEW_VERSION = 2  # RENEW acknowledgements (KIP-1222)
+_ZERO_UUID = uuid.UUID(int=0)  # an unknown topic's id in the offsets responses
 
 
 def share_of(broker) -> ShareManager:
@@ -325,4 +330,126 @@ def handle_share_acknowledge(ctx, request):
         mgr.release_member(group, member)
     mgr.persist(group)
     resp.responses = _group_by_topic(answers, SA.ShareAcknowledgeTopicResponse)
+    return resp
+
+
+# -- share-group offsets --------------------------------------------------------------------------
+def _check_group(ctx, mgr: ShareManager, group_id: str, operation: AclOperation) -> None:
+    if not group_id:
+        raise InvalidGroupIdError("GroupId can't be empty.")
+    if not ctx.allowed(operation, ResourceType.GROUP, group_id):
+        raise GroupAuthorizationFailedError("Group authorization failed.")
+    if mgr.group_type_taken(group_id):
+        raise GroupIdNotFoundError(f"Group {group_id} is not a share group.")
+
+
+@handler(messages.DescribeShareGroupOffsetsRequest.API_KEY, 0)
+def handle_describe_share_group_offsets(ctx, request):
+    """The share-partition start offsets (Kafka's GroupCoordinatorService.describeShareGroupOffsets):
+    all the group's initialized share partitions for null Topics, else those asked for, -1 for one
+    not initialized."""
+    R = messages.DescribeShareGroupOffsetsResponse
+    G, T, P = R.DescribeShareGroupOffsetsResponseGroup, R.DescribeShareGroupOffsetsResponseGroup.\
+        DescribeShareGroupOffsetsResponseTopic, R.DescribeShareGroupOffsetsResponseGroup.\
+        DescribeShareGroupOffsetsResponseTopic.DescribeShareGroupOffsetsResponsePartition
+    mgr = share_of(ctx.broker)
+    groups = []
+    for rg in request.groups:
+        g = G(group_id=rg.group_id, topics=[], error_code=0, error_message=None)
+        groups.append(g)
+        try:
+            _check_group(ctx, mgr, rg.group_id, AclOperation.DESCRIBE)
+            if not mgr.is_share_group(rg.group_id):
+                raise GroupIdNotFoundError(f"Group {rg.group_id} not found.")
+        except KafkaError as exc:
+            g.error_code, g.error_message = exc.code, exc.message
+            continue
+        offsets = mgr.start_offsets(rg.group_id)
+        if rg.topics is None:
+            wanted: dict[str, list[int]] = {}
+            for (t, p) in sorted(offsets):
+                wanted.setdefault(t, []).append(p)
+        else:
+            wanted = {t.topic_name: list(t.partitions) for t in rg.topics}
+        for name, parts in wanted.items():
+            info = ctx.broker.topics.get(name)
+            t = T(topic_name=name, topic_id=info.topic_id if info else _ZERO_UUID, partitions=[])
+            g.topics.append(t)
+            for p in parts:
+                pr = P(partition_index=p, start_offset=-1, leader_epoch=-1, error_code=0, error_message=None)
+                if info is None or not ctx.broker.topics.partition_exists(name, p):
+                    pr.error_code, pr.error_message = UnknownTopicOrPartitionError.code, \
+                        "This server does not host this topic-partition."
+                elif not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                    pr.error_code, pr.error_message = TopicAuthorizationFailedError.code, "Topic authorization failed."
+                elif (name, p) in offsets:
+                    pr.start_offset, pr.leader_epoch = offsets[(name, p)], LEADER_EPOCH
+                t.partitions.append(pr)
+    return R(throttle_time_ms=0, groups=groups)
+
+
+@handler(messages.AlterShareGroupOffsetsRequest.API_KEY, 0)
+def handle_alter_share_group_offsets(ctx, request):
+    """Set share-partition start offsets of an empty share group (NON_EMPTY_GROUP otherwise)."""
+    R = messages.AlterShareGroupOffsetsResponse
+    T, P = R.AlterShareGroupOffsetsResponseTopic, R.AlterShareGroupOffsetsResponseTopic.\
+        AlterShareGroupOffsetsResponsePartition
+    mgr = share_of(ctx.broker)
+    resp = R(throttle_time_ms=0, error_code=0, error_message=None, responses=[])
+    try:
+        _check_group(ctx, mgr, request.group_id, AclOperation.READ)
+        mgr.require_empty(request.group_id)
+    except Exception as exc:  # noqa: BLE001 - the whole request's answer
+        resp.error_code, resp.error_message = error_of(exc)
+        return resp
+    for rt in request.topics:
+        info = ctx.broker.topics.get(rt.topic_name)
+        t = T(topic_name=rt.topic_name, topic_id=info.topic_id if info else _ZERO_UUID, partitions=[])
+        resp.responses.append(t)
+        for rp in rt.partitions:
+            pr = P(partition_index=rp.partition_index, error_code=0, error_message=None)
+            try:
+                if info is None or info.internal or not ctx.broker.topics.partition_exists(rt.topic_name,
+                                                                                         rp.partition_index):
+                    raise UnknownTopicOrPartitionError(f"{rt.topic_name}-{rp.partition_index} does not exist")
+                if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, rt.topic_name):
+                    raise TopicAuthorizationFailedError("Topic authorization failed.")
+                if rp.start_offset < 0:
+                    raise InvalidRequestError(f"start offset {rp.start_offset} is negative")
+                mgr.alter_start_offset(request.group_id, rt.topic_name, rp.partition_index, rp.start_offset)
+            except Exception as exc:  # noqa: BLE001 - this partition's error
+                pr.error_code, pr.error_message = error_of(exc)
+            t.partitions.append(pr)
+    return resp
+
+
+@handler(messages.DeleteShareGroupOffsetsRequest.API_KEY, 0)
+def handle_delete_share_group_offsets(ctx, request):
+    """Forget the share state of whole topics of an empty share group."""
+    R = messages.DeleteShareGroupOffsetsResponse
+    T = R.DeleteShareGroupOffsetsResponseTopic
+    mgr = share_of(ctx.broker)
+    resp = R(throttle_time_ms=0, error_code=0, error_message=None, responses=[])
+    try:
+        _check_group(ctx, mgr, request.group_id, AclOperation.DELETE)
+        if not mgr.is_share_group(request.group_id):
+            raise GroupIdNotFoundError(f"Group {request.group_id} not found.")
+        mgr.require_empty(request.group_id)
+    except Exception as exc:  # noqa: BLE001 - the whole request's answer
+        resp.error_code, resp.error_message = error_of(exc)
+        return resp
+    for rt in request.topics:
+        info = ctx.broker.topics.get(rt.topic_name)
+        t = T(topic_name=rt.topic_name, topic_id=info.topic_id if info else _ZERO_UUID, error_code=0,
+              error_message=None)
+        resp.responses.append(t)
+        try:
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"topic {rt.topic_name} does not exist")
+            if not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, rt.topic_name):
+                raise TopicAuthorizationFailedError("Topic authorization failed.")
+            if not mgr.delete_topic_state(request.group_id, rt.topic_name):
+                raise UnknownTopicOrPartitionError(f"group {request.group_id} has no state for topic {rt.topic_name}")
+        except Exception as exc:  # noqa: BLE001 - this topic's error
+            t.error_code, t.error_message = error_of(exc)
     return resp

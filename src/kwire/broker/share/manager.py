@@ -242,3 +242,46 @@ class ShareManager:
     def topic_id(self, topic: str) -> uuid.UUID | None:
         info = self._state.topics.get(topic)
         return info.topic_id if info is not None else None
+
+    # -- offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) -----
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> share-partition start offset of every initialized share partition."""
+        self.expire()
+        out = {(k[1], k[2]): sp.start_offset for k, sp in self.partitions.items() if k[0] == group_id}
+        for (g, topic, p), st in self._loaded.items():  # persisted, not in use since the restart
+            if g == group_id:
+                out.setdefault((topic, p), st.start_offset)
+        return out
+
+    def is_share_group(self, group_id: str) -> bool:
+        return group_id in self.groups.groups or any(k[0] == group_id for k in self.partitions) \
+            or any(k[0] == group_id for k in self._loaded)
+
+    def require_empty(self, group_id: str) -> None:
+        """NON_EMPTY_GROUP unless the share group has no members (Kafka alters and deletes the
+        offsets of empty share groups only)."""
+        from kwire.protocol.errors import NonEmptyGroupError
+        self.expire()
+        g = self.groups.group(group_id)
+        if g is not None and g.members:
+            raise NonEmptyGroupError(f"The group {group_id} is not empty.")
+
+    def alter_start_offset(self, group_id: str, topic: str, p: int, offset: int) -> None:
+        """Start the share partition over at ``offset``: everything in flight is forgotten."""
+        log = self._state.internal_topics.partition_log(topic, p)
+        sp = self.partition(group_id, topic, p)
+        sp.reset_to(min(max(offset, log.log_start_offset), log.high_watermark))
+        self._save((group_id, topic, p), sp)
+
+    def delete_topic_state(self, group_id: str, topic: str) -> bool:
+        """Forget the group's share state of ``topic`` (tombstones in __share_group_state); whether
+        there was any."""
+        info = self._state.topics.get(topic)
+        keys = [k for k in list(self.partitions) + list(self._loaded) if k[0] == group_id and k[1] == topic]
+        for key in keys:
+            self.partitions.pop(key, None)
+            self._loaded.pop(key, None)
+            self._persisted_changes.pop(key, None)
+            if info is not None:
+                self.persister.write(group_id, info.topic_id, key[2], None)
+        return bool(keys)
