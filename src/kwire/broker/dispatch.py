@@ -23,7 +23,7 @@ import logging
 import struct
 from dataclasses import dataclass
 
-from kwire.protocol.errors import ProtocolError, UnknownServerError, UnsupportedVersionError
+from kwire.protocol.errors import KafkaStorageError, ProtocolError, UnknownServerError, UnsupportedVersionError
 from kwire.protocol.frames import decode_request_header, encode_response_parts
 from kwire.protocol.messages import Message, request_class, response_class
 from kwire.protocol.quotas import client_throttles
@@ -33,6 +33,7 @@ from .auth.sasl import PRE_AUTH_APIS, SaslStateError
 from .context import RequestContext
 from .handlers import HANDLERS
 from .handlers.api_versions import API_VERSIONS, unsupported_version_response
+from .handlers.common import storage_error
 from .handlers.registry import CloseConnection
 from .log_limiter import ProblemLog
 
@@ -198,6 +199,8 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
         result = entry.fn(ctx, request) if meter is None else meter.call(entry.fn, ctx, request)
     except CloseConnection:
         raise
+    except OSError as exc:  # the data dir failed under a handler that had no finer answer
+        return _refuse(header, KafkaStorageError.code, str(storage_error(exc, cls.SPEC.name.removesuffix("Request"))))
     except Exception:
         logger.exception("%s v%d handler failed", cls.SPEC.name, version)
         return _refuse(header, UnknownServerError.code, f"{cls.SPEC.name} handler failed")
@@ -234,6 +237,8 @@ async def _await(header, name: str, pending, meter=None) -> Reply | None:
         response = await pending
     except CloseConnection:
         raise
+    except OSError as exc:
+        return _refuse(header, KafkaStorageError.code, str(storage_error(exc, name.removesuffix("Request"))))
     except Exception:
         logger.exception("%s v%d handler failed", name, header.request_api_version)
         return _refuse(header, UnknownServerError.code, f"{name} handler failed")

@@ -135,7 +135,12 @@ class TopicRegistry:
             info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs or {}))
             self._topics[name] = info
             self._by_id[info.topic_id] = info
-            self._save()
+            try:
+                self._save()
+            except BaseException:
+                # Not on disk, so not a topic: the registry stays what the file says.
+                del self._topics[name], self._by_id[info.topic_id]
+                raise
             return info
 
     def ensure(self, wanted: dict[str, tuple[int, dict[str, str]]], *, save: bool = True) -> list[str]:

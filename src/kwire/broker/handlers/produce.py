@@ -39,7 +39,7 @@ from kwire.protocol.errors import (
 from ..auth.acls import AclOperation, ResourceType
 from ..storage.log import parse_partition_dir
 from ..topics import is_internal
-from .common import error_of
+from .common import error_of, storage_error
 from .registry import handler
 
 PRODUCE = 0
@@ -119,6 +119,8 @@ def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionRe
             resp.log_start_offset = log.log_start_offset
         broker.waiters.notify((name, index))
     except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
+        if isinstance(exc, OSError):
+            exc = storage_error(exc, f"appending to {name}-{index}", log.dir if log is not None else None)
         resp.error_code, resp.error_message = error_of(exc)
         if log is not None and v >= 5:
             resp.log_start_offset = log.log_start_offset

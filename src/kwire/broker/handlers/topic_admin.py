@@ -19,6 +19,7 @@ from kwire.protocol.errors import (
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import validate_topic_name
 from ..topics import is_internal
+from .common import storage_error
 from .configs import check_topic_configs, topic_config_entries
 from .registry import handler
 
@@ -51,11 +52,29 @@ def create_topic(broker, name: str, partitions: int, configs: dict[str, str], *,
     clean = check_topic_configs(broker, configs)
     if validate_only:
         return None
-    info = broker.topics.add(name, partitions, clean)
+    try:
+        info = broker.topics.add(name, partitions, clean)
+    except OSError as exc:
+        raise storage_error(exc, f"creating topic {name!r}", broker.topics.path) from None
     cfg = broker.log_config_for(info)
-    for p in range(partitions):
-        broker.logs.create_partition(name, p, cfg, exist_ok=True)
+    try:
+        for p in range(partitions):
+            broker.logs.create_partition(name, p, cfg, exist_ok=True)
+    except OSError as exc:
+        failure = storage_error(exc, f"creating topic {name!r}", broker.data_dir)
+        _undo_create(broker, name)
+        raise failure from None
     return info
+
+
+def _undo_create(broker, name: str) -> None:
+    """Take back a topic whose partitions could not all be made.  If even that cannot be
+    written, the broker's start-up check creates the missing partitions from the topic list."""
+    try:
+        broker.logs.delete_topic(name)
+        broker.topics.remove(name)
+    except OSError as exc:
+        storage_error(exc, f"removing half-created topic {name!r}")
 
 
 def _authorize(ctx, operation: AclOperation, topic: str) -> None:

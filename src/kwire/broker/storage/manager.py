@@ -258,12 +258,22 @@ class LogManager:
             deleted = {key: log.apply_retention(now_ms) for key, log in self._logs.items()}
             return {key: bases for key, bases in deleted.items() if bases}
 
-    def _close_logs(self, *, flush: bool) -> None:
-        for log in self._logs.values():
-            if flush:
-                log.close()
-            else:
-                log.close_without_flush()
+    def _close_logs(self, *, flush: bool) -> OSError | None:
+        """Close every log; the first I/O error, if closing (flushing) one failed.  A log that
+        fails does not keep the others open: each is closed, and a failed flush is what the next
+        start's recovery is for (Kafka's shutdown does the same with an offline log dir)."""
+        failed: OSError | None = None
+        for (topic, partition), log in self._logs.items():
+            try:
+                if flush:
+                    log.close()
+                else:
+                    log.close_without_flush()
+            except OSError as exc:
+                logger.error("%s-%d: closing its log failed: %s; its unflushed tail is recovered at the next "
+                             "start", topic, partition, exc)
+                failed = failed or exc
+        return failed
 
     def close(self, *, clean: bool = True) -> None:
         """Flush and close every log, then write the clean-shutdown marker.  Idempotent.
@@ -282,14 +292,18 @@ class LogManager:
                 if not clean:
                     self._close_logs(flush=False)
                     return
-                self._close_logs(flush=True)
+                if self._close_logs(flush=True) is not None:
+                    return  # no clean-shutdown marker: the next start recovers the logs
                 marker = self.data_dir / CLEAN_SHUTDOWN_FILE
-                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                fsync_dir(self.data_dir)
+                    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    fsync_dir(self.data_dir)
+                except OSError as exc:  # the logs are flushed: the next start only checks them again
+                    logger.error("could not write %s: %s; the next start recovers the logs", marker, exc)
             finally:
                 self._closed = True
                 os.close(self._lock_fd)  # releases the flock
