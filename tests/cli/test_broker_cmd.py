@@ -85,6 +85,38 @@ def test_config_file_and_flags(tmp_path):
         assert stop(proc)[0] == 0
 
 
+def _broker_configs(bootstrap: str) -> dict:
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    broker = confluent_kafka.admin.ConfigResource(confluent_kafka.admin.ResourceType.BROKER, "1")
+    return {name: entry.value for name, entry in admin.describe_configs([broker])[broker].result(timeout=30).items()}
+
+
+def test_group_settings_start_at_kafkas_defaults(tmp_path):
+    # kwire broker waits Kafka's 3 s before a new group's first rebalance (the embedded broker: 0).
+    proc, info = start("--data-dir", str(tmp_path / "a"))
+    try:
+        configs = _broker_configs(info["bootstrap"])
+        assert configs["group.initial.rebalance.delay.ms"] == "3000"
+        assert (configs["group.min.session.timeout.ms"], configs["group.max.session.timeout.ms"]) == \
+            ("6000", "1800000")
+    finally:
+        assert stop(proc)[0] == 0
+    # A config file changes the default, a flag the file.
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text("group_initial_rebalance_delay_ms = 500\ngroup_min_session_timeout_ms = 2000\n")
+    proc, info = start("--config", str(cfg), "--data-dir", str(tmp_path / "b"), "--group-min-session-timeout-ms",
+                       "1000", "--group-max-session-timeout-ms", "60000")
+    try:
+        configs = _broker_configs(info["bootstrap"])
+        assert (configs["group.initial.rebalance.delay.ms"], configs["group.min.session.timeout.ms"],
+                configs["group.max.session.timeout.ms"]) == ("500", "1000", "60000")
+    finally:
+        assert stop(proc)[0] == 0
+    bad = subprocess.run([*KWIRE, "broker", "--data-dir", str(tmp_path / "c"), "--group-min-session-timeout-ms",
+                          "9000", "--group-max-session-timeout-ms", "8000"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "group_min_session_timeout_ms must be > 0 and at most" in bad.stderr
+
+
 @pytest.mark.parametrize("content,message", [
     ("prot = 1\n", "unknown setting 'prot'"),
     ("port = 'x'\n", "port must be an integer"),
@@ -117,5 +149,6 @@ def test_help_lists_the_flags():
     out = subprocess.run([*KWIRE, "broker", "--help"], capture_output=True, text=True, timeout=60).stdout
     for flag in ("--data-dir", "--host", "--port", "--advertised-host", "--config", "--fsync",
                  "--auto-create-topics", "--default-partitions", "--segment-bytes", "--retention-ms",
-                 "--page-cache-bytes"):
+                 "--page-cache-bytes", "--group-initial-rebalance-delay-ms", "--group-min-session-timeout-ms",
+                 "--group-max-session-timeout-ms"):
         assert flag in out

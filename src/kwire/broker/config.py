@@ -58,7 +58,8 @@ class BrokerConfig:
     # the kernel, as Kafka does.  Linux only (elsewhere always -1).
     page_cache_bytes: int = 256 * 1024 * 1024
     # Group coordinator (Kafka's names: group.*).  Kafka waits 3 s for more members before the
-    # first rebalance of a new group; a development broker answers at once by default.
+    # first rebalance of a new group; here 0, so the embedded broker (tests) answers at once.
+    # ``kwire broker`` starts with Kafka's 3000 (cli/broker_cmd.py KAFKA_DEFAULTS).
     group_initial_rebalance_delay_ms: int = 0
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -116,6 +117,12 @@ class BrokerConfig:
             raise ConfigError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {self.fsync!r}")
         if self.default_partitions < 1:
             raise ConfigError(f"default_partitions must be >= 1, got {self.default_partitions}")
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise ConfigError("group_initial_rebalance_delay_ms must be >= 0, "
+                              f"got {self.group_initial_rebalance_delay_ms}")
+        if not 0 < self.group_min_session_timeout_ms <= self.group_max_session_timeout_ms:
+            raise ConfigError("group_min_session_timeout_ms must be > 0 and at most group_max_session_timeout_ms, "
+                              f"got {self.group_min_session_timeout_ms} and {self.group_max_session_timeout_ms}")
         if self.fsync_interval_ms < 1:
             raise ConfigError(f"fsync_interval_ms must be >= 1, got {self.fsync_interval_ms}")
         if self.max_request_size < 1024:
@@ -197,12 +204,15 @@ def _check_type(name: str, value: Any) -> Any:
     return coerce(name, value, _TOP_TYPES[name])
 
 
-def load_config(path: Path | None = None, **overrides: Any) -> BrokerConfig:
-    """Defaults, then the TOML file (if any), then ``overrides`` (None values are ignored).
+def load_config(path: Path | None = None, *, defaults: dict[str, Any] | None = None,
+                **overrides: Any) -> BrokerConfig:
+    """BrokerConfig's defaults, then ``defaults`` (a program's own: ``kwire broker`` takes Kafka's
+    where the embedded broker keeps faster ones for tests), then the TOML file (if any), then
+    ``overrides`` (None values are ignored).
 
     ``overrides`` may hold ``log`` as a dict of LogConfig fields.
     """
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(defaults or {})
     log_values: dict[str, Any] = {}
     if path is not None:
         try:

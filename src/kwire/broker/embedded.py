@@ -15,6 +15,10 @@ It listens on a free port of 127.0.0.1 and keeps its data in a temporary directo
 exit, unless ``data_dir`` is given.  Other settings are ``BrokerConfig`` fields as keywords
 (``EmbeddedBroker(default_partitions=3, fsync="always")``).
 
+Its defaults are for tests: a new consumer group rebalances at once
+(``group_initial_rebalance_delay_ms=0``, where Kafka and ``kwire broker`` wait 3000 ms for more
+members).  A test that depends on Kafka's delay passes ``group_initial_rebalance_delay_ms=3000``.
+
 Security: listeners, TLS files and the authorizer are settings too; users are added with
 ``add_user`` (before or after start)::
 

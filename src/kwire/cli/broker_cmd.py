@@ -33,6 +33,10 @@ from kwire.protocol.errors import KafkaError
 from .output import fail
 
 KEY_PASSWORD_ENV = "KWIRE_SSL_KEY_PASSWORD"
+# Where ``kwire broker`` takes Kafka's default and the embedded broker (for tests) a faster one:
+# Kafka waits group.initial.rebalance.delay.ms for more members before a new group's first
+# rebalance; a test suite would wait too.
+KAFKA_DEFAULTS = {"group_initial_rebalance_delay_ms": 3000}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -95,6 +99,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="a principal that bypasses ACLs, e.g. User:admin (repeatable)")
     sec.add_argument("--allow-everyone-if-no-acl-found", action="store_true", default=None,
                      help="with --authorizer: a resource without any ACL is open to all")
+    grp = p.add_argument_group("consumer groups (Kafka's group.* broker settings)")
+    grp.add_argument("--group-initial-rebalance-delay-ms", type=int, metavar="MS",
+                     help="how long a new group waits for more members before its first rebalance "
+                          f"(default {KAFKA_DEFAULTS['group_initial_rebalance_delay_ms']}, as Kafka; the embedded "
+                          "broker: 0)")
+    grp.add_argument("--group-min-session-timeout-ms", type=int, metavar="MS",
+                     help="the shortest session timeout a member may ask for (default 6000)")
+    grp.add_argument("--group-max-session-timeout-ms", type=int, metavar="MS",
+                     help="the longest session timeout a member may ask for (default 1800000)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="server log verbosity on stderr (default info)")
     p.add_argument("--json", action="store_true", help="print the startup line as JSON on stdout")
@@ -118,6 +131,9 @@ def _settings(args: argparse.Namespace) -> dict:
             "sasl_enabled_mechanisms": _split([args.sasl_enabled_mechanisms] if args.sasl_enabled_mechanisms else None),
             "failed_authentication_delay_ms": args.failed_authentication_delay_ms,
             "authorizer": args.authorizer, "super_users": args.super_users,
+            "group_initial_rebalance_delay_ms": args.group_initial_rebalance_delay_ms,
+            "group_min_session_timeout_ms": args.group_min_session_timeout_ms,
+            "group_max_session_timeout_ms": args.group_max_session_timeout_ms,
             "allow_everyone_if_no_acl_found": args.allow_everyone_if_no_acl_found}
 
 
@@ -134,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.listeners and (args.host is not None or args.port is not None):
         return fail("--host and --port make the one PLAINTEXT listener; with --listener give every address there")
     try:
-        config = load_config(args.config, **_settings(args))
+        config = load_config(args.config, defaults=KAFKA_DEFAULTS, **_settings(args))
     except ConfigError as exc:
         return fail(str(exc))
     # This process is the broker and nothing else: let it keep freed request buffers for reuse
