@@ -6,6 +6,7 @@ forward (``ShareManager.now_ms``), never by sleeping through a lock duration.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from kwire.broker import EmbeddedBroker
 from kwire.broker.handlers.share_groups import share_of
+from kwire.client.connection import BrokerConnection
+from kwire.protocol import messages
 
 LOCK_MS = 30_000  # Kafka's default share.record.lock.duration.ms
 
@@ -88,6 +91,22 @@ def start_offset(broker: EmbeddedBroker, group: str, topic: str, p: int = 0) -> 
     return -1 if sp is None else sp.start_offset
 
 
+def described_start_offsets(broker: EmbeddedBroker, group: str) -> dict[tuple[str, int], int]:
+    """DescribeShareGroupOffsets over the wire (kwire's connection): (topic, partition) -> start offset."""
+    R = messages.DescribeShareGroupOffsetsRequest
+
+    async def ask():
+        conn = await BrokerConnection.open("127.0.0.1", broker.port)
+        try:
+            return await conn.send(R(groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]))
+        finally:
+            conn.close()
+
+    [g] = asyncio.run(ask()).groups
+    assert g.error_code == 0, g.error_message
+    return {(t.topic_name, p.partition_index): p.start_offset for t in g.topics for p in t.partitions}
+
+
 def total(got) -> int:
     return sum(len(v) for v in got.values())
 
@@ -108,6 +127,7 @@ def test_every_record_is_accepted_exactly_once_across_members(broker):
         more = poll_all(consumers, lambda g: start_offset(broker, group, topic) == 300, timeout=15)
         assert total(more) == 0
         assert start_offset(broker, group, topic) == 300
+        assert described_start_offsets(broker, group) == {(topic, 0): 300}
     finally:
         for c in consumers:
             c.close()
