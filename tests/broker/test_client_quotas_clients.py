@@ -7,6 +7,8 @@ AdminClient has no client quota calls at all); the quotas survive a restart.  No
 
 from __future__ import annotations
 
+import select
+
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
@@ -15,8 +17,10 @@ from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasR
 from kwire.broker import EmbeddedBroker
 from kwire.broker.quotas import Alteration
 from kwire.client.admin import Admin, QuotaAlteration, QuotaEntity, QuotaFilter
+from kwire.protocol import encode_request, messages
 from kwire.protocol.errors import InvalidRequestError
-from tests.security.helpers import PASSWORD
+from kwire.protocol.records import RecordBatchBuilder
+from tests.security.helpers import PASSWORD, RawConnection
 
 
 def test_confluent_producer_over_its_quota_is_throttled_and_served(tmp_path):
@@ -81,6 +85,33 @@ def test_a_user_quota_applies_to_the_logged_in_principal_only(tmp_path):
         bootstrap = broker.bootstrap_for("SASL_PLAINTEXT")
         assert any(t > 0 for t in _throttled_producer(bootstrap, "alice"))
         assert not any(t > 0 for t in _throttled_producer(bootstrap, "bob"))
+
+
+def test_a_throttled_connection_is_muted_and_the_others_are_served(tmp_path):
+    """KIP-219 on the wire: the throttled Produce is answered at once with its throttle time, then that
+    connection serves nothing more (its next request waits, unread) while other connections are served."""
+    with EmbeddedBroker(tmp_path / "data", default_partitions=1) as broker:
+        broker.call(lambda: broker.state.client_quotas.alter([Alteration([("client-id", "raw-test")],
+                                                                         [("producer_byte_rate", 100.0)])]))
+        builder = RecordBatchBuilder()
+        builder.append(None, b"x" * 5000)
+        P = messages.ProduceRequest
+        produce = P(acks=1, timeout_ms=5000, transactional_id=None, topic_data=[P.TopicProduceData(
+            name="muted", partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=builder.build())])])
+        metadata = messages.MetadataRequest(topics=None, allow_auto_topic_creation=False)
+        with RawConnection(broker.bootstrap) as muted, RawConnection(broker.bootstrap) as other:
+            C = messages.CreateTopicsRequest
+            other.call(C(topics=[C.CreatableTopic(name="muted", num_partitions=1, replication_factor=1,
+                                                  assignments=[], configs=[])], timeout_ms=5000, validate_only=False), 5)
+            first = muted.call(produce, 9)
+            # ~5.1 kB (the whole request counts) over a ~10 s floor at 100 B/s: (510 - 100) / 100 x 10 s = ~41 s.
+            assert 40_000 <= first.throttle_time_ms <= 43_000
+            assert first.responses[0].partition_responses[0].error_code == 0
+            muted.correlation += 1
+            muted.sock.sendall(encode_request(metadata, 9, muted.correlation, client_id="raw-test"))
+            assert other.call(metadata, 9).brokers  # another connection: served at once
+            readable, _, _ = select.select([muted.sock], [], [], 1.0)
+            assert readable == []  # muted: its Metadata is not answered (for 40 s)
 
 
 def test_kafka_python_codec_alters_and_describes(tmp_path):

@@ -521,7 +521,7 @@ class Connection(asyncio.BufferedProtocol):
             self.serving_charge = charge  # released when the task has answered
             self.busy = True
             self.task = asyncio.get_running_loop().create_task(self._serve_async(result))
-            if isinstance(result, PendingReply):
+            if isinstance(result, PendingReply) or asyncio.iscoroutine(result):  # a handler, or a held reply
                 # A task cancelled before its first step (the connection closed at once) never
                 # awaits the handler: close it so it is not reported as never awaited.
                 self.task.add_done_callback(lambda _task, pending=result: pending.close())

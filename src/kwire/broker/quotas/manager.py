@@ -136,18 +136,10 @@ class ClientQuotaManager:
             throttle = min(throttle, int(self.window_ms))  # Kafka bounds request throttling by one window
         return throttle
 
-    def unrecord(self, key: str, user: str, client_id: str, value: float, now: float) -> None:
-        """Take back a value recorded at ``now`` (a throttled Fetch is answered empty)."""
-        found = self.quota(key, user, client_id)
-        if found is not None:
-            self._rate(found[1], now).record(-value, now)
-
-    def max_value_in_window(self, key: str, user: str, client_id: str) -> float | None:
-        """The most one request may count without certainly being throttled (bounds a Fetch's size)."""
-        found = self.quota(key, user, client_id)
-        if found is None:
-            return None
-        return found[0] * (self.samples - 1) * self.window_ms / 1000.0
+    def max_value_in_window(self, bound: float) -> float:
+        """The most one request may count under ``bound`` without certainly being throttled (Kafka's
+        maxValueInQuotaWindow, which bounds a Fetch's size)."""
+        return bound * (self.samples - 1) * self.window_ms / 1000.0
 
     def meter(self, api_key: int, request, frame_size: int, principal: str, client_id: str | None) -> RequestMeter | None:
         """What measures one request, or None when no quota covers it."""
@@ -160,7 +152,7 @@ class ClientQuotaManager:
             return None
         if api_key == FETCH and by_bytes is not None:
             # Kafka asks for no more than the quota lets through in its window (else certainly throttled).
-            most = int(by_bytes[0] * (self.samples - 1) * self.window_ms / 1000.0)
+            most = int(self.max_value_in_window(by_bytes[0]))
             if request.max_bytes > most:
                 request.max_bytes = max(most, 1)
         return RequestMeter(self, api_key, request, frame_size, byte_key, by_bytes, by_time)
