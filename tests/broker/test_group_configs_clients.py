@@ -127,5 +127,11 @@ def test_kwire_configs_cli_describes_and_alters_a_group():
         assert rows["share.record.lock.duration.ms"]["source"] == "DEFAULT_CONFIG"
         own = json.loads(ok("configs", "describe", "--group", "cli-group", "--overrides", "--json", "-b", b))
         assert [r["name"] for r in own["configs"]] == ["consumer.session.timeout.ms"]
+        # kafka-configs.sh's spelling.
+        ok("configs", "alter", "--entity-type", "groups", "--entity-name", "cli-group", "--add-config",
+           "share.isolation.level=read_committed", "-b", b)
+        own = json.loads(ok("configs", "describe", "--entity-type", "groups", "--entity-name", "cli-group",
+                            "--overrides", "--json", "-b", b))
+        assert [r["name"] for r in own["configs"]] == ["consumer.session.timeout.ms", "share.isolation.level"]
         bad = kwire("configs", "alter", "--group", "cli-group", "--set", "share.session.timeout.ms=1", "-b", b)
         assert bad.returncode == 1 and "share.session.timeout.ms must be in the range 45000 to 60000" in bad.stderr

@@ -77,9 +77,11 @@ def _add_resource(parser: argparse.ArgumentParser) -> None:
                        help="the cluster-wide broker defaults (kafka-configs.sh --entity-default)")
     which.add_argument("--group", "-g", metavar="GROUP",
                        help="a group's configs (kafka-configs.sh --entity-type groups); the group need not exist yet")
-    which.add_argument("--entity-type", dest="entity_types", action="append", choices=sorted(_QUOTA_ENTITY_TYPES),
+    which.add_argument("--entity-type", dest="entity_types", action="append",
+                       choices=sorted({*_QUOTA_ENTITY_TYPES, *_CONFIG_ENTITY_TYPES}),
                        help="client quotas of users, client ids or ips (repeatable: users then clients), each "
-                            "followed by --entity-name or --entity-default")
+                            "followed by --entity-name or --entity-default; or topics, brokers, groups with "
+                            "--entity-name (kafka-configs.sh's spelling of --topic, --broker, --group)")
     parser.add_argument("--entity-name", dest="entity_names", action="append", metavar="NAME",
                         help="the entity of the --entity-type before it")
     parser.add_argument("--entity-default", dest="entity_names", action="append_const", const=_DEFAULT,
@@ -89,6 +91,27 @@ def _add_resource(parser: argparse.ArgumentParser) -> None:
 # kafka-configs.sh's entity type names -> the quota entity types of KIP-546.
 _QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 _DEFAULT = "<default>"
+# kafka-configs.sh's entity types of config resources -> this command's flag for them.
+_CONFIG_ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "groups": "group"}
+
+
+def _config_entity(args: argparse.Namespace) -> None:
+    """``--entity-type topics|brokers|groups --entity-name N`` as ``--topic/--broker/--group N``
+    (``brokers --entity-default``: ``--broker-defaults``)."""
+    kinds = [t for t in args.entity_types or () if t in _CONFIG_ENTITY_TYPES]
+    if not kinds:
+        return
+    names = list(args.entity_names or [])
+    if len(args.entity_types) != 1 or len(names) != 1:
+        raise ValueError(f"--entity-type {kinds[0]} takes one --entity-name and no other --entity-type")
+    name = names[0]
+    if name == _DEFAULT:
+        if kinds[0] != "brokers":
+            raise ValueError(f"--entity-type {kinds[0]} has no --entity-default")
+        args.broker_defaults = True
+    else:
+        setattr(args, _CONFIG_ENTITY_TYPES[kinds[0]], name)
+    args.entity_types, args.entity_names = None, None
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -226,6 +249,7 @@ def _alter_quotas(args: argparse.Namespace) -> int:
 
 # -- describe -----------------------------------------------------------------------------------------
 def cmd_describe(args: argparse.Namespace) -> int:
+    _config_entity(args)
     if args.entity_types:
         return _describe_quotas(args)
 
@@ -287,6 +311,7 @@ def _source(name: str) -> str:
 def cmd_alter(args: argparse.Namespace) -> int:
     from kwire.client.admin import ConfigChange
 
+    _config_entity(args)
     if args.entity_types:
         return _alter_quotas(args)
 
