@@ -158,3 +158,16 @@ def test_describe_alter_and_delete_share_group_offsets(state):
     assert r.error_code == 0
     assert [(t.topic_name, t.error_code) for t in r.responses] == [("t", 0), ("u", UnknownTopicOrPartitionError.code)]
     assert describe_offsets(state)[1] == {}
+
+
+def test_list_groups_lists_share_groups_by_type(state):
+    setup_group(state)
+    L = messages.ListGroupsRequest
+    by_type = {}
+    for types in ([], ["share"], ["Share"], ["classic"], ["consumer"]):
+        r = serve(state, L(states_filter=[], types_filter=types), 5)
+        by_type[tuple(types)] = [(g.group_id, g.group_type, g.group_state, g.protocol_type) for g in r.groups]
+    assert by_type[()] == by_type[("share",)] == by_type[("Share",)] == [("g", "share", "Stable", "share")]
+    assert by_type[("classic",)] == by_type[("consumer",)] == []
+    r = serve(state, L(states_filter=["Empty"], types_filter=["share"]), 5)
+    assert r.groups == []

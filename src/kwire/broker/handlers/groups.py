@@ -44,6 +44,7 @@ from kwire.protocol.errors import (
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator import GROUP_TYPE, JoinRequest, OffsetCommitEntry
 from .registry import handler
+from .share_groups import share_of
 
 if TYPE_CHECKING:
     from ..context import RequestContext
@@ -503,6 +504,7 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     listings = [(listing, GROUP_TYPE) for listing in ctx.broker.coordinator.list_groups(states, types)
                 if not consumer_groups.has_group(listing.group_id)]
     listings += [(listing, consumer_groups.GROUP_TYPE) for listing in consumer_groups.list_groups(states, types)]
+    listings += [(listing, "share") for listing in share_of(ctx.broker).list_groups(states, types)]
     for listing, group_type in sorted(listings, key=lambda x: x[0].group_id):
         if not everything and not _group_allowed(ctx, AclOperation.DESCRIBE, listing.group_id):
             continue

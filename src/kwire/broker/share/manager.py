@@ -285,3 +285,26 @@ class ShareManager:
             if info is not None:
                 self.persister.write(group_id, info.topic_id, key[2], None)
         return bool(keys)
+
+    def list_groups(self, states: list[str], types: list[str]) -> list[ShareGroupListing]:
+        """ListGroups' share groups (type "share"), those with share state but no members since a
+        restart listed Empty; ``states`` and ``types`` filter case-insensitively, as Kafka's."""
+        if types and "share" not in {t.lower() for t in types}:
+            return []
+        self.expire()
+        ids = set(self.groups.groups) | {k[0] for k in self.partitions} | {k[0] for k in self._loaded}
+        wanted = {s.lower() for s in states}
+        out = []
+        for gid in sorted(ids):
+            g = self.groups.group(gid)
+            state = g.state if g is not None else "Empty"
+            if not wanted or state.lower() in wanted:
+                out.append(ShareGroupListing(gid, "share", state))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
