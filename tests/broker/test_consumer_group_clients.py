@@ -315,3 +315,74 @@ def test_transactional_offsets_of_a_consumer_protocol_member(tmp_path):
             ends[m.partition()] = max(ends[m.partition()], m.offset() + 1)
         assert {tp.partition: tp.offset for tp in committed} == {i: (o if o else -1001) for i, o in ends.items()}
         c.close()
+
+
+def test_heartbeat_and_describe_are_authorized_as_kafka(tmp_path):
+    from kwire.broker.auth import AclOperation, AclStore, ResourceType
+    from kwire.broker.config import load_config
+    from kwire.broker.state import BrokerState
+    from kwire.protocol.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+    from tests.security.test_handler_authz import _acl, _create, call
+
+    AclStore(tmp_path / "data").add([
+        _acl("User:reader", AclOperation.READ, ResourceType.GROUP, "g"),
+        _acl("User:reader", AclOperation.DESCRIBE, ResourceType.TOPIC, "t"),
+    ])
+    state = BrokerState(load_config(None, data_dir=tmp_path / "data", authorizer=True, super_users=["User:admin"]))
+    try:
+        _create(state)
+        _create(state, "secret")
+        join = M.ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=1000,
+                                               subscribed_topic_names=["t"], topic_partitions=[])
+        assert call(state, "User:nobody", join, 1).error_code == GroupAuthorizationFailedError.code
+        join.subscribed_topic_names = ["t", "secret"]
+        denied = call(state, "User:reader", join, 1)
+        assert denied.error_code == TopicAuthorizationFailedError.code and "secret" in denied.error_message
+        join.subscribed_topic_names = ["t"]
+        assert call(state, "User:reader", join, 1).error_code == 0
+        describe = M.ConsumerGroupDescribeRequest(group_ids=["g"], include_authorized_operations=True)
+        assert call(state, "User:nobody", describe, 0).groups[0].error_code == GroupAuthorizationFailedError.code
+        desc = call(state, "User:reader", describe, 0).groups[0]  # READ implies DESCRIBE, as in Kafka
+        assert desc.error_code == 0 and [m.member_id for m in desc.members] == ["m"]
+        assert desc.authorized_operations == (1 << AclOperation.READ) | (1 << AclOperation.DESCRIBE)
+    finally:
+        state.close()
+
+
+def test_regex_subscription_follows_new_topics(tmp_path):
+    """librdkafka sends a "^..." subscription as SubscribedTopicRegex (v1): the broker resolves it
+    (whole-name match, internal topics left out) and a topic created later joins the assignment."""
+    with EmbeddedBroker(tmp_path / "data", **FAST) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic("ord-a", 2, 1), NewTopic("other", 1, 1)]).values():
+            f.result(30)
+        p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+        for topic in ("ord-a", "other"):
+            for i in range(5):
+                p.produce(topic, value=b"%d" % i)
+        assert p.flush(30) == 0
+        c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "rx",
+                                      "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                                      "topic.metadata.refresh.interval.ms": 500})
+        c.subscribe(["^ord-.*"])
+        got: dict[str, int] = {}
+
+        def poll_until(n: int) -> None:
+            deadline = time.monotonic() + 30
+            while sum(got.values()) < n and time.monotonic() < deadline:
+                m = c.poll(0.1)
+                if m is not None and not m.error():
+                    got[m.topic()] = got.get(m.topic(), 0) + 1
+
+        poll_until(5)
+        assert got == {"ord-a": 5}
+        admin.create_topics([NewTopic("ord-b", 1, 1)])["ord-b"].result(30)
+        for i in range(3):
+            p.produce("ord-b", value=b"%d" % i)
+        assert p.flush(30) == 0
+        poll_until(8)
+        assert got == {"ord-a": 5, "ord-b": 3}
+        desc = broker.state.consumer_groups.group("rx")
+        [member] = list(desc)
+        assert "^ord-.*" in member.subscribed_topic_regex and member.subscribed_topic_names == ()
+        c.close()

@@ -5,8 +5,8 @@ the logic.  Versions are Kafka 4.3's that the codec knows: ConsumerGroupHeartbea
 client generates its member id, KIP-1082, and may subscribe by regular expression),
 ConsumerGroupDescribe 0.
 
-As Kafka: a heartbeat needs READ on the group (GROUP_AUTHORIZATION_FAILED), describing needs
-DESCRIBE on it; a request for a group whose ``__consumer_offsets`` partition is still loading
+As Kafka: a heartbeat needs READ on the group (GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each
+topic it names (TOPIC_AUTHORIZATION_FAILED), describing needs DESCRIBE on the group; a request for a group whose ``__consumer_offsets`` partition is still loading
 gets COORDINATOR_LOAD_IN_PROGRESS.
 """
 
@@ -20,6 +20,7 @@ from kwire.protocol.errors import (
     GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     KafkaError,
+    TopicAuthorizationFailedError,
 )
 
 from ..auth.acls import AclOperation, ResourceType
@@ -60,6 +61,12 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
         return failed(GroupAuthorizationFailedError.code, None)
     if _loading(ctx, group_id):
         return failed(CoordinatorLoadInProgressError.code, None)
+    # As Kafka's KafkaApis: every subscribed topic named must be DESCRIBE-able.
+    denied = sorted({t for t in request.subscribed_topic_names or () if t is not None
+                     and not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t)})
+    if denied:
+        return failed(TopicAuthorizationFailedError.code, f"The group has subscribed to topics which are not "
+                                                          f"authorized: {', '.join(denied)}.")
     owned = None
     if request.topic_partitions is not None:
         owned = {}
