@@ -121,3 +121,25 @@ def test_abort_transaction_of_a_hanging_producer(broker, admin):
     after = {p.producer_id: p for p in admin.describe_producers([tp])[tp]}
     assert after[open_one.producer_id].current_txn_start_offset == -1
     producer.abort_transaction(30)
+
+
+def test_elect_leaders_and_partition_reassignments(admin):
+    from kwire.client.admin_replicas import ElectionType
+    from kwire.protocol.errors import (
+        ElectionNotNeededError,
+        InvalidReplicaAssignmentError,
+        NoReassignmentInProgressError,
+    )
+
+    outcome = admin.elect_leaders([(TOPIC, 0), (TOPIC, 1), ("no-such-topic", 0)])
+    assert {tp: type(e) for tp, e in outcome.items()} == {
+        TopicPartition(TOPIC, 0): ElectionNotNeededError, TopicPartition(TOPIC, 1): ElectionNotNeededError,
+        TopicPartition("no-such-topic", 0): UnknownTopicOrPartitionError}
+    # Every partition: Kafka's controller leaves out those that need no election, so nothing here.
+    assert admin.elect_leaders(None, election=ElectionType.UNCLEAN) == {}
+    admin.alter_partition_reassignments({(TOPIC, 0): [1]})  # where it is: done at once
+    assert admin.list_partition_reassignments() == {}
+    with pytest.raises(InvalidReplicaAssignmentError):
+        admin.alter_partition_reassignments({(TOPIC, 1): [2]})
+    with pytest.raises(NoReassignmentInProgressError):
+        admin.alter_partition_reassignments({(TOPIC, 1): None})

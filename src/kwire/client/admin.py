@@ -52,6 +52,7 @@ from . import admin_acls as acls
 from . import admin_cluster as cluster_admin
 from . import admin_offsets as offsets_admin
 from . import admin_quotas as quotas
+from . import admin_replicas as replicas_admin
 from . import admin_transactions as txn_admin
 from .admin_cluster import (
     FeatureVersions,
@@ -1301,6 +1302,25 @@ class AsyncAdmin:
         await txn_admin.abort_transaction(self, partition, producer_id, producer_epoch,
                                           coordinator_epoch=coordinator_epoch, timeout=timeout)
 
+    # -- leader elections and reassignments (admin_replicas.py) -----------------------------------
+    async def elect_leaders(self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None, *,
+                            election: replicas_admin.ElectionType = replicas_admin.ElectionType.PREFERRED,
+                            timeout: float | None = None) -> dict[TopicPartition, KafkaError | None]:
+        """Elect partitions' leaders (None: all): None per partition elected, else its error."""
+        return await replicas_admin.elect_leaders(self, partitions, election=election, timeout=timeout)
+
+    async def list_partition_reassignments(self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+                                           *, timeout: float | None = None
+                                           ) -> dict[TopicPartition, replicas_admin.PartitionReassignment]:
+        """The reassignments under way (of ``partitions``, default all)."""
+        return await replicas_admin.list_partition_reassignments(self, partitions, timeout=timeout)
+
+    async def alter_partition_reassignments(self, targets: Mapping[TopicPartition | tuple[str, int],
+                                                                   Sequence[int] | None], *,
+                                            timeout: float | None = None) -> None:
+        """Move partitions to the replicas given (None: cancel the reassignment under way)."""
+        await replicas_admin.alter_partition_reassignments(self, targets, timeout=timeout)
+
 
 # -- decoding helpers -------------------------------------------------------------------------------
 def _offset_spec(spec: int | str) -> int:
@@ -1435,3 +1455,6 @@ class Admin:
     list_transactions = _sync("list_transactions")
     describe_transactions = _sync("describe_transactions")
     abort_transaction = _sync("abort_transaction")
+    elect_leaders = _sync("elect_leaders")
+    list_partition_reassignments = _sync("list_partition_reassignments")
+    alter_partition_reassignments = _sync("alter_partition_reassignments")
