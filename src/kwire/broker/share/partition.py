@@ -163,6 +163,7 @@ class SharePartition:
         acquired: list[AcquiredRange] = []
         taken = 0
         deadline = now_ms + lock_ms
+        in_flight = self.in_flight()
         for first, last in batches:
             if taken >= max_records:
                 break
@@ -175,10 +176,11 @@ class SharePartition:
                         self.end = off + 1
                     continue
                 if off >= self.end:
-                    if self.in_flight() >= self.max_in_flight:
+                    if in_flight >= self.max_in_flight:
                         break
                     r = self._records[off] = _InFlight(RecordState.AVAILABLE)
                     self.end = off + 1
+                    in_flight += 1
                 else:
                     r = self._records.get(off)
                     if r is None or r.state != RecordState.AVAILABLE:
