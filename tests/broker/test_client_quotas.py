@@ -282,3 +282,17 @@ def test_an_old_produce_version_has_its_answer_held(state):
     frame = encode_request(produce_request("t", 5000), 5, 1, client_id="test")[4:]
     reply = dispatch(state, frame, client_host="127.0.0.1:1", connection_id=1)
     assert reply.throttle_ms > 0 and reply.hold  # Produce v5 predates KIP-219: the broker delays it
+
+
+def test_connection_creation_rate_per_ip(state):
+    clock = Clock()
+    m = manager_with(state, [({"ip": "10.0.0.1"}, {"connection_creation_rate": 1.0}),
+                             ({"ip": None}, {"connection_creation_rate": 100.0})], clock)
+    assert m.ip_active
+    # 1 connection/s over the 10-window floor: 10 at once, the 11th is held for at most one window.
+    assert [m.connection_throttle_ms("10.0.0.1") for _ in range(10)] == [0] * 10
+    assert 0 < m.connection_throttle_ms("10.0.0.1") <= 1000
+    assert 0 < m.connection_throttle_ms("::ffff:10.0.0.1") <= 1000  # the same address, IPv4-mapped
+    assert m.connection_throttle_ms("10.0.0.2") == 0  # the default ip quota: 100/s
+    clock.ms += 60_000
+    assert m.connection_throttle_ms("10.0.0.1") == 0  # a refused connection was not counted

@@ -146,3 +146,24 @@ def test_quotas_survive_a_restart_as_kwire_admin_sees_them(tmp_path):
         assert admin.describe_client_quotas([QuotaFilter.default("user")]) == {
             entity: {"request_percentage": 25.0, "producer_byte_rate": 1e6}}
         assert broker.call(lambda: broker.state.quota_manager.active)
+
+
+def test_connections_over_the_ip_connection_rate_are_held_then_closed(tmp_path):
+    """KIP-612 as Kafka's acceptor: past connection_creation_rate a new connection gets no answer and is
+    closed after the throttle time; the connections accepted before keep being served."""
+    with EmbeddedBroker(tmp_path / "data") as broker:
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:  # connects before the quota is set
+            admin.alter_client_quotas([QuotaAlteration(QuotaEntity.of(ip="127.0.0.1"),
+                                                       {"connection_creation_rate": 1})])
+            versions = messages.ApiVersionsRequest(client_software_name="t", client_software_version="1")
+            accepted = [RawConnection(broker.bootstrap) for _ in range(10)]  # 1/s over the 10-window floor
+            try:
+                assert all(c.call(versions, 3).error_code == 0 for c in accepted)
+                with RawConnection(broker.bootstrap) as refused:
+                    refused.sock.sendall(encode_request(versions, 3, 1, client_id="raw-test"))
+                    assert refused.closed_by_peer(timeout=10)
+                assert accepted[0].call(versions, 3).error_code == 0
+                assert admin.describe_client_quotas()  # the admin's connection is still served
+            finally:
+                for c in accepted:
+                    c.close()

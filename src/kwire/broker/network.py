@@ -349,6 +349,9 @@ class Connection(asyncio.BufferedProtocol):
                 self._login_timer = asyncio.get_running_loop().call_later(LOGIN_TIMEOUT_S, self._login_timeout)
         logger.debug("connection %d from %s on listener %s", self.id, self.peer,
                      listener.name if listener is not None else "-")
+        quotas = self.state.quota_manager
+        if quotas.ip_active and isinstance(peer, tuple):
+            self._over_connection_rate(quotas.connection_throttle_ms(peer[0]), peer[0])
         if self.queue:  # requests that arrived with the end of the TLS handshake
             self._update_reading()
             if not self.busy:
@@ -583,6 +586,17 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
         if self.queue and not self.busy:
             self._serve()
+
+    def _over_connection_rate(self, throttle_ms: int, host: str) -> None:
+        """A connection over its ip's connection_creation_rate: read nothing from it and close it after
+        the throttle time (Kafka's acceptor delays closing it, so that the client backs off)."""
+        if throttle_ms <= 0:
+            return
+        self._throttle_timer = asyncio.get_running_loop().call_later(
+            throttle_ms / 1000.0, lambda: self.close(f"connection creation rate of {host} over its quota "
+                                                     f"(held {throttle_ms} ms)", kind="connection rate quota",
+                                                     level=logging.INFO))
+        self._update_reading()
 
     async def _held(self, reply: Reply) -> Reply:
         """The answer to a client too old to throttle itself, after its throttle time (Kafka delays it;

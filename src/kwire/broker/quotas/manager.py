@@ -20,10 +20,11 @@ Follows Kafka's ClientQuotaManager / ClientRequestQuotaManager:
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import time
 from collections.abc import Callable
 
-from kwire.protocol.quotas import CLIENT_ID, USER, QuotaKey
+from kwire.protocol.quotas import CLIENT_ID, IP, USER, QuotaKey
 from kwire.protocol.schema import api_key_for
 
 from .rate import SampledRate
@@ -55,6 +56,19 @@ def _levels(user: str, client_id: str):
     yield ((CLIENT_ID, None),), ("", client_id)
 
 
+def _address(host: str | None) -> str | None:
+    """An address in one spelling (an IPv4-mapped IPv6 address as IPv4), so that quotas match it."""
+    if host is None:
+        return None
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return str(address)
+
+
 def user_of(principal: str) -> str:
     """The user name quotas know a principal by ("User:alice" -> "alice"), as Kafka's principal.getName()."""
     return principal.partition(":")[2] or principal
@@ -73,6 +87,7 @@ class ClientQuotaManager:
         self._resolved: dict[tuple[str, str, str], tuple[float, tuple] | None] = {}
         self._rates: dict[tuple, SampledRate] = {}
         self._active = False
+        self._ip_quotas: dict[str | None, float] = {}  # normalised address (None: the default) -> connections/s
         self._refresh()
 
     @property
@@ -87,7 +102,39 @@ class ClientQuotaManager:
             return
         self._seen_version = self.store.version
         self._resolved.clear()
-        self._active = any(key in values for values in self.store.entries().values() for key in _ENFORCED)
+        entries = self.store.entries()
+        self._active = any(key in values for values in entries.values() for key in _ENFORCED)
+        self._ip_quotas = {_address(entity[0][1]): values[QuotaKey.CONNECTION_CREATION_RATE]
+                           for entity, values in entries.items()
+                           if entity[0][0] == IP and QuotaKey.CONNECTION_CREATION_RATE in values}
+
+    @property
+    def ip_active(self) -> bool:
+        """Whether any connection_creation_rate quota is set (else new connections are not counted)."""
+        if self._seen_version != self.store.version:
+            self._refresh()
+        return bool(self._ip_quotas)
+
+    def connection_throttle_ms(self, host: str, now: float | None = None) -> int:
+        """Count a new connection from ``host`` against its connection_creation_rate (its own, else the
+        default ip's); the time to hold it before closing it when over (0: accepted).  As Kafka's
+        ConnectionQuotas (KIP-612): a refused connection is not counted, and the wait is at most one
+        window."""
+        if self._seen_version != self.store.version:
+            self._refresh()
+        address = _address(host)
+        bound = self._ip_quotas.get(address, self._ip_quotas.get(None))
+        if bound is None:
+            return 0
+        now = self.now_ms() if now is None else now
+        tags = (QuotaKey.CONNECTION_CREATION_RATE, address)
+        rate = self._rates.get(tags) or self._rate(tags, now)
+        rate.record(1.0, now)
+        throttle = rate.throttle_ms(bound, now)
+        if throttle:
+            rate.record(-1.0, now)
+            throttle = min(throttle, int(self.window_ms))
+        return throttle
 
     def quota(self, key: str, user: str, client_id: str) -> tuple[float, tuple] | None:
         """The bound that applies to this user and client id for ``key`` and the tags of the rate it is
