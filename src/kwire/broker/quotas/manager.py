@@ -13,8 +13,12 @@ Follows Kafka's ClientQuotaManager / ClientRequestQuotaManager:
   no more than the quota lets through in its window), every request the time its handler ran on
   the event loop as a percentage of one second (request_percentage; a Produce with acks=0 is not
   counted there).  The throttle time of a request is the larger of its quotas'.
+* connection_creation_rate (an ``ip`` entity, else the default ip) counts new connections per
+  address (KIP-612); one over it is held unread and closed after its throttle time (network.py).
 * Rates are sampled over ``quota.window.num`` windows of ``quota.window.size.seconds`` (11 and 1
   s, as Kafka), on ``now_ms`` (the event loop's clock; tests pass their own).
+* controller_mutation_rate (KIP-599) is stored and described but not enforced: kwire's topic
+  creations and deletions are not throttled.
 """
 
 from __future__ import annotations
