@@ -76,6 +76,8 @@ class Broker:
                                          self.config.group_consumer_heartbeat_interval_ms),
             classic_group_active=lambda g: bool((c := self.coordinator.group(g)) is not None and c.members))
         self.coordinator.topics_in_use = self.consumer_groups.topics_in_use
+        self.coordinator.on_expiry_check = lambda: self.consumer_groups.remove_empty_groups(
+            lambda g: bool((c := self.coordinator.group(g)) is not None and c.offsets))
 
     def close(self) -> None:
         self.coordinator.close()

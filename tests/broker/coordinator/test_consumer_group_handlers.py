@@ -174,3 +174,23 @@ def test_record_types_are_kafkas(tmp_path):
                      "ConsumerGroupTargetAssignmentMemberKey", "ConsumerGroupTargetAssignmentMetadataKey",
                      "ConsumerGroupCurrentMemberAssignmentKey"}
     broker.close()
+
+
+def test_empty_groups_without_offsets_go_at_the_expiry_check(tmp_path):
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 1)
+
+    async def scenario():
+        await join_consumer(broker, "a", group="kept")
+        await join_consumer(broker, "b", group="gone")
+        assert await commit(broker, "kept", {("t", 0): 3}, generation=1, member_id="a") == {("t", 0): NONE}
+        for member, group in (("a", "kept"), ("b", "gone")):
+            assert (await heartbeat(broker, member, -1, group=group)).error_code == NONE
+        broker.coordinator.expire_offsets()
+        assert broker.consumer_groups.group("gone") is None
+        assert broker.consumer_groups.group("kept") is not None  # its offsets keep it
+
+    run(scenario())
+    broker = broker.reopen()
+    assert broker.consumer_groups.group("gone") is None and broker.consumer_groups.group("kept") is not None
+    broker.close()

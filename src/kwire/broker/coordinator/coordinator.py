@@ -165,6 +165,10 @@ class GroupCoordinator:
         # members subscribe to, whose offsets neither expire nor may be deleted (Kafka's
         # ConsumerGroup.isSubscribedToTopic).  None: no such groups.
         self.topics_in_use: Callable[[str], Collection[str]] | None = None
+        # Told the group ids of each partition loaded after start, and each offset expiry check
+        # (KIP-848 groups start their members' sessions, and drop empty groups without offsets).
+        self.on_groups_loaded: Callable[[list[str]], None] | None = None
+        self.on_expiry_check: Callable[[], None] | None = None
         self._load()
 
     # ------------------------------------------------------------------ lifecycle
@@ -234,6 +238,8 @@ class GroupCoordinator:
         self._wanted.discard(partition)
         if groups:
             logger.debug("__consumer_offsets-%d loaded: %d group(s)", partition, len(groups))
+        if self.on_groups_loaded is not None:
+            self.on_groups_loaded(list(groups))
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self._schedule(("retention",), self._retention_check_interval_ms, self._retention_tick)
@@ -1002,6 +1008,8 @@ class GroupCoordinator:
                 removed += len(expired)
                 logger.info("group %s: %d committed offset(s) expired", group.group_id, len(expired))
             self._maybe_remove_empty(group)
+        if self.on_expiry_check is not None:
+            self.on_expiry_check()
         return removed
 
     # ------------------------------------------------------------------ admin

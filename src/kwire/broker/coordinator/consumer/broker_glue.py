@@ -72,5 +72,14 @@ def open_consumer_groups(state: BrokerState) -> ConsumerGroupCoordinator:
                                            adopt_classic=state.coordinator.adopt_group,
                                            migration_policy=config.group_consumer_migration_policy)
     timer.fire = coordinator.expire
-    state.coordinator.topics_in_use = coordinator.topics_in_use
+    classic = state.coordinator
+    classic.topics_in_use = coordinator.topics_in_use
+    classic.on_groups_loaded = coordinator.groups_loaded
+
+    def has_offsets(group_id: str) -> bool:
+        group = classic.group(group_id)
+        return group is not None and bool(group.offsets or group.pending_txn_offsets)
+
+    classic.on_expiry_check = lambda: coordinator.remove_empty_groups(has_offsets)
+    coordinator.groups()  # what was loaded already (a broker that loads before it listens)
     return coordinator

@@ -546,6 +546,22 @@ class ConsumerGroupCoordinator(ClassicMembers):
         if close is not None:
             close()
 
+    def groups_loaded(self, group_ids: list[str]) -> None:
+        """Their ``__consumer_offsets`` partition was loaded: take the consumer groups among them,
+        so their members' sessions run from now (a member that never comes back is removed)."""
+        for group_id in group_ids:
+            if group_id not in self._groups:
+                self._take(group_id)
+
+    def remove_empty_groups(self, has_offsets: Callable[[str], bool]) -> list[str]:
+        """Delete the consumer groups without members nor committed offsets (Kafka's periodic
+        cleanup, run with the offsets' expiry check); their ids."""
+        gone = [g.group_id for g in self.groups() if not g.members and not has_offsets(g.group_id)]
+        for group_id in gone:
+            self.delete_group(group_id)
+            self._logger.info("group %s: empty, without offsets: removed", group_id)
+        return gone
+
     def delete_group(self, group_id: str) -> int:
         """DeleteGroups of a consumer group: 0, or NON_EMPTY_GROUP while it has members."""
         group = self.group(group_id)
