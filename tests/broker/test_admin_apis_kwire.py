@@ -144,3 +144,16 @@ def test_elect_leaders_and_partition_reassignments(admin):
         admin.alter_partition_reassignments({(TOPIC, 1): [2]})
     with pytest.raises(NoReassignmentInProgressError):
         admin.alter_partition_reassignments({(TOPIC, 1): None})
+
+
+def test_describe_metadata_quorum_and_update_features(admin):
+    from kwire.protocol.errors import InvalidUpdateVersionError
+
+    quorum = admin.describe_metadata_quorum()
+    assert quorum.leader_id == 1 and [v.replica_id for v in quorum.voters] == [1] and quorum.observers == ()
+    assert quorum.voters[0].log_end_offset == quorum.high_watermark > 0
+    assert list(quorum.nodes) == [1]
+    admin.update_features({"transaction.version": 1}, validate_only=True)
+    with pytest.raises(InvalidUpdateVersionError):
+        admin.update_features({"group.version": 2})
+    assert admin.describe_features().finalized["metadata.version"] == 30

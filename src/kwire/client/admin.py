@@ -51,6 +51,7 @@ from kwire.security.acl import AclBinding, AclFilter
 from . import admin_acls as acls
 from . import admin_cluster as cluster_admin
 from . import admin_offsets as offsets_admin
+from . import admin_quorum as quorum_admin
 from . import admin_quotas as quotas
 from . import admin_replicas as replicas_admin
 from . import admin_transactions as txn_admin
@@ -1321,6 +1322,18 @@ class AsyncAdmin:
         """Move partitions to the replicas given (None: cancel the reassignment under way)."""
         await replicas_admin.alter_partition_reassignments(self, targets, timeout=timeout)
 
+    # -- the metadata quorum and feature levels (admin_quorum.py) ----------------------------------
+    async def describe_metadata_quorum(self, *, timeout: float | None = None) -> quorum_admin.QuorumInfo:
+        """The KRaft metadata quorum: leader, epoch, high watermark, voters, observers (KIP-595)."""
+        return await quorum_admin.describe_metadata_quorum(self, timeout=timeout)
+
+    async def update_features(self, levels: Mapping[str, int], *,
+                              upgrade: quorum_admin.FeatureUpgrade = quorum_admin.FeatureUpgrade.UPGRADE,
+                              validate_only: bool = False, timeout: float | None = None) -> None:
+        """Set finalized feature levels (``{"transaction.version": 2}``) on the controller (KIP-584)."""
+        await quorum_admin.update_features(self, levels, upgrade=upgrade, validate_only=validate_only,
+                                           timeout=timeout)
+
 
 # -- decoding helpers -------------------------------------------------------------------------------
 def _offset_spec(spec: int | str) -> int:
@@ -1458,3 +1471,5 @@ class Admin:
     elect_leaders = _sync("elect_leaders")
     list_partition_reassignments = _sync("list_partition_reassignments")
     alter_partition_reassignments = _sync("alter_partition_reassignments")
+    describe_metadata_quorum = _sync("describe_metadata_quorum")
+    update_features = _sync("update_features")
