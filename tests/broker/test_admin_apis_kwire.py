@@ -1,7 +1,8 @@
 """kwire's own Admin, for the calls the other clients have and it gained (admin_offsets.py,
-admin_transactions.py, admin_replicas.py): delete_records, alter_consumer_group_offsets,
-delete_consumer_group_offsets, remove_group_members, list_config_resources, list_transactions,
-describe_transactions, abort_transaction, elect_leaders and list/alter_partition_reassignments,
+admin_transactions.py, admin_replicas.py, admin_quorum.py): delete_records,
+alter_consumer_group_offsets, delete_consumer_group_offsets, remove_group_members,
+list_config_resources, list_transactions, describe_transactions, abort_transaction, elect_leaders,
+list/alter_partition_reassignments, describe_metadata_quorum and update_features,
 each judged by the broker's one-node answers or by what kafka-python sees afterwards."""
 
 from __future__ import annotations
