@@ -21,6 +21,7 @@ a value the broker would refuse.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -37,6 +38,8 @@ from .topics import META_DIR
 
 __all__ = ["GROUP_CONFIGS", "GroupBrokerConfig", "GroupConfig", "GroupConfigStore", "check_group_configs",
            "parse_iso8601_duration_ms"]
+
+logger = logging.getLogger("kwire.broker.group_configs")
 
 _FILE = "group-configs.json"
 _VERSION = 1
@@ -300,9 +303,10 @@ class GroupConfig:
         return str(v).lower() if isinstance(v, bool) else str(v)
 
     @classmethod
-    def effective(cls, overrides: Mapping[str, str], broker: GroupBrokerConfig | None = None) -> GroupConfig:
+    def effective(cls, overrides: Mapping[str, str], broker: GroupBrokerConfig | None = None,
+                  group_id: str = "") -> GroupConfig:
         """The group's configs from its (already checked) overrides, each clamped into the
-        broker's current bounds."""
+        broker's current bounds with a warning (Kafka's GroupConfig.evaluate)."""
         broker = broker or GroupBrokerConfig()
         values: dict[str, Any] = {}
         for name, d in GROUP_CONFIGS.items():
@@ -311,8 +315,11 @@ class GroupConfig:
                 text = broker.default(name)
             value = parse_value(name, text, d, check=False)
             bounds = broker.bounds(name) if name in overrides else None
-            if bounds is not None:
-                value = min(max(value, bounds[0]), bounds[1])
+            if bounds is not None and not bounds[0] <= value <= bounds[1]:
+                capped = min(max(value, bounds[0]), bounds[1])
+                logger.warning("group %r: %s %s is outside the broker's range %d..%d: %d applies", group_id, name,
+                               value, bounds[0], bounds[1], capped)
+                value = capped
             if isinstance(value, str):  # Kafka compares these case-insensitively
                 head, sep, duration = value.partition(":")
                 value = head.lower() + sep + duration.upper()
@@ -366,7 +373,7 @@ class GroupConfigStore:
         """The effective configs of ``group_id`` (the broker's defaults if it sets none)."""
         cfg = self._cache.get(group_id)
         if cfg is None:
-            cfg = GroupConfig.effective(self._groups.get(group_id, {}), self.broker)
+            cfg = GroupConfig.effective(self._groups.get(group_id, {}), self.broker, group_id)
             self._cache[group_id] = cfg
         return cfg
 
