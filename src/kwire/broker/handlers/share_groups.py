@@ -181,7 +181,8 @@ async def handle_share_fetch(ctx, request):
             pd = answers[(topic_id, p)] = SF.ShareFetchableTopicResponse.PartitionData(
                 partition_index=p, error_code=0, error_message=None, acknowledge_error_code=0,
                 acknowledge_error_message=None, current_leader=_leader(ctx, SF.ShareFetchableTopicResponse.PartitionData),
-                records=None, acquired_records=[])
+                # Empty, not null: Kafka sends MemoryRecords.EMPTY, and librdkafka refuses a null here.
+                records=b"", acquired_records=[])
         return pd
 
     # The session's partitions: forgotten ones leave, the request's join; acknowledgements apply.
