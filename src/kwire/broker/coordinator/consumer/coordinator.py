@@ -117,6 +117,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
         # Group ids taken from what the store replayed: the store's partitions may load after
         # the broker starts (coordinator.loader), so groups are taken when first looked up.
         self._taken: set[str] = set()
+        self._regex_memo: dict[str, frozenset[str]] | None = None
         # The classic side (classic_members): converting groups, member ids given with MEMBER_ID_REQUIRED.
         self._release_classic = release_classic
         self._adopt_classic = adopt_classic
@@ -168,7 +169,11 @@ class ConsumerGroupCoordinator(ClassicMembers):
         self._validate(req)
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(req)
-        return self._heartbeat(req)
+        self._regex_memo = {}
+        try:
+            return self._heartbeat(req)
+        finally:
+            self._regex_memo = None
 
     def _validate(self, req: HeartbeatRequest) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, in its words."""
@@ -377,20 +382,39 @@ class ConsumerGroupCoordinator(ClassicMembers):
     def _subscribed_names(self, member: ConsumerMember) -> set[str]:
         names = {n for n in member.subscribed_topic_names if n in self._topics}
         if member.subscribed_topic_regex:
-            pattern = compile_topic_regex(member.subscribed_topic_regex)
-            names.update(n for n in self._topics.names() if not is_internal(n) and pattern.fullmatch(n))
+            names |= self._regex_topics(member.subscribed_topic_regex)
         return names
+
+    def _regex_topics(self, regex: str) -> frozenset[str]:
+        """The non-internal topics a regex matches as a whole.  Within one heartbeat a regex is
+        resolved once for all members (``_regex_memo``): the topics cannot change meanwhile."""
+        memo = self._regex_memo
+        if memo is not None and regex in memo:
+            return memo[regex]
+        pattern = compile_topic_regex(regex)
+        found = frozenset(n for n in self._topics.names() if not is_internal(n) and pattern.fullmatch(n))
+        if memo is not None:
+            memo[regex] = found
+        return found
 
     def _subscribed_ids(self, group: ConsumerGroup, member: ConsumerMember) -> set[uuid.UUID]:
         return {group.topic_snapshot[n][0] for n in self._subscribed_names(member) if n in group.topic_snapshot}
 
     def _topic_snapshot(self, group: ConsumerGroup) -> dict[str, tuple[uuid.UUID, int]]:
-        snapshot = {}
+        """name -> (id, partitions) of every topic some member subscribes to (each regex resolved once)."""
+        names: set[str] = set()
+        regexes: set[str] = set()
         for m in group:
-            for name in self._subscribed_names(m):
-                info = self._topics.get(name)
-                if info is not None:
-                    snapshot[name] = (info.topic_id, info.partitions)
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex:
+                regexes.add(m.subscribed_topic_regex)
+        for regex in regexes:
+            names |= self._regex_topics(regex)
+        snapshot = {}
+        for name in names:
+            info = self._topics.get(name)
+            if info is not None:
+                snapshot[name] = (info.topic_id, info.partitions)
         return snapshot
 
     @staticmethod
