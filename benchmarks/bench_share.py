@@ -1,0 +1,125 @@
+"""Share groups (KIP-932) on kwire's broker: how fast confluent-kafka's ShareConsumer drains a topic
+compared with a classic consumer group reading the same records from the same broker.
+
+One kwire broker (``python -m kwire.cli.main broker``, ``--fsync never``, as bench_broker.py), one
+topic of ``--partitions`` partitions holding ``--messages`` 100-byte values produced in batches of
+``--batch`` records.  Then, in turn, each reader drains the whole topic from the start:
+
+- classic: one confluent-kafka Consumer (classic group, auto commit);
+- share x1: one ShareConsumer (implicit acknowledgement: each poll accepts the previous one's records);
+- share x3: three ShareConsumers of one share group, polled in turn from one thread.
+
+Records per second from the first poll to the last record; ratio: share rate / classic rate (1.0
+= as fast).  A share group does more per record than a classic group: every record is acquired,
+locked, acknowledged, and the share-partition state is written to ``__share_group_state``.
+
+    python benchmarks/bench_share.py [--messages 50000] [--partitions 3] [--batch 500]
+
+Progress goes to stderr; the table goes to stdout (and by hand to benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from bench_broker import KwireBroker  # same directory
+from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+
+VALUE = b"x" * 100
+TIMEOUT = 60.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench_share {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def setup(bootstrap: str, topic: str, partitions: int, messages: int, batch: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": batch})
+    for i in range(messages):
+        p.produce(topic, VALUE, partition=i % partitions)
+        if i % 10_000 == 9_999:
+            p.poll(0)
+    if p.flush(60):
+        raise SystemExit("produce did not finish")
+
+
+def earliest(bootstrap: str, group: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    for fut in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                               incremental_configs=[entry])]).values():
+        fut.result(30)
+
+
+def classic(bootstrap: str, topic: str, n: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-classic", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got, start = 0, None
+    deadline = time.monotonic() + TIMEOUT
+    while got < n and time.monotonic() < deadline:
+        msgs = c.consume(1000, 0.5)
+        if msgs and start is None:
+            start = time.monotonic()
+        got += sum(1 for m in msgs if m.error() is None)
+    elapsed = time.monotonic() - (start or time.monotonic())
+    c.close()
+    if got < n:
+        raise SystemExit(f"classic consumer read {got} of {n}")
+    return n / elapsed
+
+
+def share(bootstrap: str, topic: str, n: int, members: int, group: str) -> float:
+    earliest(bootstrap, group)
+    cs = [ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group}) for _ in range(members)]
+    for c in cs:
+        c.subscribe([topic])
+    seen: set[tuple[int, int]] = set()
+    start = None
+    deadline = time.monotonic() + TIMEOUT
+    while len(seen) < n and time.monotonic() < deadline:
+        for c in cs:
+            msgs = c.poll(0.2)
+            if msgs and start is None:
+                start = time.monotonic()
+            seen.update((m.partition(), m.offset()) for m in msgs if m.error() is None)
+    elapsed = time.monotonic() - (start or time.monotonic())
+    for c in cs:
+        c.close()
+    if len(seen) < n:
+        raise SystemExit(f"{members} share consumer(s) read {len(seen)} of {n}")
+    return n / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=500)
+    args = ap.parse_args()
+    broker = KwireBroker("never")
+    try:
+        topic = "bench-share"
+        log(f"producing {args.messages} records to {args.partitions} partitions")
+        setup(broker.bootstrap, topic, args.partitions, args.messages, args.batch)
+        log("classic consumer")
+        base = classic(broker.bootstrap, topic, args.messages)
+        rows = [("classic group, 1 consumer", base)]
+        for members in (1, 3):
+            log(f"share group, {members} consumer(s)")
+            rows.append((f"share group, {members} consumer(s)", share(broker.bootstrap, topic, args.messages, members,
+                                                                      f"bench-share-{members}")))
+    finally:
+        broker.stop()
+    print(f"draining {args.messages} x 100 B records, {args.partitions} partitions, kwire broker (fsync never); "
+          "records/s from first poll to last record (one run)")
+    for name, rate in rows:
+        print(f"{name:28} {rate:10,.0f} rec/s  ({rate / base:.2f}x classic)")
+
+
+if __name__ == "__main__":
+    main()
