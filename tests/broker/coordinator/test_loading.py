@@ -146,6 +146,16 @@ def test_the_log_manager_leaves_internal_partitions_unopened_after_a_clean_shutd
         state.close()
 
 
+def test_a_new_data_dir_is_ready_at_once_without_a_load(tmp_path):
+    state, executor = _loading_state(tmp_path / "new")
+    try:
+        assert not executor.jobs and state.loader.done.is_set()
+        assert not state.coordinator.loading() and not state.transactions.loading()
+        assert init(state, "tx")[0] == NONE
+    finally:
+        state.close()
+
+
 def test_after_a_crash_internal_partitions_are_recovered_at_start(data):
     data_dir, _, _ = data
     BrokerState(load_config(None, data_dir=data_dir)).close(clean=False)  # no clean-shutdown marker

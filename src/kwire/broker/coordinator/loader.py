@@ -81,6 +81,11 @@ class CoordinatorLoader:
             self._remaining = self._groups.loading_partitions
             self._txn_to_read = self._transactions.loading()
             self._pending = len(self._remaining) + self._txn_to_read
+        if not self._remaining and self._txn_to_read and not self._transactions.state_on_disk():
+            # Nothing stored (a new data dir): no worker thread, the broker is ready at once.
+            self._txn_to_read = False
+            self._pending -= 1
+            self._transactions.install_state({})
         if not self._pending:
             self._finished()
         self._submit_next()

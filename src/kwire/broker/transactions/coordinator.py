@@ -143,6 +143,10 @@ class TransactionCoordinator:
         COORDINATOR_LOAD_IN_PROGRESS, as Kafka's TransactionStateManager for a loading partition)."""
         return not self._loaded
 
+    def state_on_disk(self) -> bool:
+        """Whether __transaction_state has a partition on disk (else there is nothing to read)."""
+        return self._store.state_on_disk()
+
     def read_state(self) -> dict[str, TransactionMetadata]:
         """The stored state, replayed from the logs (the loader runs it off the event loop)."""
         return self._store.read_all()

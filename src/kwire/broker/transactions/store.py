@@ -115,6 +115,10 @@ class TransactionStore:
         """Every stored transactional id's metadata: the topic's, then (once) the legacy file's."""
         return self.install(self.read_all())
 
+    def state_on_disk(self) -> bool:
+        """Whether a partition of the topic has a log (else ``read_all`` has nothing to read)."""
+        return bool(self._topics.existing_partitions(TRANSACTION_STATE_TOPIC))
+
     def read_all(self) -> dict[str, TransactionMetadata]:
         """Replay the topic's partitions: every transactional id's metadata.  Reads only the
         logs, so the loader runs it off the event loop; ``install`` makes it the store's."""
