@@ -296,3 +296,21 @@ def test_connection_creation_rate_per_ip(state):
     assert m.connection_throttle_ms("10.0.0.2") == 0  # the default ip quota: 100/s
     clock.ms += 60_000
     assert m.connection_throttle_ms("10.0.0.1") == 0  # a refused connection was not counted
+
+
+def test_a_long_poll_counts_its_work_not_its_wait(state):
+    """request_percentage counts the time a handler runs on the loop: a Fetch that waits 300 ms for data
+    that never comes is answered, and the wait is not counted as work."""
+    create_topic(state, "t")
+    clock = Clock()
+    m = manager_with(state, [({"client-id": "test"}, {"request_percentage": 1000.0})], clock)
+    R = messages.FetchRequest
+    resp = serve(state, R(replica_id=-1, max_wait_ms=300, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                          session_id=0, session_epoch=-1, topics=[R.FetchTopic(
+                              topic="t", partitions=[R.FetchTopic.FetchPartition(
+                                  partition=0, fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                          forgotten_topics_data=[], rack_id=""), 11)
+    assert resp.error_code == 0 and resp.throttle_time_ms == 0
+    [rate] = [r for tags, r in m._rates.items() if tags[0] == "request_percentage"]
+    # 300 ms waited would be 30 (percent of a second); the handler's own steps are a small fraction of it.
+    assert 0 < rate.rate(clock.ms) * 10 < 30
