@@ -386,3 +386,40 @@ def test_regex_subscription_follows_new_topics(tmp_path):
         [member] = list(desc)
         assert "^ord-.*" in member.subscribed_topic_regex and member.subscribed_topic_names == ()
         c.close()
+
+
+def test_static_member_restarts_into_its_partitions_without_a_rebalance(tmp_path):
+    with EmbeddedBroker(tmp_path / "data", **FAST) as broker:
+        _create_topic(broker.bootstrap)
+
+        def member(instance: str) -> confluent_kafka.Consumer:
+            c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "static",
+                                          "group.protocol": "consumer", "group.instance.id": instance})
+            c.subscribe([TOPIC])
+            return c
+
+        def parts(c) -> list[int]:
+            return sorted(p.partition for p in c.assignment())
+
+        c1, c2 = member("i1"), member("i2")
+        assert _wait(lambda: (c1.poll(0.05), c2.poll(0.05)) and len(parts(c1)) + len(parts(c2)) == PARTITIONS
+                     and parts(c1) and parts(c2))
+        before, epoch = parts(c1), broker.state.consumer_groups.group("static").group_epoch
+        c1.close()  # a static member leaves for a while (epoch -2): its partitions wait for it
+        group = broker.state.consumer_groups.group("static")
+        assert sorted(m.member_epoch for m in group) == [-2, epoch]
+        c1 = member("i1")
+        assert _wait(lambda: (c1.poll(0.05), c2.poll(0.05)) and parts(c1) == before)
+        assert broker.state.consumer_groups.group("static").group_epoch == epoch  # no rebalance
+        c1.close()
+        c2.close()
+
+
+def test_group_configs_set_the_session_timeout_and_heartbeat_interval(state):
+    state.topics.add("t", 1)
+    assert _heartbeat(state).heartbeat_interval_ms == 5000  # the broker's default
+    state.group_configs.replace("g", {"consumer.heartbeat.interval.ms": "7000",
+                                      "consumer.session.timeout.ms": "50000"})
+    assert _heartbeat(state, member_epoch=1, topic_partitions=None, subscribed_topic_names=None,
+                      rebalance_timeout_ms=-1).heartbeat_interval_ms == 7000
+    assert state.consumer_groups.timeouts_of("g").session_timeout_ms == 50000

@@ -140,6 +140,10 @@ class ConsumerGroupCoordinator(ClassicMembers):
             logger.info("group %s: loaded at epoch %d with %d member(s)", group_id, group.group_epoch, len(group))
             self._deadline_moved()
 
+    def timeouts_of(self, group_id: str) -> Timeouts:
+        """The session timeout and heartbeat interval the group's members get now."""
+        return self._timeouts(group_id)
+
     def _session_timeout(self, group_id: str, member: ConsumerMember) -> int:
         if member.classic is not None:
             return member.classic.session_timeout_ms
