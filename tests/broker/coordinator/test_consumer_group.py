@@ -209,8 +209,12 @@ def test_static_member_comes_back_with_its_partitions(cg, topics):
     back = join(cg, "b2", instance_id="i-b")
     assert back.member_epoch == 2 and parts(back.assignment, t) == b_parts
     assert cg.group("g").group_epoch == epoch  # no rebalance
+    assert set(cg.group("g").target["b2"].get(t, ())) == b_parts  # its target came along
     with pytest.raises((UnknownMemberIdError, FencedInstanceIdError)):
         beat(cg, "b", 2, instance_id="i-b")
+    # The same member joining again (fenced, say) is not another instance: it starts over.
+    again = join(cg, "b2", instance_id="i-b")
+    assert again.member_epoch == epoch + 1
     assert a.member_epoch == 2
 
 

@@ -304,17 +304,18 @@ class ConsumerGroupCoordinator(ClassicMembers):
         member_id = req.member_id or _new_member_id()
         if req.instance_id is not None:
             old = group.member_by_instance(req.instance_id)
-            if old is not None:
+            if old is not None and old.member_id != member_id:
                 if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                     raise UnreleasedInstanceIdError(
                         f"Static member {old.member_id} with instance id {req.instance_id} is not released yet.")
                 # The instance comes back: it takes its old place (epoch, assignment) under its new id.
+                target = group.target.get(old.member_id)
                 self._forget_member(group, old.member_id, changes)
                 back = old.replace(member_id=member_id, member_epoch=old.previous_member_epoch,
                                    pending_revocation={})
                 group.put_member(back)
-                if old.member_id in group.target:
-                    group.target[member_id] = group.target[old.member_id]
+                if target is not None:
+                    group.target[member_id] = target
                     changes.target_members.add(member_id)
                 changes.current_assignment.add(member_id)
                 logger.info("group %s: static member %s is back as %s", group.group_id, req.instance_id, member_id)
