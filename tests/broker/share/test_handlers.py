@@ -173,3 +173,15 @@ def test_list_groups_lists_share_groups_by_type(state):
     assert by_type[("classic",)] == by_type[("consumer",)] == []
     r = serve(state, L(states_filter=["Empty"], types_filter=["share"]), 5)
     assert r.groups == []
+
+
+def test_forgetting_a_partition_releases_the_members_records_there(state):
+    tid = setup_group(state)
+    assert fetch(state, 0, tid).responses[0].partitions[0].acquired_records
+    forget = SF(group_id="g", member_id="m1", share_session_epoch=1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                max_records=100, batch_size=100, topics=[],
+                forgotten_topics_data=[SF.ForgottenTopic(topic_id=tid, partitions=[0])])
+    assert serve(state, forget, 1).error_code == 0
+    r = fetch(state, 0, tid, member="m2")
+    assert [(a.first_offset, a.last_offset, a.delivery_count)
+            for a in r.responses[0].partitions[0].acquired_records] == [(0, 4, 2)]

@@ -46,14 +46,23 @@ def hb(groups, member, epoch, topics=None, now=0):
                             session_timeout_ms=45_000, now_ms=now)
 
 
-def test_every_member_is_assigned_every_subscribed_partition():
+def test_the_simple_assignment_spreads_partitions_and_shares_them_when_members_outnumber_them():
     groups, _ = make_groups()
     a, send = hb(groups, "a", 0, ["t"])
     assert send and a.assignment == {"t": (0, 1, 2)} and a.member_epoch == 1
     b, _ = hb(groups, "b", 0, ["t", "u"])
-    assert b.assignment == {"t": (0, 1, 2), "u": (0,)}
-    a, send = hb(groups, "a", 1)
-    assert a.member_epoch == groups.group("g").group_epoch and send
+    assert b.assignment == {"t": (1,), "u": (0,)}
+    a, send = hb(groups, "a", 1)  # a learns its smaller share at its next heartbeat
+    assert send and a.assignment == {"t": (0, 2)} and a.member_epoch == groups.group("g").group_epoch
+    for m in "cd":
+        hb(groups, m, 0, ["t", "u"])
+    g = groups.group("g")
+    # t: 4 members, 3 partitions: each member one partition, every partition taken;
+    # u: 3 subscribers, 1 partition: all of them share it.
+    assert {m: g.members[m].assignment["t"] for m in "abcd"} == {"a": (0,), "b": (1,), "c": (2,), "d": (0,)}
+    assert [g.members[m].assignment["u"] for m in "bcd"] == [(0,)] * 3
+    hb(groups, "d", -1)
+    assert sorted(p for m in "abc" for p in g.members[m].assignment["t"]) == [0, 1, 2]
 
 
 def test_heartbeat_errors():

@@ -185,12 +185,14 @@ async def handle_share_fetch(ctx, request):
                 records=b"", acquired_records=[])
         return pd
 
-    # The session's partitions: forgotten ones leave, the request's join; acknowledgements apply.
+    # The session's partitions: forgotten ones leave (the member's records there are released, as
+    # the partition moved to other members), the request's join; acknowledgements apply.
     for ft in request.forgotten_topics_data:
         info = ctx.broker.topics.by_id(ft.topic_id)
         if info is not None:
             for p in ft.partitions:
                 session.partitions.pop((info.name, p), None)
+                mgr.release_member(group, member, (info.name, p))
     for ft in request.topics:
         try:
             name = _topic_name(ctx, ft.topic_id)

@@ -7,10 +7,13 @@ its new assignment with the group epoch as its member epoch.  Share groups have 
 step: a partition may be assigned to several members at once (the share partition hands each
 record to one member at a time), so an assignment is installed as soon as it is computed.
 
-Assignment: every member gets every partition of the topics it subscribes to.  Kafka's
-SimpleAssignor spreads partitions over members when there are more partitions than members; this
-broker does not (every member fetches from every partition, which KIP-932 allows), so adding
-members never leaves a partition unread.
+Assignment ("simple", as Kafka's SimpleAssignor aims): per topic, among the members subscribed to
+it (by member id), each partition goes to one member, in turn, while there are at least as many
+partitions as members; with more members than partitions every member gets one partition, so a
+partition has several members.  Every partition always has a member.  Unlike Kafka's, the
+assignment is recomputed from scratch (no stickiness): a share partition does not care which
+member fetches it, and records a member held when its partition moved stay its own to acknowledge
+until their locks run out.
 
 A member not heard from for ``share.session.timeout.ms`` is removed.  Time is the ``now_ms``
 passed in: the coordinator owns no timer, expiry happens when a request looks (``expire``).
@@ -73,13 +76,31 @@ class ShareGroups:
     def group(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
 
-    def _target(self, member: ShareMember) -> dict[str, tuple[int, ...]]:
+    def _target(self, g: ShareGroup, member: ShareMember) -> dict[str, tuple[int, ...]]:
         out = {}
         for topic in sorted(member.subscribed):
             n = self._partitions_of(topic)
-            if n:
-                out[topic] = tuple(range(n))
+            if not n:
+                continue
+            members = sorted(m.member_id for m in g.members.values() if topic in m.subscribed)
+            i = members.index(member.member_id)
+            if len(members) <= n:
+                parts = tuple(range(i, n, len(members)))
+            else:
+                parts = (i % n,)
+            out[topic] = parts
         return out
+
+    def _reassign(self, g: ShareGroup) -> None:
+        """Compute every member's target assignment; the group epoch moves on if one changed."""
+        changed = False
+        for m in g.members.values():
+            target = self._target(g, m)
+            if target != m.assignment:
+                m.assignment = target
+                changed = True
+        if changed:
+            g.group_epoch += 1
 
     def expire(self, now_ms: int) -> None:
         """Remove members whose session timed out."""
@@ -91,6 +112,7 @@ class ShareGroups:
     def _remove(self, g: ShareGroup, member_id: str) -> None:
         if g.members.pop(member_id, None) is not None:
             g.group_epoch += 1
+            self._reassign(g)
 
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, subscribed: list[str] | None,
                   rack_id: str | None, *, client_id: str, client_host: str, session_timeout_ms: int,
@@ -132,13 +154,12 @@ class ShareGroups:
             joined = True
         if joined:  # one new group epoch for a join or a changed subscription
             g.group_epoch += 1
-        target = self._target(m)
-        send = member_epoch == 0
-        if target != m.assignment:
-            if m.member_epoch == g.group_epoch:
-                g.group_epoch += 1  # new partitions of a subscribed topic
-            m.assignment = target
-            send = True
+        before = m.assignment
+        epoch = g.group_epoch
+        self._reassign(g)  # (also catches partitions added to a subscribed topic)
+        if joined and g.group_epoch > epoch:
+            g.group_epoch = epoch  # the join's epoch covers its reassignment
+        send = member_epoch == 0 or m.assignment != before
         if m.member_epoch != g.group_epoch:
             m.member_epoch = g.group_epoch
             send = True

@@ -98,9 +98,10 @@ class ShareManager:
         self.sessions.close(group_id, member_id)
         self.release_member(group_id, member_id)
 
-    def release_member(self, group_id: str, member_id: str) -> None:
+    def release_member(self, group_id: str, member_id: str, only: tuple[str, int] | None = None) -> None:
+        """Release what the member holds in the group's share partitions (``only`` one of them)."""
         for key, sp in self.partitions.items():
-            if key[0] == group_id and sp.release_member(member_id):
+            if key[0] == group_id and (only is None or key[1:] == only) and sp.release_member(member_id):
                 self._notify(key)
         self.persist(group_id)
 
