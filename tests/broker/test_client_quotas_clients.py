@@ -167,3 +167,30 @@ def test_connections_over_the_ip_connection_rate_are_held_then_closed(tmp_path):
             finally:
                 for c in accepted:
                     c.close()
+
+
+def test_kafka_python_producer_over_its_quota_gets_every_record_stored(tmp_path):
+    """A second client library under the same quota: kafka-python's producer is throttled (the broker
+    mutes its connection whether or not it waits by itself) and every record is stored."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    with EmbeddedBroker(tmp_path / "data", default_partitions=1) as broker:
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            admin.alter_client_quotas([QuotaAlteration(QuotaEntity.of(client_id="kp"), {"producer_byte_rate": 10_000})])
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="kp", linger_ms=0, batch_size=4096)
+        try:
+            futures = [producer.send("kpq", b"x" * 1000) for _ in range(120)]
+            producer.flush(60)
+            assert [f.get(timeout=60).offset for f in futures] == list(range(120))
+            # kafka-python records the throttle_time_ms of the answers it gets.
+            throttle_max = max(v for group in producer.metrics().values() for k, v in group.items()
+                               if k == "throttle-time-max" and isinstance(v, (int, float)))
+            assert throttle_max > 0
+        finally:
+            producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, client_id="reader")
+        try:
+            tp = TopicPartition("kpq", 0)
+            assert consumer.end_offsets([tp])[tp] == 120
+        finally:
+            consumer.close()
