@@ -20,6 +20,13 @@ Three cases, each printed with its ratio:
    produce()-to-delivery-report time).  The two brokers are measured in alternated slices, the
    writer running for the one measured; ratios cleaner-on/cleaner-off (latency: off/on, so
    above 1 is better either way; the goal is >= 0.8).
+4. **The event loop's lag while a clean runs** (``--only lag``; not in the default run).  In
+   this process, an asyncio loop sleeps 1 ms over and over and records how late each wake-up is,
+   while a ``Cleaner.clean`` of a fresh copy of case 1's log (``--lag-log-mb``) runs in another
+   thread: (a) the clean in that thread, as the broker's cleaner used to do, (b) the clean in
+   the worker process (``Cleaner(worker=...)``: the thread only waits and swaps), (c) no clean
+   (the thread sleeps as long).  Alternated, ``--repeat`` each.  This is the broker's share of
+   the produce-latency goal without its I/O and locks: the GIL the cleaner holds.
 3. **1,000 keys rewritten N times.**  confluent-kafka writes ``--rewrites`` records cycling over
    ``--rewrite-keys`` keys to a compacted topic of a ``kwire broker`` subprocess; its VmRSS is
    sampled every 100 ms.  At the end (after waiting for the cleaner to catch up, bounded): the
@@ -37,6 +44,7 @@ MB = 10^6 bytes.  Progress goes to stderr.  Figures and the command go to benchm
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
@@ -60,6 +68,7 @@ from peers import process_rss_bytes, terminate  # same directory
 
 from kwire.broker.storage import Cleaner, CleanerConfig, LogConfig, PartitionLog
 from kwire.broker.storage.cleaner_checkpoint import read_cleaner_checkpoint
+from kwire.broker.storage.cleaner_worker import CleanerWorker
 from kwire.protocol.records import Compression, RecordBatchBuilder, iter_batches
 
 CLIENT_LOG_LEVEL = 3  # librdkafka: errors only
@@ -191,6 +200,84 @@ def case_cleaner(args, work: Path) -> dict:
     return {"log": built, "runs": runs, "best": best,
             "ratio_vs_write": best["cleaner"]["mb_per_s"] / best["read+write"]["mb_per_s"],
             "ratio_vs_fsync": best["cleaner"]["mb_per_s"] / best["read+write+fsync"]["mb_per_s"]}
+
+
+# -- 4. the event loop's lag during a clean ----------------------------------------------------------
+def lag_run(directory: Path, config: LogConfig, mode: str, worker: CleanerWorker, sleep_s: float) -> dict:
+    """Wake-up lateness of a 1 ms asyncio sleep in this thread while another thread cleans
+    ``directory`` (mode "thread" or "worker") or sleeps ``sleep_s`` (mode "none")."""
+    plog = PartitionLog(directory, config, clean_shutdown=True)
+    done = threading.Event()
+    took: list[float] = []
+
+    def work() -> None:
+        t0 = time.perf_counter()
+        try:
+            if mode == "none":
+                time.sleep(sleep_s)
+            else:
+                Cleaner(CleanerConfig(), worker=worker if mode == "worker" else None).clean(
+                    plog, now_ms=int(time.time() * 1000))
+        finally:
+            took.append(time.perf_counter() - t0)
+            done.set()
+
+    lags: list[float] = []
+
+    async def probe() -> None:
+        loop = asyncio.get_running_loop()
+        while not done.is_set():
+            t = loop.time()
+            await asyncio.sleep(0.001)
+            lags.append((loop.time() - t - 0.001) * 1000)
+
+    thread = threading.Thread(target=work)
+    try:
+        thread.start()
+        asyncio.run(probe())
+        thread.join()
+    finally:
+        plog.close()
+    lags.sort()
+    return {"seconds": took[0], "wakeups": len(lags), "lags_ms": lags}
+
+
+def case_lag(args, work: Path) -> dict:
+    template = work / "lag-template" / "bench-0"
+    segment_bytes = int(args.segment_mb * MIB)
+    built = build_log(template, mb=args.lag_log_mb, keys=args.keys, value_size=args.value_size,
+                      per_batch=args.records_per_batch, compressed_every=args.compressed_every,
+                      segment_bytes=segment_bytes)
+    config = LogConfig(segment_bytes=segment_bytes, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    worker = CleanerWorker()
+    lags: dict[str, list[float]] = {"none": [], "thread": [], "worker": []}
+    runs: dict[str, list[dict]] = {name: [] for name in lags}
+    try:
+        for i in range(args.repeat + 1):  # the first round warms up (the worker's start, caches): not counted
+            order = ["thread", "worker", "none"]
+            k = i % len(order)
+            for name in order[k:] + order[:k]:
+                copy = work / f"lag-{i}-{name}" / "bench-0"
+                shutil.copytree(template, copy)
+                done = [r["seconds"] for r in runs["thread"] + runs["worker"]]
+                r = lag_run(copy, config, name, worker, statistics.median(done) if done else 1.0)
+                shutil.rmtree(copy.parent)
+                if i:
+                    runs[name].append({k2: v for k2, v in r.items() if k2 != "lags_ms"})
+                    lags[name] += r["lags_ms"]
+                lat = r["lags_ms"]
+                log(f"lag: run {i}/{args.repeat} {name}: {r['seconds']:.2f} s, {r['wakeups']} wake-ups, "
+                    f"late p50 {lat[len(lat) // 2]:.3f} ms, p99 {lat[len(lat) * 99 // 100]:.3f} ms"
+                    + (" (warm-up)" if not i else ""))
+    finally:
+        worker.close()
+    out: dict = {"log": built, "runs": runs}
+    for name, lat in lags.items():
+        lat.sort()
+        out[name] = {"wakeups": len(lat), "p50_ms": lat[len(lat) // 2], "p90_ms": lat[len(lat) * 9 // 10],
+                     "p99_ms": lat[len(lat) * 99 // 100], "max_ms": lat[-1],
+                     "clean_seconds": statistics.median(r["seconds"] for r in runs[name])}
+    return out
 
 
 # -- brokers ----------------------------------------------------------------------------------------
@@ -763,6 +850,19 @@ def print_report(meta: dict, results: dict) -> None:
                   + "; p50 " + " ".join(f"{s['p50_ms']:.3f}" for s in pr["slices"][name])
                   + "; broker CPU " + " ".join(f"{s['broker_cpu']:.2f}" for s in pr["slices"][name])
                   + "; cleaner worker CPU " + " ".join(f"{s.get('worker_cpu', 0.0):.2f}" for s in pr["slices"][name]))
+    lg = results.get("lag")
+    if lg:
+        b = lg["log"]
+        print(f"\nthe event loop's lag while a clean runs: a 1 ms asyncio sleep in a loop, wake-up lateness; "
+              f"clean of {b['bytes'] / 1e6:,.1f} MB in {b['segments']} segments ({len(lg['runs']['none'])} alternated "
+              "runs each, all wake-ups)")
+        print(f"  {'':<34}{'clean s':>9}{'wake-ups':>10}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}")
+        labels = {"none": "no clean", "thread": "clean in a thread (the GIL shared)",
+                  "worker": "clean in the worker process"}
+        for name in ("none", "thread", "worker"):
+            r = lg[name]
+            print(f"  {labels[name]:<34}{r['clean_seconds']:>9.2f}{r['wakeups']:>10,}{r['p50_ms']:>9.3f}"
+                  f"{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.3f}")
     rw = results.get("rewrite")
     if rw:
         f = rw["files"]
@@ -816,6 +916,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--dirty-ratio", type=float, default=0.01, help="its min.cleanable.dirty.ratio (default 0.01)")
     g.add_argument("--backoff-ms", type=int, default=50, help="log_cleaner_backoff_ms of the cleaner-on broker "
                                                               "(default 50)")
+    g = parser.add_argument_group("4. the event loop's lag during a clean (--only lag)")
+    g.add_argument("--lag-log-mb", type=float, default=16, help="size of the log cleaned (default 16 MB)")
     g = parser.add_argument_group("3. keys rewritten many times")
     g.add_argument("--rewrites", type=int, default=300_000, help="records written (default 300,000; the full "
                                                                  "case is 1000000)")
@@ -829,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="longest wait for the cleaner to catch up after the writes (default 30)")
     args = parser.parse_args(argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - {"cleaner", "produce", "rewrite"}
+    unknown = only - {"cleaner", "produce", "rewrite", "lag"}
     if unknown:
         parser.error(f"--only: unknown case(s) {', '.join(sorted(unknown))}")
     meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "confluent_kafka": _version(confluent_kafka.version()),
@@ -841,6 +943,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "cleaner" in only:
             results["cleaner"] = case_cleaner(args, work)
+        if "lag" in only:
+            results["lag"] = case_lag(args, work)
         if "produce" in only:
             results["produce"] = pr = case_produce(args)
             for name in ("on", "off"):

@@ -17,7 +17,7 @@ record of every key:
   is copied into ``<base>.log.cleaned`` files, keeping what ``BatchFilter`` keeps, merging
   consecutive segments while what is kept fits in segment.bytes (see ``Cleaner._copy``).
   Each dirty batch is walked twice, as in Kafka (once for the map, once for the copy), by the compiled walks of offset_map.py, which release the GIL (see
-  ``Cleaner._check``); in the broker, the map and the copy run in a worker process
+  ``Cleaner._check``), or, with ``CleanerConfig.worker_process``, in a worker process
   (cleaner_worker.py), out of the broker's GIL.  The copy runs without the partition lock:
   produce and fetch go on.  Only the swap (``PartitionLog.replace_segments``) takes the lock, after checking that
   the segments it replaces are still the log's.
@@ -77,7 +77,13 @@ class CleanerConfig:
     io_max_bytes_per_second: float = _DOUBLE_MAX  # log.cleaner.io.max.bytes.per.second
     backoff_ms: int = 15_000                      # log.cleaner.backoff.ms: sleep when nothing to clean
     # kwire's own: each cleaner thread reads and writes in a worker process of its own
-    # (cleaner_worker.py), so the cleaner's Python work does not hold the broker's GIL.
+    # (cleaner_worker.py), so the cleaner's Python work does not hold the broker's GIL.  Off by
+    # default, by measurement (benchmarks/RESULTS.md, 2026-11-27 "H1"): alone it takes the
+    # cleaner's GIL stalls out of the event loop (bench_cleaner --only lag: wake-up lateness p90
+    # 0.43 ms against 2.1 ms in the thread, 0.20 with no clean), but the faster cleaner then
+    # swaps more often, and each swap holds the partition lock through three directory fsyncs
+    # while the event loop's appends to that partition wait: produce p50 and throughput with
+    # the cleaner busy came out worse in 4 of 4 alternated pairs (a loaded VM, load 7-13).
     worker_process: bool = False
 
     @classmethod
@@ -85,7 +91,7 @@ class CleanerConfig:
         """From a ``kwire.broker.config.BrokerConfig``."""
         return cls(config.log_cleaner_enable, config.log_cleaner_threads, config.log_cleaner_dedupe_buffer_size,
                    config.log_cleaner_io_buffer_size, config.log_cleaner_io_max_bytes_per_second,
-                   config.log_cleaner_backoff_ms, worker_process=True)
+                   config.log_cleaner_backoff_ms)
 
 
 @dataclass(frozen=True)
@@ -200,9 +206,9 @@ class Cleaner:
           GIL-free stretches): 0.21x.  Gathering them is itself ms of Python holding the GIL
           when batches are small, and the event loop waits the interpreter's 5 ms switch
           interval for it.
-        The broker's cleaner threads now hand the map and the copy to a worker process
-        (``CleanerConfig.worker_process``, cleaner_worker.py): the GIL is then not shared at all,
-        and this check runs in the broker only between the worker's messages.
+        - The map and the copy in a worker process (``CleanerConfig.worker_process``,
+          cleaner_worker.py): the GIL is then not shared at all, and this check runs in the
+          broker only between the worker's messages.  Off by default: see that setting.
         Without the compiled helper the walks are Python and never release the GIL: then the
         cleaner sleeps(0) once per ``PYTHON_SLICE_S`` of work."""
         if self._slice:

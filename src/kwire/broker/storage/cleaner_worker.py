@@ -6,7 +6,8 @@ copy) holds the GIL, and the broker's event loop waits for it: with the cleaner 
 produce p50 latency was 0.57-0.67x of a broker without a cleaner (benchmarks/RESULTS.md,
 ``bench_cleaner.py --only produce``).  Kafka's cleaner threads share a JVM without such a lock;
 a process is the way to get the same here.  The broker's cleaner thread then waits on a socket
-without the GIL, and does under the partition lock only what it did before: the swap.
+without the GIL, and does under the partition lock only what it did before: the swap.  Used
+when ``CleanerConfig.worker_process`` is set (off by default: see there why).
 
 What crosses the process boundary (a Unix socket pair, frames of a length and a pickle):
 * to the worker: the ``CleanJob`` (segment numbers and sizes, aborted transactions, producer
