@@ -162,7 +162,8 @@ class BrokerState:
             if post is None:
                 post = asyncio.get_running_loop().call_soon_threadsafe
             self.loader = CoordinatorLoader(self.coordinator, self.transactions, post=post, executor=executor)
-            self.loader.start()
+            # Posted: the server's start returns (and its caller wakes) before the load begins.
+            post(self.loader.start)
         return self.loader
 
     def log_config_for(self, info: TopicInfo | None) -> LogConfig:

@@ -75,7 +75,9 @@ class CoordinatorLoader:
         self.done = threading.Event()  # set once everything is installed (or failed)
 
     def start(self) -> None:
-        """Start loading: the group partitions, then the transaction state."""
+        """Start loading (on the event loop): the group partitions, then the transaction state."""
+        if self._closed:
+            return
         self._started = time.monotonic()
         with self._lock:
             self._remaining = self._groups.loading_partitions
