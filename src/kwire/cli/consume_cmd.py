@@ -245,6 +245,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", help="the topic to read")
     p.add_argument("-g", "--group", metavar="GROUP",
                    help="read as a member of this consumer group (committing offsets)")
+    p.add_argument("--share-group", metavar="GROUP",
+                   help="read as a member of this share group (KIP-932): each record printed is accepted; "
+                        "where a new group starts is its share.auto.offset.reset group config")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true",
                        help="start at the earliest offset (with --group: where the group has no committed offset)")
@@ -499,6 +502,15 @@ class _Session:
 def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     parser: argparse.ArgumentParser = args.consume_parser
     settings = client_settings(args)
+    if args.share_group:
+        # The share group decides what each member gets: no positions, partitions or end.
+        for given, what in ((args.group, "--group"), (args.offset or args.from_beginning, "--offset/--from-beginning"),
+                            (args.partitions, "--partition"), (args.exit_at_end, "--exit-at-end")):
+            if given:
+                parser.error(f"{what} cannot be used with --share-group: the share group hands out the records")
+        settings["group.id"] = args.share_group
+        args.start, args.stop_ms = None, None
+        return settings, args.share_group
     if args.group:
         settings["group.id"] = args.group
     group = settings.get("group.id") or None
@@ -549,10 +561,42 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+async def _share_main(session: _Session) -> int:
+    """--share-group: print what the share group hands this member; each poll accepts (implicit
+    acknowledgement) what the previous one printed, close accepts the last."""
+    from kwire.client.share_consumer import AcknowledgeType, AsyncShareConsumer
+
+    args = session.args
+    session.install_signal_handlers()
+    settings = {k: v for k, v in session.settings.items() if k != "allow.auto.create.topics"}
+    if args.count is not None:
+        settings["max.poll.records"] = min(args.count, 500)
+    c = session.consumer = AsyncShareConsumer(settings)
+    try:
+        c.subscribe([args.topic])
+        while not session.stop.is_set():
+            records = await c.poll(POLL_INTERVAL_MS / 1000)
+            if args.count is not None:
+                keep = args.count - session.printed
+                for r in records[keep:]:  # past the count: back to the group, for other members
+                    c.acknowledge(r, AcknowledgeType.RELEASE)
+                records = records[:keep]
+            if records:
+                await asyncio.to_thread(_write, b"".join([session.render(r) for r in records]))
+                session.printed += len(records)
+                if args.count is not None and session.printed >= args.count:
+                    break
+    finally:
+        await asyncio.shield(c.close())
+    return 0
+
+
 async def _main(session: _Session) -> int | None:
     from kwire.client.consumer import AsyncConsumer
 
     args = session.args
+    if args.share_group:
+        return await _share_main(session)
     session.install_signal_handlers()
     listener = session.listener() if session.group and (args.exit_at_end or args.stop_ms is not None) else None
     session.consumer = AsyncConsumer(session.settings, listener=listener)

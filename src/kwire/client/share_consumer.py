@@ -71,6 +71,7 @@ class ShareRecord(NamedTuple):
     partition: int
     offset: int
     timestamp: int
+    timestamp_type: int     # 0 CreateTime, 1 LogAppendTime
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
@@ -305,8 +306,8 @@ class AsyncShareConsumer:
             for r in batch:
                 n = acquired.pop(r.offset, None)
                 if n is not None:
-                    out.append(ShareRecord(topic, p.partition_index, r.offset, r.timestamp, r.key, r.value,
-                                           tuple(r.headers), n))
+                    out.append(ShareRecord(topic, p.partition_index, r.offset, r.timestamp, int(batch.timestamp_type),
+                                           r.key, r.value, tuple(r.headers), n))
         if acquired:  # acquired offsets with no record: gaps
             gaps = self._acks.setdefault((topic, p.partition_index), {})
             for off in acquired:
