@@ -123,8 +123,7 @@ class CoordinatorLoader:
         try:
             self._post(lambda: then(future))
         except RuntimeError:  # the loop is closed: the broker stopped meanwhile
-            return
-        self._submit_next()
+            pass
 
     def _group_partition_read(self, future: concurrent.futures.Future) -> None:
         exc = future.exception()
@@ -143,8 +142,11 @@ class CoordinatorLoader:
         self._handled()
 
     def _handled(self) -> None:
-        """(On the event loop) one load handled: the transactions once the groups are all in."""
+        """(On the event loop) one load handled: the transactions once the groups are all in.
+        The next load is submitted from here, so the worker waits while the loop takes its
+        turn (the requests that came meanwhile) between two partitions."""
         self._pending -= 1
+        self._submit_next()
         if (self._txn_state is not None and not self._closed and not self._groups.loading()
                 and self._transactions.loading()):
             # (A group partition that failed keeps the transactions loading too.)
