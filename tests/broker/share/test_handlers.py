@@ -185,3 +185,33 @@ def test_forgetting_a_partition_releases_the_members_records_there(state):
     r = fetch(state, 0, tid, member="m2")
     assert [(a.first_offset, a.last_offset, a.delivery_count)
             for a in r.responses[0].partitions[0].acquired_records] == [(0, 4, 2)]
+
+
+def test_share_fetch_v2_record_limit_mode(state):
+    tid = setup_group(state)
+    req = SF(group_id="g", member_id="m1", share_session_epoch=0, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+             max_records=2, batch_size=2, share_acquire_mode=1,
+             topics=[FT(topic_id=tid, partitions=[FP(partition_index=0, acknowledgement_batches=[])])],
+             forgotten_topics_data=[])
+    r = serve(state, req, 2)
+    assert [(a.first_offset, a.last_offset) for a in r.responses[0].partitions[0].acquired_records] == [(0, 1)]
+    req.share_acquire_mode, req.share_session_epoch = 0, 1  # batch-optimized: the rest of the batch
+    r = serve(state, req, 2)
+    assert [(a.first_offset, a.last_offset) for a in r.responses[0].partitions[0].acquired_records] == [(2, 4)]
+
+
+def test_a_topic_created_again_starts_a_new_share_partition(state):
+    tid = setup_group(state)
+    fetch(state, 0, tid)
+    ack(state, 1, tid, 0, 4)
+    assert state.share.partitions[("g", "t", 0)].start_offset == 5
+    D, C = messages.DeleteTopicsRequest, messages.CreateTopicsRequest
+    assert serve(state, D(topic_names=["t"], timeout_ms=1000), 5).responses[0].error_code == 0
+    assert serve(state, C(topics=[C.CreatableTopic(name="t", num_partitions=1, replication_factor=1, assignments=[],
+                                                   configs=[])], timeout_ms=1000, validate_only=False),
+                 5).topics[0].error_code == 0
+    new_tid = state.topics.get("t").topic_id
+    assert new_tid != tid
+    r = serve(state, HB(group_id="g", member_id="m1", member_epoch=0, rack_id=None, subscribed_topic_names=["t"]), 1)
+    assert r.error_code == 0
+    assert state.share.partitions[("g", "t", 0)].start_offset == 0  # not the old topic's 5

@@ -151,3 +151,11 @@ def test_state_batches_round_trip_through_load():
     assert loaded.end == 10 and loaded.first_acquirable() == 6
     got = loaded.acquire("b", [(5, 9)], 10, LOCK, now_ms=0)
     assert offsets(got) == [6, 9] and all(r.delivery_count == 2 for r in got)
+
+
+def test_record_limit_mode_splits_batches():
+    sp = SharePartition(0)
+    got = sp.acquire("a", [(0, 9), (10, 19)], 3, LOCK, now_ms=0, strict=True)
+    assert offsets(got) == [0, 1, 2]
+    got = sp.acquire("b", [(0, 9), (10, 19)], 3, LOCK, now_ms=0, strict=True)
+    assert offsets(got) == [3, 4, 5]

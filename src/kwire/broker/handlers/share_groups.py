@@ -46,6 +46,7 @@ DESC = messages.ShareGroupDescribeResponse
 SF = messages.ShareFetchResponse
 SA = messages.ShareAcknowledgeResponse
 RENEW_VERSION = 2  # RENEW acknowledgements (KIP-1222)
+RECORD_LIMIT = 1  # ShareFetch v2 ShareAcquireMode (KIP-1206): at most MaxRecords, batches split
 _ZERO_UUID = uuid.UUID(int=0)  # an unknown topic's id in the offsets responses
 
 
@@ -222,15 +223,17 @@ async def handle_share_fetch(ctx, request):
     committed = cfg.share_read_committed
     max_records = request.max_records if request.max_records > 0 else 500
     keys = list(session.partitions)
-    got = _acquire(ctx, mgr, group, member, keys, max_records, request.max_bytes, committed, answer, ids)
+    strict = v >= 2 and request.share_acquire_mode == RECORD_LIMIT
+    got = _acquire(ctx, mgr, group, member, keys, max_records, request.max_bytes, committed, answer, ids, strict)
     mgr.persist(group)
     if not got and request.max_wait_ms > 0 and keys:
-        got = await _wait_and_acquire(ctx, mgr, group, member, keys, max_records, request, committed, answer, ids)
+        got = await _wait_and_acquire(ctx, mgr, group, member, keys, max_records, request, committed, answer, ids,
+                                      strict)
     resp.responses = _group_by_topic(answers, SF.ShareFetchableTopicResponse)
     return resp
 
 
-def _acquire(ctx, mgr, group, member, keys, max_records, max_bytes, committed, answer, ids) -> int:
+def _acquire(ctx, mgr, group, member, keys, max_records, max_bytes, committed, answer, ids, strict=False) -> int:
     """Acquire records from the session's partitions in turn, until max_records; how many."""
     total = 0
     budget = max_bytes if max_bytes > 0 else 2**31 - 1
@@ -241,7 +244,7 @@ def _acquire(ctx, mgr, group, member, keys, max_records, max_bytes, committed, a
         if tid is None:
             continue
         try:
-            fetched = mgr.fetch(group, member, name, p, max_records - total, budget, committed)
+            fetched = mgr.fetch(group, member, name, p, max_records - total, budget, committed, strict=strict)
         except Exception as exc:  # noqa: BLE001 - this partition's fetch error
             pd = answer(tid, p)
             pd.error_code, pd.error_message = error_of(exc)
@@ -257,7 +260,8 @@ def _acquire(ctx, mgr, group, member, keys, max_records, max_bytes, committed, a
     return total
 
 
-async def _wait_and_acquire(ctx, mgr, group, member, keys, max_records, request, committed, answer, ids) -> int:
+async def _wait_and_acquire(ctx, mgr, group, member, keys, max_records, request, committed, answer, ids,
+                            strict) -> int:
     """Long poll: wait for an append to (or a release in) one of ``keys``, or for the group's next
     acquisition lock to run out, then try again, until MaxWaitMs."""
     loop = asyncio.get_running_loop()
@@ -286,7 +290,7 @@ async def _wait_and_acquire(ctx, mgr, group, member, keys, max_records, request,
             return 0
         mgr.expire()
         got = _acquire(ctx, mgr, group, member, list(session.partitions), max_records, request.max_bytes,
-                       committed, answer, ids)
+                       committed, answer, ids, strict)
         mgr.persist(group)
         if got:
             return got

@@ -50,6 +50,7 @@ class ShareManager:
         self.sessions = ShareSessionCache()
         self.partitions: dict[Key, SharePartition] = {}
         self._persisted_changes: dict[Key, int] = {}
+        self._topic_ids: dict[Key, uuid.UUID] = {}  # the topic id each share partition belongs to
         self.persister = SharePersister(state.internal_topics)
         self._loaded = self._load()
 
@@ -121,10 +122,13 @@ class ShareManager:
     def partition(self, group_id: str, topic: str, p: int) -> SharePartition:
         key = (group_id, topic, p)
         sp = self.partitions.get(key)
-        if sp is not None:
+        info = self._state.topics.get(topic)
+        if sp is not None and info is not None and self._topic_ids.get(key) == info.topic_id:
             return sp
-        if not self._state.topics.partition_exists(topic, p):
+        if info is None or not self._state.topics.partition_exists(topic, p):
             raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
+        # (A topic deleted and created again under its name starts a new share partition.)
+        self._topic_ids[key] = info.topic_id
         cfg = self.config(group_id)
         log = self._state.internal_topics.partition_log(topic, p)
         sp = SharePartition(log.log_start_offset, delivery_count_limit=cfg.share_delivery_count_limit,
@@ -167,7 +171,7 @@ class ShareManager:
 
     # -- fetching -------------------------------------------------------------------------------
     def fetch(self, group_id: str, member_id: str, topic: str, p: int, max_records: int, max_bytes: int,
-              committed: bool) -> FetchedPartition:
+              committed: bool, *, strict: bool = False) -> FetchedPartition:
         """Acquire up to ``max_records`` records of one partition for the member: the stored
         batches holding them and the acquired offset ranges."""
         sp = self.partition(group_id, topic, p)
@@ -189,7 +193,7 @@ class ShareManager:
             if h.is_control or (h.is_transactional and (h.producer_id, h.base_offset) in aborted):
                 control.update(range(max(h.base_offset, offset), h.last_offset + 1))
         acquired = sp.acquire(member_id, batches, max_records, cfg.share_record_lock_duration_ms, self.now_ms(),
-                              skip=control)
+                              skip=control, strict=strict)
         if not acquired:
             return FetchedPartition(b"", [])
         # Only the batches that hold acquired records go out.
@@ -220,7 +224,8 @@ class ShareManager:
         """Apply a partition's acknowledgement batches (all checked first by each batch)."""
         key = (group_id, topic, p)
         sp = self.partitions.get(key)
-        if sp is None:
+        info = self._state.topics.get(topic)
+        if sp is None or info is None or self._topic_ids.get(key) != info.topic_id:
             raise UnknownTopicOrPartitionError(f"{topic}-{p} has no share partition in group {group_id}")
         cfg = self.config(group_id)
         error: KafkaError | None = None

@@ -154,12 +154,14 @@ class SharePartition:
 
     # -- acquiring ------------------------------------------------------------------------------
     def acquire(self, member_id: str, batches: list[tuple[int, int]], max_records: int, lock_ms: int,
-                now_ms: int, skip: frozenset[int] | set[int] = frozenset()) -> list[AcquiredRange]:
+                now_ms: int, skip: frozenset[int] | set[int] = frozenset(), *,
+                strict: bool = False) -> list[AcquiredRange]:
         """Acquire for ``member_id`` the acquirable offsets of the log ``batches`` ((first, last)
-        offsets of whole batches, in order) until ``max_records``; a batch is taken whole or not
-        at all (Kafka acquires batch-aligned, so a batch may exceed the limit).  Offsets in ``skip``
-        (control batches) are archived instead.  Returns the acquired runs with their delivery
-        counts."""
+        offsets of whole batches, in order) until ``max_records``; a batch is taken whole (Kafka's
+        batch-optimized acquire mode, so a batch may exceed the limit) unless ``strict`` (the
+        record-limit mode of ShareFetch v2, KIP-1206: never more than ``max_records``).  Offsets
+        in ``skip`` (control batches) are archived instead.  Returns the acquired runs with their
+        delivery counts."""
         acquired: list[AcquiredRange] = []
         taken = 0
         deadline = now_ms + lock_ms
@@ -170,6 +172,8 @@ class SharePartition:
             if last < self.start_offset:
                 continue
             for off in range(max(first, self.start_offset), last + 1):
+                if strict and taken >= max_records:
+                    break
                 if off in skip:
                     if off >= self.end:
                         self._records[off] = _InFlight(RecordState.ARCHIVED)
