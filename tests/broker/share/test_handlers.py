@@ -215,3 +215,35 @@ def test_a_topic_created_again_starts_a_new_share_partition(state):
     r = serve(state, HB(group_id="g", member_id="m1", member_epoch=0, rack_id=None, subscribed_topic_names=["t"]), 1)
     assert r.error_code == 0
     assert state.share.partitions[("g", "t", 0)].start_offset == 0  # not the old topic's 5
+
+
+def test_a_member_whose_session_times_out_loses_its_records(state):
+    tid = setup_group(state)
+    # Locks outlast the session: what frees the records here is the member's expiry.
+    state.group_configs.replace("g", {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "60000"})
+    assert fetch(state, 0, tid).responses[0].partitions[0].acquired_records
+    clock = state.share.now_ms
+    state.share.now_ms = lambda: clock() + 45_001  # group.share.session.timeout.ms, default 45 s
+    r = serve(state, HB(group_id="g", member_id="m2", member_epoch=0, rack_id=None, subscribed_topic_names=["t"]), 1)
+    assert r.error_code == 0
+    assert list(state.share.groups.group("g").members) == ["m2"]
+    acquired = fetch(state, 0, tid, member="m2").responses[0].partitions[0].acquired_records
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in acquired] == [(0, 4, 2)]
+    assert fetch(state, 2, tid).error_code == ShareSessionNotFoundError.code  # its session went with it
+
+
+def test_read_committed_share_groups_skip_aborted_records(state):
+    from kwire.protocol.records import RecordBatchBuilder
+    tid = setup_group(state)  # offsets 0-4 committed plain records
+    state.group_configs.replace("g", {"share.auto.offset.reset": "earliest",
+                                      "share.isolation.level": "read_committed"})
+    log = state.logs.get("t", 0)
+    for commit, pid in ((False, 7), (True, 8)):
+        b = RecordBatchBuilder(producer_id=pid, producer_epoch=0, base_sequence=0, transactional=True)
+        b.append(None, b"txn-%d" % pid, 0)
+        log.append(b.build(), now_ms=0)
+        log.append_marker(pid, 0, commit)
+    # 5: aborted (pid 7), 6: its marker, 7: committed (pid 8), 8: its marker
+    r = fetch(state, 0, tid)
+    acquired = [(a.first_offset, a.last_offset) for a in r.responses[0].partitions[0].acquired_records]
+    assert acquired == [(0, 4), (7, 7)]
