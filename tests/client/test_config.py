@@ -70,6 +70,8 @@ CONSUMER_DEFAULTS = {
     **COMMON_DEFAULTS,
     "group.id": None,
     "group.instance.id": None,
+    "group.protocol": "classic",        # Kafka 4's default; "consumer" is KIP-848
+    "group.remote.assignor": None,      # the broker's default assignor
     "auto.offset.reset": "latest",
     "enable.auto.commit": False,                  # true, but Java turns it off without a group.id
     "auto.commit.interval.ms": 5000,
@@ -318,7 +320,7 @@ def test_a_setting_of_another_role_names_its_role(cls, key, owner):
 
 @pytest.mark.parametrize("cls,key", [
     (ProducerConfig, "key.serializer"), (ProducerConfig, "partitioner.class"),
-    (ConsumerConfig, "group.protocol"), (ConsumerConfig, "value.deserializer"),
+    (ConsumerConfig, "value.deserializer"),
     (AdminConfig, "ssl.truststore.location"), (ConsumerConfig, "ssl.keystore.location"),
     (ProducerConfig, "sasl.kerberos.service.name"), (AdminConfig, "default.api.timeout.ms"),
     (AdminConfig, "send.buffer.bytes"), (ProducerConfig, "metric.reporters"),

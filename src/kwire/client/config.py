@@ -364,6 +364,11 @@ class ConsumerConfig(CommonConfig):
     group_id: str | None = None
     # Static membership (KIP-345): a member restarting within session.timeout.ms keeps its partitions.
     group_instance_id: str | None = None
+    # classic: JoinGroup/SyncGroup, the leader runs partition.assignment.strategy; consumer
+    # (KIP-848): the broker assigns with group.remote.assignor (its default when None) and sets
+    # the session timeout and heartbeat interval (the settings of those names do not apply).
+    group_protocol: str = _choice("classic", "classic", "consumer")
+    group_remote_assignor: str | None = None
     # Where to start when the group has no committed offset: latest, earliest, or none (an error).
     auto_offset_reset: str = _choice("latest", "latest", "earliest", "none")
     # Commit consumed offsets every auto.commit.interval.ms.  Not given: true with a group.id,
@@ -633,8 +638,6 @@ _UNSUPPORTED: dict[str, tuple[str | None, str]] = {
     "metadata.max.idle.ms": ("producer", "not implemented yet"),
     "key.deserializer": ("consumer", "records come back as bytes; deserialize after polling"),
     "value.deserializer": ("consumer", "records come back as bytes; deserialize after polling"),
-    "group.protocol": ("consumer", "only the classic group protocol is implemented (not KIP-848's)"),
-    "group.remote.assignor": ("consumer", "only the classic group protocol is implemented (not KIP-848's)"),
     "interceptor.classes": (None, _CLASSES),
     "default.api.timeout.ms": (None, "not implemented yet"),
     "client.dns.lookup": (None, "not implemented yet"),

@@ -50,6 +50,7 @@ from .fetcher import Fetcher, isolation_level_code
 from .log_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
 from .loop_thread import LoopThread
 from .membership import STABLE, UNJOINED, GroupMembership, JoinResult
+from .membership_kip848 import ConsumerProtocolMembership
 from .offsets import GroupIdentity, GroupOffsets
 from .subscription import EARLIEST, LATEST, NONE_RESET, SubscriptionState
 from .transactions import ConsumerGroupMetadata
@@ -140,8 +141,11 @@ class AsyncConsumer:
         self._listener = listener
         self._group_id: str | None = config.group_id or None
         self._offsets = GroupOffsets(self._cluster, self._group_id) if self._group_id else None
-        self._membership: GroupMembership | None = None
-        if self._group_id:
+        self._membership: GroupMembership | ConsumerProtocolMembership | None = None
+        if self._group_id and config.group_protocol == "consumer":
+            # KIP-848: the broker assigns; the same consumer logic applies its (cooperative) changes.
+            self._membership = ConsumerProtocolMembership(self._cluster, config, self._wake)
+        elif self._group_id:
             protocols = GroupProtocols(config.partition_assignment_strategy)
             self._membership = GroupMembership(self._cluster, config, protocols, self._wake)
         self._auto_commit = bool(config.enable_auto_commit and self._group_id)

@@ -84,8 +84,9 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     try:
         result = consumer_groups(ctx).heartbeat(req)
     except Exception as exc:  # noqa: BLE001 - every refusal is an error code, the broker goes on
-        code, message = error_of(exc)
-        return failed(code, message if isinstance(exc, KafkaError) else None)
+        code, _ = error_of(exc)
+        # Kafka sends the bare message ("MemberId can't be empty.").
+        return failed(code, exc.message if isinstance(exc, KafkaError) else None)
     resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=result.member_id,
              member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=None)
     if result.assignment is not None:
