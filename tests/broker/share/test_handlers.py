@@ -247,3 +247,28 @@ def test_read_committed_share_groups_skip_aborted_records(state):
     r = fetch(state, 0, tid)
     acquired = [(a.first_offset, a.last_offset) for a in r.responses[0].partitions[0].acquired_records]
     assert acquired == [(0, 4), (7, 7)]
+
+
+def test_share_group_describe(state):
+    from kwire.protocol.errors import GroupIdNotFoundError
+    tid = setup_group(state)
+    D = messages.ShareGroupDescribeRequest
+    r = serve(state, D(group_ids=["g", "nope"], include_authorized_operations=False), 1)
+    g, missing = r.groups
+    assert (g.error_code, g.group_state, g.assignor_name, g.group_epoch) == (0, "Stable", "simple", 1)
+    [m] = g.members
+    assert (m.member_id, m.member_epoch, m.client_id, m.subscribed_topic_names) == ("m1", 1, "test", ["t"])
+    assert [(tp.topic_id, tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [(tid, "t", [0])]
+    assert missing.error_code == GroupIdNotFoundError.code
+
+
+def test_a_classic_group_id_is_not_a_share_group(state):
+    from kwire.protocol.errors import GroupIdNotFoundError
+    state.topics.add("t", 1)
+    J = messages.JoinGroupRequest
+    serve(state, J(group_id="classic", session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
+                   group_instance_id=None, protocol_type="consumer",
+                   protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"")]), 5)
+    r = serve(state, HB(group_id="classic", member_id="m", member_epoch=0, rack_id=None,
+                        subscribed_topic_names=["t"]), 1)
+    assert r.error_code == GroupIdNotFoundError.code
