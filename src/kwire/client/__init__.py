@@ -32,6 +32,8 @@ _EXPORTS = {
     "TransactionAbortRequiredError": "transactions", "TransactionAbortedError": "transactions",
     "CommitFailedError": "consumer_errors", "FatalGroupError": "consumer_errors",
     "NoOffsetForPartitionError": "consumer_errors", "StaleCommitError": "consumer_errors",
+    "ShareConsumer": "share_consumer", "AsyncShareConsumer": "share_consumer",
+    "ShareConsumerConfig": "share_consumer", "ShareRecord": "share_consumer", "AcknowledgeType": "share_consumer",
 }
 
 __all__ = sorted(_EXPORTS)
