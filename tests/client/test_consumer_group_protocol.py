@@ -9,6 +9,7 @@ import threading
 import time
 
 import confluent_kafka
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kwire.broker import EmbeddedBroker
@@ -143,3 +144,39 @@ def test_kwire_and_confluent_members_share_a_kip848_group(tmp_path):
         assert not owners.overlaps, owners.overlaps
         assert len(set(seen)) == 400
 
+
+
+def test_a_commit_refused_for_a_stale_member_epoch_is_sent_again_with_the_new_one(tmp_path):
+    import asyncio
+
+    from kwire.client.consumer import AsyncConsumer
+    from kwire.protocol.errors import StaleMemberEpochError
+
+    with EmbeddedBroker(tmp_path / "data", **FAST) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+
+        async def scenario() -> None:
+            c = AsyncConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "stale", "group.protocol": "consumer",
+                               "auto.offset.reset": "earliest", "enable.auto.commit": False}, topics=[TOPIC])
+            try:
+                deadline = time.monotonic() + 20
+                while not c.assignment() and time.monotonic() < deadline:
+                    await c.getmany(timeout_ms=100)
+                m = c._membership
+                epoch = m.generation_id
+                assert epoch > 0
+                tp = next(iter(c.assignment()))
+                m._heartbeats.cancel()  # no heartbeat may see the made-up epoch (it would be fenced)
+                m.generation_id = epoch + 5  # as if an answer with a newer epoch were still on its way...
+                asyncio.get_running_loop().call_later(0.01, setattr, m, "generation_id", epoch)  # ...it arrives
+                await c.commit({tp: 7})
+                assert (await c.committed([tp]))[tp].offset == 7
+                m.generation_id = epoch + 5  # and when it never does, the error reaches the caller
+                with pytest.raises(StaleMemberEpochError):
+                    await c.commit({tp: 8})
+                m.generation_id = epoch
+            finally:
+                await c.close()
+
+        asyncio.run(scenario())

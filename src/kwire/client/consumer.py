@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from kwire.protocol.errors import KafkaError
+from kwire.protocol.errors import KafkaError, StaleMemberEpochError
 
 from .assignors import COOPERATIVE, GroupProtocols
 from .cluster import Cluster
@@ -70,6 +70,8 @@ __all__ = [
 logger = logging.getLogger("kwire.client.consumer")
 
 _ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID = 22, 25, 82
+# Commits sent again after STALE_MEMBER_EPOCH (KIP-848: a heartbeat moved the member epoch meanwhile).
+_STALE_EPOCH_RETRIES = 3
 
 Offsets = Mapping[TopicPartition, "int | OffsetAndMetadata"]
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], "BaseException | None"], Any]
@@ -667,11 +669,19 @@ class AsyncConsumer:
         await self._send_commit(chosen, timeout)
 
     async def _send_commit(self, chosen: dict[TopicPartition, OffsetAndMetadata], timeout: float | None) -> None:
-        try:
-            await self._offsets.commit(chosen, self._identity(), timeout=timeout)
-        except CommitFailedError as exc:
-            self._after_commit_failed(exc)
-            raise
+        for attempt in range(_STALE_EPOCH_RETRIES + 1):
+            try:
+                await self._offsets.commit(chosen, self._identity(), timeout=timeout)
+                return
+            except StaleMemberEpochError:
+                # KIP-848: a heartbeat in flight moved this member to a new epoch; as Java's consumer,
+                # commit again with the epoch its answer brings.
+                if attempt == _STALE_EPOCH_RETRIES:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+            except CommitFailedError as exc:
+                self._after_commit_failed(exc)
+                raise
 
     def _after_commit_failed(self, exc: CommitFailedError) -> None:
         m = self._membership
