@@ -272,3 +272,19 @@ def test_a_classic_group_id_is_not_a_share_group(state):
     r = serve(state, HB(group_id="classic", member_id="m", member_epoch=0, rack_id=None,
                         subscribed_topic_names=["t"]), 1)
     assert r.error_code == GroupIdNotFoundError.code
+
+
+def test_delete_groups_deletes_an_empty_share_group_and_its_state(state):
+    from kwire.protocol.errors import NonEmptyGroupError
+    tid = setup_group(state)
+    fetch(state, 0, tid)
+    ack(state, 1, tid, 0, 1)
+    D = messages.DeleteGroupsRequest
+    assert serve(state, D(groups_names=["g"]), 2).results[0].error_code == NonEmptyGroupError.code
+    serve(state, HB(group_id="g", member_id="m1", member_epoch=-1, rack_id=None, subscribed_topic_names=None), 1)
+    assert serve(state, D(groups_names=["g"]), 2).results[0].error_code == 0
+    assert not state.share.is_share_group("g")
+    assert serve(state, messages.ListGroupsRequest(states_filter=[], types_filter=["share"]), 5).groups == []
+    # Its state is gone for good: a restarted broker does not bring it back.
+    from kwire.broker.share import ShareManager
+    assert not ShareManager(state).is_share_group("g")

@@ -524,6 +524,8 @@ def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     denied = {g for g in names if not _group_allowed(ctx, AclOperation.DELETE, g)}
     consumer = {g: ctx.broker.consumer_groups.delete_group(g) for g in names
                 if g not in denied and ctx.broker.consumer_groups.has_group(g)}
+    share = share_of(ctx.broker)  # KIP-932: an empty share group goes with its share state
+    consumer.update({g: share.delete_group(g) for g in names if g not in denied and share.is_share_group(g)})
     results = ctx.broker.coordinator.delete_groups(g for g in names if g not in denied and consumer.get(g, 0) == 0)
     for g, code in consumer.items():
         # A deleted consumer group without offsets is unknown to the classic coordinator.

@@ -292,6 +292,21 @@ class ShareManager:
                 self.persister.write(group_id, info.topic_id, key[2], None)
         return bool(keys)
 
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups of a share group: 0, or NON_EMPTY_GROUP's code while it has members
+        (Kafka deletes only empty groups); its share state is tombstoned."""
+        from kwire.protocol.errors import NonEmptyGroupError
+        try:
+            self.require_empty(group_id)
+        except NonEmptyGroupError:
+            return NonEmptyGroupError.code
+        for topic in {k[1] for k in list(self.partitions) + list(self._loaded) if k[0] == group_id}:
+            self.delete_topic_state(group_id, topic)
+        for s in self.sessions.of_group(group_id):
+            self.sessions.close(group_id, s.member_id)
+        self.groups.delete(group_id)
+        return 0
+
     def list_groups(self, states: list[str], types: list[str]) -> list[ShareGroupListing]:
         """ListGroups' share groups (type "share"), those with share state but no members since a
         restart listed Empty; ``states`` and ``types`` filter case-insensitively, as Kafka's."""
