@@ -10,7 +10,6 @@ DynamicLogConfig) and the log cleaner's settings (Kafka's LogCleaner.Reconfigura
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +18,7 @@ from kwire.protocol.configs import ConfigType
 from kwire.settings import ConfigError
 
 from .config import BrokerConfig
-from .storage._files import atomic_write
+from .meta_document import MetaDocument
 from .topic_configs import TOPIC_CONFIGS, Range, TopicConfigDef, parse_value
 from .topics import META_DIR
 
@@ -28,7 +27,7 @@ __all__ = ["CLEANER_CONFIGS", "DynamicBrokerConfigs", "TOPIC_SYNONYM_CONFIGS", "
 
 _FILE = "broker-configs.json"
 _VERSION = 1
-_WHAT_TO_DO = ("; restore the file, or move it away to start without the dynamic broker configs set by "
+_WHAT_TO_DO = ("restore the file, or move it away to start without the dynamic broker configs set by "
                "AlterConfigs (the broker then runs with its static configuration)")
 
 # The broker config that defaults each topic config cluster-wide (only the first synonym is
@@ -83,7 +82,8 @@ class DynamicBrokerConfigs:
     """The dynamic broker configs of one data directory, by scope (``""`` or a node id)."""
 
     def __init__(self, data_dir: Path, node_id: int):
-        self._path = Path(data_dir) / META_DIR / _FILE
+        self._doc = MetaDocument(Path(data_dir) / META_DIR / _FILE, _VERSION, "dynamic broker configs", _WHAT_TO_DO)
+        self._path = self._doc.path
         self._node = str(node_id)
         self._lock = threading.Lock()
         self._scopes: dict[str, dict[str, str]] = self._load()
@@ -93,25 +93,13 @@ class DynamicBrokerConfigs:
         return self._path
 
     def _load(self) -> dict[str, dict[str, str]]:
-        try:
-            doc = json.loads(self._path.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{self._path}: unreadable dynamic broker configs: {exc}{_WHAT_TO_DO}") from None
-        try:
-            if not isinstance(doc, dict) or doc.get("version") != _VERSION:
-                raise ValueError(f"not a version {_VERSION} document")
-            scopes = {str(scope): {str(k): str(v) for k, v in configs.items()}
-                      for scope, configs in doc["scopes"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"{self._path}: unreadable dynamic broker configs: {type(exc).__name__} "
-                             f"{exc}{_WHAT_TO_DO}") from None
+        scopes = self._doc.load(lambda doc: {str(scope): {str(k): str(v) for k, v in configs.items()}
+                                             for scope, configs in doc["scopes"].items()}, {})
         for scope, configs in scopes.items():
             try:
                 check_dynamic_configs(configs)
             except ConfigError as exc:
-                raise ValueError(f"{self._path}: scope {scope!r}: {exc}{_WHAT_TO_DO}") from None
+                raise self._doc.unreadable(f"scope {scope!r}: {exc}") from None
         return scopes
 
     def scope(self, name: str) -> dict[str, str]:
@@ -138,8 +126,7 @@ class DynamicBrokerConfigs:
                 scopes[name] = dict(configs)
             else:
                 scopes.pop(name, None)
-            doc = {"version": _VERSION, "scopes": {k: dict(sorted(v.items())) for k, v in sorted(scopes.items())}}
-            atomic_write(self._path, json.dumps(doc, indent=1).encode())
+            self._doc.save({"scopes": {k: dict(sorted(v.items())) for k, v in sorted(scopes.items())}})
             self._scopes = scopes
 
     def broker_config(self, current: BrokerConfig, static: BrokerConfig,

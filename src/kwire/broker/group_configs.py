@@ -20,7 +20,6 @@ a value the broker would refuse.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -32,7 +31,7 @@ from typing import Any
 from kwire.protocol.configs import ConfigSource, ConfigType
 from kwire.settings import ConfigError
 
-from .storage._files import atomic_write
+from .meta_document import MetaDocument
 from .topic_configs import INT_MAX, BrokerSynonym, OneOf, Range, TopicConfigDef, parse_value
 from .topics import META_DIR
 
@@ -43,7 +42,7 @@ logger = logging.getLogger("kwire.broker.group_configs")
 
 _FILE = "group-configs.json"
 _VERSION = 1
-_WHAT_TO_DO = ("; restore the file, or move it away to start without the group configs set by "
+_WHAT_TO_DO = ("restore the file, or move it away to start without the group configs set by "
                "IncrementalAlterConfigs (every group then runs with the broker's defaults)")
 
 
@@ -336,7 +335,8 @@ class GroupConfigStore:
     for the config requests (persisted before it returns), ``add_listener`` to hear of changes."""
 
     def __init__(self, data_dir: Path, broker: GroupBrokerConfig | None = None):
-        self._path = Path(data_dir) / META_DIR / _FILE
+        self._doc = MetaDocument(Path(data_dir) / META_DIR / _FILE, _VERSION, "group configs", _WHAT_TO_DO)
+        self._path = self._doc.path
         self.broker = broker or GroupBrokerConfig()
         self._lock = threading.Lock()
         self._groups: dict[str, dict[str, str]] = self._load()
@@ -348,25 +348,14 @@ class GroupConfigStore:
         return self._path
 
     def _load(self) -> dict[str, dict[str, str]]:
-        try:
-            doc = json.loads(self._path.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{self._path}: unreadable group configs: {exc}{_WHAT_TO_DO}") from None
-        try:
-            if not isinstance(doc, dict) or doc.get("version") != _VERSION:
-                raise ValueError(f"not a version {_VERSION} document")
-            groups = {str(g): {str(k): str(v) for k, v in configs.items()} for g, configs in doc["groups"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"{self._path}: unreadable group configs: {type(exc).__name__} {exc}{_WHAT_TO_DO}") \
-                from None
+        groups = self._doc.load(lambda doc: {str(g): {str(k): str(v) for k, v in configs.items()}
+                                             for g, configs in doc["groups"].items()}, {})
         for group, configs in groups.items():
             try:
                 # Names and types only: a value outside bounds lowered since is clamped by get().
                 check_group_configs(configs, _UNBOUNDED)
             except ConfigError as exc:
-                raise ValueError(f"{self._path}: group {group!r}: {exc}{_WHAT_TO_DO}") from None
+                raise self._doc.unreadable(f"group {group!r}: {exc}") from None
         return groups
 
     def get(self, group_id: str) -> GroupConfig:
@@ -398,9 +387,7 @@ class GroupConfigStore:
                 groups[group_id] = dict(configs)
             else:
                 groups.pop(group_id, None)
-            doc = {"version": _VERSION, "groups": {k: dict(sorted(v.items())) for k, v in sorted(groups.items())}}
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self._path, json.dumps(doc, indent=1).encode())
+            self._doc.save({"groups": {k: dict(sorted(v.items())) for k, v in sorted(groups.items())}})
             self._groups = groups
             self._cache.pop(group_id, None)
         cfg = self.get(group_id)

@@ -9,7 +9,6 @@ its error messages.
 from __future__ import annotations
 
 import ipaddress
-import json
 import math
 import threading
 from collections.abc import Iterable, Mapping
@@ -20,14 +19,14 @@ from kwire.protocol.configs import ConfigType
 from kwire.protocol.errors import InvalidRequestError, UnsupportedVersionError
 from kwire.protocol.quotas import CLIENT_ID, ENTITY_TYPES, IP, QUOTA_KEYS, USER, QuotaKey, QuotaMatchType
 
-from ..storage._files import atomic_write
+from ..meta_document import MetaDocument
 from ..topics import META_DIR
 
 __all__ = ["ClientQuotaStore", "Entity", "QuotaRequestError", "entity_of", "format_entity"]
 
 _FILE = "client-quotas.json"
 _VERSION = 1
-_WHAT_TO_DO = ("; restore the file, or move it away to start without the client quotas set by AlterClientQuotas "
+_WHAT_TO_DO = ("restore the file, or move it away to start without the client quotas set by AlterClientQuotas "
                "(clients are then not throttled)")
 
 # An entity: its (type, name) pairs sorted by type; name None is the type's default.
@@ -109,7 +108,8 @@ class ClientQuotaStore:
     """The client quotas of one data directory: entity -> {key: value}."""
 
     def __init__(self, data_dir: Path):
-        self._path = Path(data_dir) / META_DIR / _FILE
+        self._doc = MetaDocument(Path(data_dir) / META_DIR / _FILE, _VERSION, "client quotas", _WHAT_TO_DO)
+        self._path = self._doc.path
         self._lock = threading.Lock()
         self._quotas: dict[Entity, dict[str, float]] = self._load()
         self.version = 0  # bumped on every change, so that users of the quotas know to look again
@@ -119,28 +119,20 @@ class ClientQuotaStore:
         return self._path
 
     def _load(self) -> dict[Entity, dict[str, float]]:
-        try:
-            doc = json.loads(self._path.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{self._path}: unreadable client quotas: {exc}{_WHAT_TO_DO}") from None
-        quotas: dict[Entity, dict[str, float]] = {}
-        try:
-            if not isinstance(doc, dict) or doc.get("version") != _VERSION:
-                raise ValueError(f"not a version {_VERSION} document")
+        def parse(doc: dict) -> dict[Entity, dict[str, float]]:
+            quotas: dict[Entity, dict[str, float]] = {}
             for item in doc["entities"]:
                 entity = entity_of((str(k), None if v is None else str(v)) for k, v in item["entity"].items())
                 values = {str(k): float(v) for k, v in item["quotas"].items()}
                 for key, value in values.items():
                     _check_value(entity, key, value)
                 quotas[entity] = values
+            return quotas
+
+        try:
+            return self._doc.load(parse, {})
         except QuotaRequestError as exc:
-            raise ValueError(f"{self._path}: unreadable client quotas: {exc.message}{_WHAT_TO_DO}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"{self._path}: unreadable client quotas: {type(exc).__name__} {exc}"
-                             f"{_WHAT_TO_DO}") from None
-        return quotas
+            raise self._doc.unreadable(exc.message) from None
 
     def entries(self) -> dict[Entity, dict[str, float]]:
         """A copy of every entity's quotas."""
@@ -190,10 +182,9 @@ class ClientQuotaStore:
             return results
 
     def _write(self, quotas: dict[Entity, dict[str, float]]) -> None:
-        doc = {"version": _VERSION, "entities": [
+        self._doc.save({"entities": [
             {"entity": dict(entity), "quotas": dict(sorted(values.items()))}
-            for entity, values in sorted(quotas.items(), key=lambda item: [(k, v or "") for k, v in item[0]])]}
-        atomic_write(self._path, json.dumps(doc, indent=1).encode())
+            for entity, values in sorted(quotas.items(), key=lambda item: [(k, v or "") for k, v in item[0]])]})
 
     def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:
         """The entities a DescribeClientQuotas filter matches, with their quotas (Kafka's
