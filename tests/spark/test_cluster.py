@@ -89,7 +89,7 @@ def test_kwire_sink_runs_its_query_on_the_cluster(cluster, cluster_spark, broker
         capture_output=True, text=True, env=sink_env(), timeout=300)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["rows"] == 500 and summary["total_lag"] == 0 and summary["batches"] >= 3
+    assert summary["rows_read"] == 500 and summary["total_lag"] == 0 and summary["batches"] >= 3
     assert "Registering app kwire sink" in cluster.logs(tail=10**6)
 
     got = {(r.partition, r.offset): (r.k, r.v) for r in cluster_spark.read.parquet(str(tmp_path / "out")).collect()}

@@ -2,7 +2,8 @@
 
 ``kwire sink`` runs as a subprocess (processingTime trigger, micro-batches of at most 100
 records) while records arrive in waves; once it has finished two micro-batches and has the next
-one under way, the driver and its JVM (the whole process group) get SIGKILL.  Started again
+one under way, the driver and its JVM (the driver's process group, and the JVM's own session with
+its Python workers) get SIGKILL.  Started again
 with the same checkpoint, more records arrive, and once its commit group shows it caught up,
 SIGTERM stops it cleanly.  The Parquet read through Spark holds each (partition, offset) exactly
 once, with its value.  Two pipelines side by side (their JVMs start together, which halves the
@@ -11,6 +12,7 @@ rewriting its own directory)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +27,11 @@ from .conftest import SPARK_SMALL, create_topic, parquet_rows, produce, sink_com
 
 LIMIT = 100  # --max-offsets-per-trigger
 WAIT = 240   # seconds: the bound of every wait (a failure then shows the sink's output)
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
 def batch_ids(checkpoint: Path, log: str) -> set[int]:
@@ -74,8 +81,13 @@ class Pipeline:
         return {p.partition: p.committed for p in lag.partitions} == ends
 
     def kill(self) -> None:
-        """SIGKILL to the driver, its JVM and the Python workers: the process group."""
+        """SIGKILL to the driver (its process group) and to Spark's JVM with its Python workers: the
+        driver's child, which kwire sink starts in a session of its own (see spark_session)."""
+        jvms = children(self.process.pid)
         os.killpg(self.process.pid, signal.SIGKILL)
+        for pid in jvms:
+            with contextlib.suppress(ProcessLookupError):  # a child in the driver's group: killed already
+                os.killpg(pid, signal.SIGKILL)
         self.process.wait(60)
 
     def check_alive(self, what: str) -> None:

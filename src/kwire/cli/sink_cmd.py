@@ -15,16 +15,26 @@ written exactly-once through the checkpoint: a run stopped or killed in the midd
 again with the same ``--checkpoint`` carries on where the last finished micro-batch ended.
 Aggregations need ``--per-batch`` (the SQL runs on each micro-batch; see kwire.spark.sink_job).
 
-Progress goes to stderr: a status line on a terminal, else one line per micro-batch (rows,
-rows/s, lag per partition).  At the end (``availableNow`` or ``once`` done, Ctrl-C or SIGTERM
-for a running query), a summary on stdout: rows, batches, throughput, and for each partition the
-query's end offset, the log end and the lag; ``--json`` makes it one JSON document.
+Progress goes to stderr from the first second: while Spark starts and the query starts, a
+status line counting the seconds on a terminal (else a line per step), then a status line (else
+one line per micro-batch: rows, rows/s, lag per partition).  At the end (``availableNow`` or
+``once`` done, Ctrl-C or SIGTERM), a summary on stdout: rows read, rows written and rows
+filtered (read minus written: what the SQL or function left out), batches, throughput, and for
+each partition the query's end offset, the log end and the lag; ``--json`` makes it one JSON
+document.  Rows written are Spark's count where its sink keeps one (numOutputRows: console),
+else counted on the way to the sink (``Dataset.observe``); the summary says which.
+
+Ctrl-C or SIGTERM stops the query between two micro-batches (the one under way finishes first,
+for 30 s at most), prints the summary and exits 0, as an ``availableNow`` run that ended; while
+Spark is still starting it stops Spark once it is up and prints the summary of no rows.  A
+second Ctrl-C quits at once (exit 130).  Spark's JVM runs in a session of its own, so the
+terminal's Ctrl-C reaches only kwire, not Spark's Python workers.
 
 With no ``--bootstrap`` (and no ``$KWIRE_BOOTSTRAP``) the command starts kwire's embedded broker
 on 127.0.0.1:9092 with its data in ./kwire-data (``--broker-port``, ``--broker-data-dir``) and
 says so: other kwire commands reach it by their defaults (``kwire produce events ...``).
 
-Exit status: 0 when the query ended as it should, 1 when it failed (the reason on stderr), 2
+Exit status: 0 when the query ended as it should (or was stopped), 1 when it failed (the reason on stderr), 2
 for arguments that cannot work (named in the message), before Spark starts where possible.
 """
 
@@ -86,6 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="the embedded broker's port (default 9092; 0 picks a free one)")
     cluster.add_argument("--broker-data-dir", default="kwire-data", metavar="DIR",
                          help="the embedded broker's data (default ./kwire-data)")
+    p.add_argument("--console-rows", type=positive_int, default=20, metavar="N",
+                   help="--to console: show N rows of each micro-batch (default 20)")
     p.add_argument("--json", action="store_true", help="the closing summary as one JSON document on stdout")
     p.set_defaults(func=run)
 
@@ -96,7 +108,7 @@ def _job(args: argparse.Namespace, bootstrap: str):
     return SinkJob(topic=args.topic, bootstrap=bootstrap, to=args.to, checkpoint=args.checkpoint, sql=args.sql,
                    transform=args.transform, per_batch=args.per_batch, trigger=args.trigger,
                    starting_offsets=args.starting_offsets, max_offsets_per_trigger=args.max_offsets_per_trigger,
-                   group=args.group, options=dict(args.options))
+                   group=args.group, options=dict(args.options), console_rows=args.console_rows)
 
 
 def _bad(exc: Exception) -> int:
@@ -139,38 +151,71 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_job(args: argparse.Namespace, job) -> int:
+    import time
+
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from kwire.spark.sink_job import SinkError, run, spark_session
+    from kwire.spark.sink_job import ProgressPrinter, SinkError, SinkResult, run, spark_session
 
     owned = SparkSession.getActiveSession() is None
-    print(f"kwire sink: {job.describe()} on Spark {args.master}", file=sys.stderr, flush=True)
-    spark = spark_session(args.master, dict(args.conf))
-    # Ctrl-C and SIGTERM ask for a clean stop (the query stopped between two polls of it, the
-    # summary printed); a second Ctrl-C interrupts at once.  Installed after Spark's own SIGINT
-    # handler, which would cancel the running jobs.
-    stop = []
+    progress = ProgressPrinter()
+    progress.note(f"{job.describe()} on Spark {args.master}")
+    # Ctrl-C and SIGTERM ask for a clean stop (the query stopped between two micro-batches, the
+    # summary printed); a second Ctrl-C interrupts at once.  Installed before Spark starts, which
+    # takes a while: a Ctrl-C then stops Spark once it is up.
+    stop: list[int] = []
+    starting = [True]
 
     def on_signal(signum: int, frame: Any) -> None:
         if stop and signum == signal.SIGINT:
             raise KeyboardInterrupt
         stop.append(signum)
-        print(f"\nkwire sink: {signal.Signals(signum).name}: stopping the query", file=sys.stderr, flush=True)
+        name = signal.Signals(signum).name
+        progress.note(f"{name}: stopping Spark once it is up (Ctrl-C again to quit now)" if starting[0] else
+                      f"{name}: stopping the query once its micro-batch under way is done (Ctrl-C again to "
+                      "stop it now)")
 
-    previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread (run from Python): no handler
-            previous[signum] = signal.signal(signum, on_signal)
+    def install() -> dict[int, Any]:
+        previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread (run from Python): no handler
+                previous[signum] = signal.signal(signum, on_signal)
+        return previous
+
+    previous = install()
+    t0 = time.monotonic()
+    spark = None
     try:
+        progress.step(f"starting Spark ({args.master})")
         try:
-            result = run(spark, job, should_stop=lambda: bool(stop))
-        except SinkError as exc:
-            return _bad(exc)
+            spark = spark_session(args.master, dict(args.conf))
+        except KeyboardInterrupt:
+            if stop:  # a second Ctrl-C: quit now (the JVM ends with this process: its stdin closes)
+                owned = False
+                raise
+            # Spark's own SIGINT handler (SparkContext puts it in while it starts) took the Ctrl-C.
+            stop.append(signal.SIGINT)
+            spark = SparkSession.getActiveSession()
+        install()  # again: in place of Spark's, which would cancel the jobs and raise in the middle
+        starting[0] = False
+        if stop:
+            progress.close()
+            result = SinkResult.not_started(job, time.monotonic() - t0)
+        else:
+            try:
+                result = run(spark, job, progress=progress, should_stop=lambda: bool(stop))
+            except SinkError as exc:
+                return _bad(exc)
     finally:
+        progress.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if owned:
-            spark.stop()
+            if spark is not None:
+                spark.stop()
+            elif SparkContext._active_spark_context is not None:  # interrupted half-way through starting
+                SparkContext._active_spark_context.stop()
     _summary(args, job, result)
     if result.error:
         return fail(f"the query failed: {result.error}", 1)
@@ -178,15 +223,20 @@ def _run_job(args: argparse.Namespace, job) -> int:
 
 
 def _summary(args: argparse.Namespace, job, result) -> None:
-    from kwire.spark.sink_job import plural
+    from kwire.spark.sink_job import WRITTEN_BY, plural
 
     if args.json:
         print_json({**result.to_json(), "to": str(job.to), "bootstrap": job.bootstrap})
         return
     how = "stopped" if result.stopped else "failed" if result.error else "done"
-    print(f"{result.query_name} ({how}): {result.rows:,} rows in {plural(result.batches, 'batch')}, "
-          f"{result.seconds:.1f} s, "
-          f"{result.rows_per_second:,.0f} rows/s -> {job.to}")
+    if result.rows_written is None:
+        written = "rows written not counted (--per-batch to the console)"
+    else:
+        by = f" ({WRITTEN_BY[result.written_by]})" if result.written_by else ""
+        written = f"{result.rows_written:,} written{by}, {result.rows_filtered:,} filtered"
+    print(f"{result.query_name} ({how}): {result.rows_read:,} rows read, {written}; "
+          f"{plural(result.batches, 'batch')}, {result.seconds:.1f} s, {result.rows_per_second:,.0f} rows/s read "
+          f"-> {job.to}")
     lag = result.lag
     if result.log_end_offsets:
         print_table(["TOPIC", "PARTITION", "END OFFSET", "LOG END", "LAG"],

@@ -36,9 +36,15 @@ SIGTERM stop it cleanly), ``availableNow`` (everything there is when the query s
 micro-batches of at most ``max_offsets_per_trigger``, then stop) and ``once`` (one batch).
 
 Progress: one line per micro-batch (rows, rows/s, lag per partition), or a status line kept up
-to date on a terminal.  Lag is the log end offset Spark saw when it planned the batch minus the
-batch's end offset (``lastProgress``'s ``sources[].latestOffset`` and ``endOffset``); the
-result's ``lag`` is measured against the log ends once the query is over.
+to date on a terminal; ``ProgressPrinter.step`` shows what comes before the first batch
+(starting Spark, the query) from its first second.  Lag is the log end offset Spark saw when it
+planned the batch minus the batch's end offset (``lastProgress``'s ``sources[].latestOffset``
+and ``endOffset``); the result's ``lag`` is measured against the log ends once the query is over.
+
+Rows: ``rows_read`` (the batches' ``numInputRows``), ``rows_written`` (what the sink was given:
+its own ``numOutputRows`` where Spark's sink keeps one, the console's; else counted on the way,
+``Dataset.observe`` of the output, or an ``Observation`` in ``per_batch``'s writer) and
+``rows_filtered`` (read minus written).  ``written_by`` says which count it is.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -80,6 +87,7 @@ __all__ = [
 ]
 
 VIEW = "events"
+WRITTEN_METRIC = "kwire_sink_written"   # the observed metric counting the rows handed to the sink
 FORMATS = ("parquet", "json")
 
 # The kwire source's option names (kwire.spark's docstring), for -X typos.  kafka.* goes through.
@@ -204,6 +212,7 @@ class SinkJob:
     group: str | None = None                     # kwire.commitGroup
     options: Mapping[str, str] = field(default_factory=dict)   # more source options (-X)
     query_name: str | None = None
+    console_rows: int = 20                       # rows the console shows of each micro-batch (Spark's numRows)
 
     def __post_init__(self) -> None:
         if isinstance(self.to, str):
@@ -221,6 +230,8 @@ class SinkJob:
         start = self.starting_offsets.strip()
         if start not in ("earliest", "latest") and not start.startswith("{"):
             raise SinkError(f"{start!r} is not earliest, latest or JSON offsets", "--starting-offsets")
+        if self.console_rows < 1:
+            raise SinkError(f"must be at least 1, not {self.console_rows}", "--console-rows")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise SinkError(f"must be at least 1, not {self.max_offsets_per_trigger}", "--max-offsets-per-trigger")
         for name in self.options:
@@ -293,9 +304,14 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def start(spark: SparkSession, job: SinkJob) -> StreamingQuery:
-    """Start the job's streaming query (it runs in Spark's threads; see ``run`` to follow it)."""
+def start(spark: SparkSession, job: SinkJob, *, written: dict[int, int | None] | None = None) -> StreamingQuery:
+    """Start the job's streaming query (it runs in Spark's threads; see ``run`` to follow it).
+
+    The rows handed to the sink are counted per micro-batch: in the query's progress
+    (``observedMetrics[WRITTEN_METRIC]``, a ``Dataset.observe`` of the output) when streaming, in
+    ``written`` (batch id -> rows, None when the count did not come) with ``per_batch``."""
     from pyspark.errors import AnalysisException, PySparkException
+    from pyspark.sql import functions as F
 
     from . import register
 
@@ -314,7 +330,7 @@ def start(spark: SparkSession, job: SinkJob) -> StreamingQuery:
             raise
         except (AnalysisException, PySparkException) as exc:
             raise _user_error(exc, job) from None
-        writer = source.writeStream.foreachBatch(_BatchWriter(job))
+        writer = source.writeStream.foreachBatch(_BatchWriter(job, written if written is not None else {}))
     else:
         try:
             out = _transformed(spark, source, job)
@@ -322,12 +338,14 @@ def start(spark: SparkSession, job: SinkJob) -> StreamingQuery:
             raise
         except (AnalysisException, PySparkException) as exc:
             raise _user_error(exc, job) from None
+        # What the sink is given, counted on the way (Spark's file sinks report no numOutputRows).
+        out = out.observe(WRITTEN_METRIC, F.count(F.lit(1)).alias("rows"))
         writer = out.writeStream.outputMode("append")
         writer = writer.format(target.format)
         if target.path is not None:
             writer = writer.option("path", target.path)
         else:
-            writer = writer.option("truncate", "false")
+            writer = writer.option("truncate", "false").option("numRows", str(job.console_rows))
     if job.checkpoint:
         writer = writer.option("checkpointLocation", job.checkpoint)
     writer = writer.queryName(job.query_name or _query_name(job)).trigger(**job.trigger_args)
@@ -348,20 +366,44 @@ def _query_name(job: SinkJob) -> str:
 
 class _BatchWriter:
     """foreachBatch: the job on one micro-batch, written to PATH/batch_id=N (overwrite: a replayed
-    batch replaces what a crashed attempt wrote)."""
+    batch replaces what a crashed attempt wrote).  It runs in the driver's Python, so it keeps
+    the rows each batch wrote in ``written`` (a replayed batch's count replaces its own)."""
 
-    def __init__(self, job: SinkJob):
+    def __init__(self, job: SinkJob, written: dict[int, int | None]):
         self.job = job
+        self.written = written
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         job = self.job
         out = _transformed(batch.sparkSession, batch, job)
         target = job.target
         if target.path is None:
             print(f"-- batch {batch_id}", flush=True)
-            out.show(20, truncate=False)
+            out.show(job.console_rows, truncate=False)  # shows some: what is written is not counted
+            self.written[batch_id] = None
             return
+        seen = Observation(f"{WRITTEN_METRIC}_{batch_id}")
+        out = out.observe(seen, F.count(F.lit(1)).alias("rows"))
         out.write.mode("overwrite").format(target.format).save(os.path.join(target.path, f"batch_id={batch_id}"))
+        self.written[batch_id] = _observed_rows(seen)
+
+
+def _observed_rows(seen: Any, wait_seconds: float = 5.0) -> int | None:
+    """An Observation's count once its action is done.  ``Observation.get`` waits without a bound
+    (for an action that may never report, e.g. a plan Spark emptied); this waits a few seconds."""
+    future = seen._jo.future()
+    deadline = time.monotonic() + wait_seconds
+    while not future.isCompleted():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)
+    try:
+        return int(seen.get["rows"])
+    except Exception:  # noqa: BLE001 - the action failed: its count is unknown, not a reason to fail
+        return None
 
 
 # -- Spark --------------------------------------------------------------------------------------
@@ -393,6 +435,9 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
     executors as a zip (``SparkContext.addPyFile``; see ``kwire.spark.cluster.ship_kwire``):
     their Python needs only kwire's dependencies (pyarrow, cramjam, crc32c, zstandard).  An
     active session is reused as it is.
+
+    The JVM it starts runs in a session of its own (see ``_launch_own_gateway``): a Ctrl-C in the
+    terminal reaches this process only, which stops the query cleanly.
     """
     from pyspark.sql import SparkSession
 
@@ -419,6 +464,7 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
         builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     for key, value in conf.items():
         builder = builder.config(key, value)
+    _launch_own_gateway(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("KWIRE_SPARK_LOG_LEVEL", "ERROR"))
     if ship_kwire or (ship_kwire is None and cores is None):
@@ -427,6 +473,29 @@ def spark_session(master: str = "local[*]", conf: Mapping[str, str] | None = Non
         ship(spark)
     register(spark)
     return spark
+
+
+def _launch_own_gateway(builder: Any) -> None:
+    """Start Spark's JVM (the py4j gateway) in a process group and session of its own.
+
+    PySpark starts the JVM with SIGINT ignored, but the JVM's children do not inherit that: the
+    Python workers (pyspark.daemon's forks, which run the kwire source's reads) put back
+    Python's own handler.  In the terminal's process group, a Ctrl-C reaches each of them, and
+    their KeyboardInterrupt comes back as failed tasks, logged with their Java stacks, before the
+    driver stops anything.  In a session of its own, the JVM and its workers get no terminal
+    signals; they end with the driver: Spark's stop, or the JVM's stdin (a pipe from this
+    process) closing when it dies.  Nothing to do when a gateway runs already (a SparkContext
+    was started before, or PYSPARK_GATEWAY_PORT names one) or where there are no sessions."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or os.name != "posix" or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf(loadDefaults=False)
+    for key, value in builder._options.items():  # what getOrCreate would give the gateway
+        conf.set(key, value)
+    SparkContext._ensure_initialized(gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}),
+                                     conf=conf)
 
 
 _LOG4J = """\
@@ -463,10 +532,12 @@ def _offsets(value: Any) -> dict[tuple[str, int], int]:
 @dataclass
 class BatchReport:
     batch_id: int
-    rows: int
+    rows: int                                    # rows read from the topic (numInputRows)
     rows_per_second: float
     end: dict[tuple[str, int], int]
     latest: dict[tuple[str, int], int]
+    written: int | None = None                   # rows handed to the sink, None when not known
+    written_by: str | None = None                # "sink" (Spark's numOutputRows) or "observed"
 
     @property
     def lag(self) -> dict[tuple[str, int], int]:
@@ -479,8 +550,17 @@ class BatchReport:
         for source in progress.get("sources") or ():
             end.update(_offsets(source.get("endOffset")))
             latest.update(_offsets(source.get("latestOffset") or source.get("endOffset")))
+        # Rows written: the sink's own count where Spark has one (numOutputRows is -1 for its
+        # file sinks and foreachBatch), else the observed count start() adds to the output.
+        written, written_by = None, None
+        sink_rows = (progress.get("sink") or {}).get("numOutputRows")
+        observed = (progress.get("observedMetrics") or {}).get(WRITTEN_METRIC)
+        if sink_rows is not None and int(sink_rows) >= 0:
+            written, written_by = int(sink_rows), "sink"
+        elif observed is not None:
+            written, written_by = int(observed["rows"]), "observed"
         return cls(int(progress.get("batchId", -1)), int(progress.get("numInputRows") or 0),
-                   float(progress.get("processedRowsPerSecond") or 0.0), end, latest)
+                   float(progress.get("processedRowsPerSecond") or 0.0), end, latest, written, written_by)
 
 
 def plural(n: int, word: str) -> str:
@@ -493,52 +573,119 @@ def _tp(tp: tuple[str, int]) -> str:
 
 
 class ProgressPrinter:
-    """Micro-batches as they finish: a status line rewritten in place on a terminal, else a line each."""
+    """What the job is doing, on stderr from its first second: the steps before the first
+    micro-batch (starting Spark, starting the query), then the micro-batches as they finish.  On
+    a terminal one status line rewritten in place (a step's seconds counted up, once a second);
+    else a line per step and per micro-batch."""
 
-    def __init__(self, stream: TextIO | None = None, live: bool | None = None):
+    def __init__(self, stream: TextIO | None = None, live: bool | None = None, tick_seconds: float = 1.0):
         self.stream = stream or sys.stderr
         self.live = getattr(self.stream, "isatty", lambda: False)() if live is None else live
+        self.tick_seconds = tick_seconds
         self.batches = 0
         self.rows = 0
         self.started = time.monotonic()
         self._shown = False
+        # The ticker thread rewrites the status line while a step lasts: one lock for the stream,
+        # re-entrant for a signal handler's note() arriving while the main thread prints.
+        self._lock = threading.RLock()
+        self._step: str | None = None
+        self._step_since = 0.0
+        self._ticker: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    def step(self, what: str) -> None:
+        """A step before the first micro-batch (``starting Spark``), shown until the next one."""
+        with self._lock:
+            now = time.monotonic()
+            previous = self._step
+            took = f" ({previous} took {now - self._step_since:.0f} s)" if previous else ""
+            self._step, self._step_since = what, now
+            if self.live:
+                self._status(f"{what}...")
+            else:
+                print(f"kwire sink: {what}...{took}", file=self.stream, flush=True)
+            if self.live and self._ticker is None and not self._closed.is_set():
+                self._ticker = threading.Thread(target=self._tick, name="kwire-sink-status", daemon=True)
+                self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._closed.wait(self.tick_seconds):
+            with self._lock:
+                if self._step is not None:
+                    self._status(f"{self._step}... {time.monotonic() - self._step_since:.0f} s")
+
+    def note(self, text: str) -> None:
+        """A message of its own line (``SIGINT: stopping the query``); the status line goes on below."""
+        with self._lock:
+            if self._shown:
+                print(file=self.stream)
+                self._shown = False
+            print(f"kwire sink: {text}", file=self.stream, flush=True)
+
+    def _status(self, line: str) -> None:
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        print("\r" + line[:width].ljust(width), end="", file=self.stream, flush=True)
+        self._shown = True
 
     def batch(self, report: BatchReport) -> None:
-        self.batches += 1
-        self.rows += report.rows
-        lag = report.lag
-        total = sum(lag.values())
-        rate = f"{report.rows_per_second:,.0f} rows/s"
-        if self.live:
-            worst = max(lag, key=lag.get) if lag else None
-            line = (f"{plural(self.batches, 'batch')}, {self.rows:,} rows ({rate}), lag {total:,}"
-                    + (f" (most: {_tp(worst)} {lag[worst]:,})" if worst is not None and total else ""))
-            width = shutil.get_terminal_size((100, 20)).columns - 1
-            print("\r" + line[:width].ljust(width), end="", file=self.stream, flush=True)
-            self._shown = True
-        else:
-            per = " ".join(f"{_tp(tp)}={n:,}" for tp, n in sorted(lag.items()))
-            print(f"batch {report.batch_id}: {report.rows:,} rows ({rate}); {self.rows:,} rows in "
-                  f"{plural(self.batches, 'batch')}; lag {total:,}" + (f" [{per}]" if per else ""),
-                  file=self.stream, flush=True)
+        with self._lock:
+            self._step = None  # the batches tell the rest
+            self.batches += 1
+            self.rows += report.rows
+            lag = report.lag
+            total = sum(lag.values())
+            rate = f"{report.rows_per_second:,.0f} rows/s"
+            if self.live:
+                worst = max(lag, key=lag.get) if lag else None
+                line = (f"{plural(self.batches, 'batch')}, {self.rows:,} rows read ({rate}), lag {total:,}"
+                        + (f" (most: {_tp(worst)} {lag[worst]:,})" if worst is not None and total else ""))
+                self._status(line)
+            else:
+                per = " ".join(f"{_tp(tp)}={n:,}" for tp, n in sorted(lag.items()))
+                written = "" if report.written is None else f", {report.written:,} written"
+                print(f"batch {report.batch_id}: {report.rows:,} rows{written} ({rate}); {self.rows:,} rows in "
+                      f"{plural(self.batches, 'batch')}; lag {total:,}" + (f" [{per}]" if per else ""),
+                      file=self.stream, flush=True)
 
     def close(self) -> None:
-        if self._shown:
-            print(file=self.stream, flush=True)
-            self._shown = False
+        self._closed.set()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join(5)
+        with self._lock:
+            self._step = None
+            if self._shown:
+                print(file=self.stream, flush=True)
+                self._shown = False
 
 
 # -- running ------------------------------------------------------------------------------------
+WRITTEN_BY = {"sink": "counted by the sink: numOutputRows",
+              "observed": "counted on the way to the sink: Dataset.observe"}
+
+
 @dataclass
 class SinkResult:
     query_name: str
     batches: int                                  # micro-batches that ran
-    rows: int                                     # rows read from the topic
+    rows_read: int                                # rows read from the topic (numInputRows)
     seconds: float                                # from start to the end of the query
     end_offsets: dict[tuple[str, int], int]       # where the query stands (the last batch's end)
     log_end_offsets: dict[tuple[str, int], int]   # the partitions' log ends once it was over
     stopped: bool = False                         # ended by Ctrl-C / SIGTERM / should_stop
     error: str | None = None                      # why the query failed
+    rows_written: int | None = None               # rows handed to the sink; None: not counted
+    written_by: str | None = None                 # how rows_written was counted: a key of WRITTEN_BY
+
+    @property
+    def rows(self) -> int:
+        """Rows read (the name of earlier versions)."""
+        return self.rows_read
+
+    @property
+    def rows_filtered(self) -> int | None:
+        """Rows read and not written: those the SQL or function left out (or folded into others)."""
+        return None if self.rows_written is None else max(0, self.rows_read - self.rows_written)
 
     @property
     def lag(self) -> dict[tuple[str, int], int]:
@@ -546,11 +693,19 @@ class SinkResult:
 
     @property
     def rows_per_second(self) -> float:
-        return self.rows / self.seconds if self.seconds > 0 else 0.0
+        return self.rows_read / self.seconds if self.seconds > 0 else 0.0
+
+    @classmethod
+    def not_started(cls, job: SinkJob, seconds: float) -> SinkResult:
+        """The result of a job stopped before its query started (Ctrl-C while Spark started)."""
+        return cls(query_name=job.query_name or _query_name(job), batches=0, rows_read=0, seconds=seconds,
+                   end_offsets={}, log_end_offsets=_log_ends(job), stopped=True, rows_written=0)
 
     def to_json(self) -> dict[str, Any]:
         lag = self.lag
-        return {"query": self.query_name, "batches": self.batches, "rows": self.rows,
+        return {"query": self.query_name, "batches": self.batches, "rows_read": self.rows_read,
+                "rows_written": self.rows_written, "rows_filtered": self.rows_filtered,
+                "rows_written_by": WRITTEN_BY.get(self.written_by or ""),
                 "seconds": round(self.seconds, 3), "rows_per_second": round(self.rows_per_second, 1),
                 "stopped": self.stopped, "error": self.error,
                 "partitions": [{"topic": t, "partition": p, "end_offset": self.end_offsets.get((t, p)),
@@ -559,27 +714,46 @@ class SinkResult:
                 "total_lag": sum(lag.values())}
 
 
-def _new_batches(query: StreamingQuery, seen: set[int]) -> Iterator[BatchReport]:
+def _new_batches(query: StreamingQuery, seen: set[int], written: Mapping[int, int | None]) -> Iterator[BatchReport]:
     for progress in query.recentProgress:
         batch_id = progress.get("batchId")
         # Idle reports (no batch ran: no addBatch) repeat the last batch id: skip them.
         if batch_id in seen or "addBatch" not in (progress.get("durationMs") or {}):
             continue
         seen.add(batch_id)
-        yield BatchReport.of(progress)
+        report = BatchReport.of(progress)
+        if report.written is None and report.batch_id in written:  # foreachBatch's own count
+            report.written = written[report.batch_id]
+            report.written_by = None if report.written is None else "observed"
+        yield report
 
 
 def run(spark: SparkSession, job: SinkJob, *, progress: ProgressPrinter | None = None,
-        should_stop: Callable[[], bool] | None = None, poll_seconds: float = 0.5) -> SinkResult:
+        should_stop: Callable[[], bool] | None = None, poll_seconds: float = 0.5,
+        stop_wait_seconds: float = 30.0) -> SinkResult:
     """Start the job and follow it to its end: the trigger's (availableNow, once), a failure,
-    Ctrl-C / SIGTERM (KeyboardInterrupt: the query is stopped cleanly) or ``should_stop()``."""
+    ``should_stop()`` or Ctrl-C (KeyboardInterrupt).
+
+    ``should_stop()`` stops the query between two micro-batches: the one under way may finish
+    (for ``stop_wait_seconds`` at most) and the query is stopped while it waits for its next
+    trigger, so no task is interrupted (an interrupted batch is redone by the next run anyway,
+    and Spark logs its interrupted tasks' stacks).  KeyboardInterrupt stops it at once."""
     from pyspark.errors import StreamingQueryException
 
     progress = progress if progress is not None else ProgressPrinter()
     t0 = time.monotonic()
-    query = start(spark, job)
+    written: dict[int, int | None] = {}
+    progress.step("starting the query")
+    query = start(spark, job, written=written)
+    progress.step("the query is running; waiting for its first micro-batch")
     seen: set[int] = set()
     reports: list[BatchReport] = []
+
+    def follow() -> None:
+        for report in _new_batches(query, seen, written):
+            reports.append(report)
+            progress.batch(report)
+
     stopped = False
     error: str | None = None
     try:
@@ -590,22 +764,19 @@ def run(spark: SparkSession, job: SinkJob, *, progress: ProgressPrinter | None =
             except StreamingQueryException as exc:
                 error = _first_line(exc)
                 break
-            for report in _new_batches(query, seen):
-                reports.append(report)
-                progress.batch(report)
+            follow()
             if should_stop is not None and should_stop():
                 stopped = True
+                _wait_between_batches(query, stop_wait_seconds, follow)
                 break
     except KeyboardInterrupt:
         stopped = True
     finally:
         if query.isActive:
-            with contextlib.suppress(Exception):
+            with _quiet_stop(spark), contextlib.suppress(Exception):
                 query.stop()
     seconds = time.monotonic() - t0
-    for report in _new_batches(query, seen):
-        reports.append(report)
-        progress.batch(report)
+    follow()
     progress.close()
     if error is None:
         with contextlib.suppress(Exception):
@@ -615,9 +786,61 @@ def run(spark: SparkSession, job: SinkJob, *, progress: ProgressPrinter | None =
     end: dict[tuple[str, int], int] = {}
     for report in reports:
         end.update(report.end)
+    counted = [r.written for r in reports if r.written is not None]
+    rows_written = sum(counted) if len(counted) == len(reports) else None  # 0 of 0 batches: 0
+    by = {r.written_by for r in reports}
     return SinkResult(query_name=query.name or _query_name(job), batches=len(reports),
-                      rows=sum(r.rows for r in reports), seconds=seconds, end_offsets=end,
-                      log_end_offsets=_log_ends(job), stopped=stopped, error=error)
+                      rows_read=sum(r.rows for r in reports), seconds=seconds, end_offsets=end,
+                      log_end_offsets=_log_ends(job), stopped=stopped, error=error, rows_written=rows_written,
+                      written_by=(by.pop() if len(by) == 1 else "observed") if counted else None)
+
+
+def _wait_between_batches(query: StreamingQuery, wait_seconds: float, follow: Callable[[], None]) -> None:
+    """Until the query is between two micro-batches, or ``wait_seconds``: idle (waiting for its
+    trigger), or one more batch finished (the next is being planned; no task of it runs yet).
+    A query behind its trigger starts the next batch as soon as one ends, hence the second."""
+    deadline = time.monotonic() + wait_seconds
+    done = (query.lastProgress or {}).get("batchId")
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive"):
+            return
+        last = query.lastProgress or {}
+        if last.get("batchId") != done and "addBatch" in (last.get("durationMs") or {}):
+            return
+        time.sleep(0.05)
+    follow()
+
+
+# What Spark logs at ERROR, with the task's stack, for each write task a stop interrupts
+# ("Aborting job", "Aborting task": a stopped query's batch is redone by the next run, as the
+# checkpoint says; nothing is lost).  Quiet while a query is stopped.
+_STOP_NOISE = ("org.apache.spark.sql.execution.datasources.FileFormatWriter", "org.apache.spark.util.Utils")
+
+
+@contextlib.contextmanager
+def _quiet_stop(spark: SparkSession, settle_seconds: float = 10.0) -> Iterator[None]:
+    """The loggers of ``_STOP_NOISE`` off while the query stops and its killed tasks end (those
+    end after ``stop()`` returns: up to ``settle_seconds`` more), then as they were."""
+    try:
+        jvm = spark.sparkContext._jvm
+        log4j = jvm.org.apache.logging.log4j
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        before = {name: log4j.LogManager.getLogger(name).getLevel() for name in _STOP_NOISE}
+        for name in _STOP_NOISE:
+            configurator.setLevel(name, log4j.Level.OFF)
+    except Exception:  # noqa: BLE001 - no log4j there (Spark Connect...): stopping is what matters
+        yield
+        return
+    try:
+        yield
+        deadline = time.monotonic() + settle_seconds
+        tracker = spark.sparkContext._jsc.sc().statusTracker()
+        while time.monotonic() < deadline and any(e.numRunningTasks() for e in tracker.getExecutorInfos()):
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(Exception):
+            for name, level in before.items():
+                configurator.setLevel(name, level)
 
 
 def _log_ends(job: SinkJob) -> dict[tuple[str, int], int]:
