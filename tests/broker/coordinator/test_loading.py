@@ -253,6 +253,23 @@ def test_a_partition_a_client_asks_for_is_loaded_next(data):
         state.close()
 
 
+def test_a_topic_deleted_while_its_groups_load_is_forgotten_by_them(data):
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        resp = call(state, messages.DeleteTopicsRequest(topic_names=["t"], timeout_ms=1000), 4)
+        assert resp.responses[0].error_code == NONE
+        executor.run_all()
+        assert all(state.coordinator.fetch_offsets(g, None) == [] for g in groups)
+    finally:
+        state.close()
+    state = BrokerState(load_config(None, data_dir=data_dir))  # tombstones written: gone for good
+    try:
+        assert all(state.coordinator.fetch_offsets(g, None) == [] for g in groups)
+    finally:
+        state.close()
+
+
 def test_transaction_requests_wait_for_the_transaction_state(data):
     data_dir, groups, (pid, epoch) = data
     state, executor = _loading_state(data_dir)

@@ -146,6 +146,7 @@ class GroupCoordinator:
         self._loading: set[int] = set()
         self.load_refusals = 0  # requests answered while their partition loaded, for tests and stats
         self._wanted: set[int] = set()  # loading partitions a request was refused for
+        self._deleted_while_loading: set[str] = set()  # topics whose offsets loading groups must forget
         journal = Path(data_dir) / META_DIR / GROUPS_DIR
         if load or journal_to_migrate(journal):
             self._store.load_all()
@@ -236,6 +237,10 @@ class GroupCoordinator:
             self._restore(group_id, stored, now)
         self._loading.discard(partition)
         self._wanted.discard(partition)
+        for topic in sorted(self._deleted_while_loading):
+            self._forget_topic(topic, [self._groups[g] for g in groups if g in self._groups])
+        if not self._loading:
+            self._deleted_while_loading.clear()
         if groups:
             logger.debug("__consumer_offsets-%d loaded: %d group(s)", partition, len(groups))
         if self.on_groups_loaded is not None:
@@ -974,9 +979,15 @@ class GroupCoordinator:
         return NONE, results
 
     def on_topic_deleted(self, topic: str) -> int:
-        """Forget every group's offsets of a deleted topic (a new topic of that name starts over)."""
+        """Forget every group's offsets of a deleted topic (a new topic of that name starts over).
+        Groups of partitions still loading forget them when they are loaded."""
+        if self._loading:
+            self._deleted_while_loading.add(topic)
+        return self._forget_topic(topic, list(self._groups.values()))
+
+    def _forget_topic(self, topic: str, groups: list[Group]) -> int:
         removed = 0
-        for group in list(self._groups.values()):
+        for group in groups:
             for staged in group.pending_txn_offsets.values():
                 for tp in [tp for tp in staged if tp[0] == topic]:
                     del staged[tp]  # the journal's txn_end lists what commits: these never will
