@@ -116,8 +116,7 @@ class CoordinatorLoader:
         future.add_done_callback(lambda f: self._hand_over(then, f))
 
     def _hand_over(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
-        """(In the worker) the result to the event loop, and the next load; nothing once the
-        broker closes."""
+        """(In the worker) the result to the event loop; nothing once the broker closes."""
         if future.cancelled() or self._closed:
             return
         try:
@@ -147,7 +146,7 @@ class CoordinatorLoader:
         turn (the requests that came meanwhile) between two partitions."""
         self._pending -= 1
         self._submit_next()
-        if (self._txn_state is not None and not self._closed and not self._groups.loading()
+        if (self._txn_state is not None and not self._closed and not self._groups.loading_partitions
                 and self._transactions.loading()):
             # (A group partition that failed keeps the transactions loading too.)
             state, self._txn_state = self._txn_state, None
