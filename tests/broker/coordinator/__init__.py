@@ -74,7 +74,8 @@ class Broker:
             self.topics, now_ms=self.clock, records=ConsumerGroupRecords(self.coordinator.store),
             timeouts=lambda _g: Timeouts(self.config.group_consumer_session_timeout_ms,
                                          self.config.group_consumer_heartbeat_interval_ms),
-            classic_group_active=lambda g: bool((c := self.coordinator.group(g)) is not None and c.members))
+            classic_group_active=lambda g: bool((c := self.coordinator.group(g)) is not None and c.members),
+            release_classic=self.coordinator.release_group, adopt_classic=self.coordinator.adopt_group)
         self.coordinator.topics_in_use = self.consumer_groups.topics_in_use
         self.coordinator.on_expiry_check = lambda: self.consumer_groups.remove_empty_groups(
             lambda g: bool((c := self.coordinator.group(g)) is not None and c.offsets))

@@ -194,3 +194,45 @@ def test_empty_groups_without_offsets_go_at_the_expiry_check(tmp_path):
     broker = broker.reopen()
     assert broker.consumer_groups.group("gone") is None and broker.consumer_groups.group("kept") is not None
     broker.close()
+
+
+def test_upgrade_keeps_the_classic_members_partitions_and_survives_a_restart(tmp_path):
+    from . import consumer_assignment, join_new, sync
+
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 2)
+    t = broker.topics.get("t").topic_id
+
+    async def upgrade():
+        joined = await join_new(broker, "up")
+        assert joined.error_code == NONE and joined.leader == joined.member_id
+        synced = await sync(broker, "up", joined.generation_id, joined.member_id,
+                            {joined.member_id: consumer_assignment({"t": [0, 1]})})
+        assert synced.error_code == NONE
+        new = await join_consumer(broker, "n", group="up")
+        assert (new.error_code, new.error_message, new.member_epoch) == (NONE, None, joined.generation_id + 1)
+        assert assigned(new) == {}
+        group = broker.consumer_groups.group("up")
+        classic = group.members[joined.member_id]
+        assert classic.classic is not None and dict(classic.assigned) == {t: frozenset({0, 1})}
+        return joined.member_id
+
+    classic_id = run(upgrade())
+    broker = broker.reopen()
+    member = broker.consumer_groups.group("up").members[classic_id]
+    assert member.classic is not None and member.classic.protocols[0][0] == "range"
+
+    async def after_restart():
+        # The classic member is told to join again; it gives up a partition and the new one gets it.
+        rejoined = await join(broker, "up", classic_id)
+        assert rejoined.error_code == NONE and rejoined.leader == ""
+        synced = await sync(broker, "up", rejoined.generation_id, classic_id)
+        body = messages.ConsumerProtocolAssignment.decode(memoryview(synced.assignment)[2:], 0)
+        kept = [p for tp in body.assigned_partitions for p in tp.partitions]
+        assert len(kept) == 1
+        new = await heartbeat(broker, "n", 2, owned={}, group="up")
+        assert (new.error_code, new.error_message, new.member_epoch) == (NONE, None, 2)
+        assert assigned(new) == {t: [1 - kept[0]]}
+
+    run(after_restart())
+    broker.close()
