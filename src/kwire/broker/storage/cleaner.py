@@ -80,10 +80,12 @@ class CleanerConfig:
     # (cleaner_worker.py), so the cleaner's Python work does not hold the broker's GIL.  Off by
     # default, by measurement (benchmarks/RESULTS.md, 2026-11-27 "H1"): alone it takes the
     # cleaner's GIL stalls out of the event loop (bench_cleaner --only lag: wake-up lateness p90
-    # 0.43 ms against 2.1 ms in the thread, 0.20 with no clean), but the faster cleaner then
-    # swaps more often, and each swap holds the partition lock through three directory fsyncs
-    # while the event loop's appends to that partition wait: produce p50 and throughput with
-    # the cleaner busy came out worse in 4 of 4 alternated pairs (a loaded VM, load 7-13).
+    # 0.43 ms against 2.1 ms in the thread, 0.20 with no clean), but in the broker
+    # (bench_cleaner --only produce, alternated pairs on a VM at load 4-13) the worker ran 2-2.5x
+    # as many cleans and the produce throughput ratio came out lower in every pair (0.41-0.55x
+    # against 0.50-1.35x); p50 was far off the goal either way.  Likely why: each swap holds
+    # the partition lock through three directory fsyncs, and the event loop's appends to that
+    # partition wait for it; a faster cleaner swaps more often.
     worker_process: bool = False
 
     @classmethod
