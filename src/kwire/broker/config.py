@@ -70,6 +70,8 @@ class BrokerConfig:
     # Which ways a group converts between the classic and the consumer protocol (Kafka 4.x's
     # group.consumer.migration.policy): bidirectional | upgrade | downgrade | disabled.
     group_consumer_migration_policy: str = "bidirectional"
+    # The server-side assignors members may name (group.consumer.assignors); the first is the default.
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     # Transaction coordinator (Kafka's names: transaction.max.timeout.ms, transactional.id.expiration.ms).
     transaction_max_timeout_ms: int = 900_000
@@ -135,6 +137,9 @@ class BrokerConfig:
         if self.group_consumer_migration_policy not in ("bidirectional", "upgrade", "downgrade", "disabled"):
             raise ConfigError("group_consumer_migration_policy must be one of bidirectional, upgrade, downgrade, "
                               f"disabled, got {self.group_consumer_migration_policy!r}")
+        if not self.group_consumer_assignors or set(self.group_consumer_assignors) - {"uniform", "range"}:
+            raise ConfigError("group_consumer_assignors must name some of uniform, range, got "
+                              f"{list(self.group_consumer_assignors)}")
         if not 0 < self.group_consumer_heartbeat_interval_ms < self.group_consumer_session_timeout_ms:
             raise ConfigError("group_consumer_heartbeat_interval_ms must be > 0 and less than "
                               "group_consumer_session_timeout_ms")

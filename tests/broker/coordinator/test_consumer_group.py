@@ -274,3 +274,14 @@ def test_assignors_balance_and_stick(topics):
     ranged = range_assign({m: MemberSpec(both, {}) for m in "ab"}, {t: 6, u: 2})
     assert ranged["a"] == {t: frozenset({0, 1, 2}), u: frozenset({0})}
     assert ranged["b"] == {t: frozenset({3, 4, 5}), u: frozenset({1})}
+
+
+def test_group_consumer_assignors_limit_what_members_may_ask_for(topics, clock):
+    cg = ConsumerGroupCoordinator(topics, timeouts=lambda _g: Timeouts(SESSION, INTERVAL), now_ms=clock,
+                                  assignors=("range",))
+    with pytest.raises(UnsupportedAssignorError, match="Supported assignors: range"):
+        join(cg, "a", assignor="uniform")
+    join(cg, "a")
+    assert cg.assignor_of(cg.group("g")) == "range"
+    with pytest.raises(ValueError, match="group.consumer.assignors"):
+        ConsumerGroupCoordinator(topics, timeouts=lambda _g: Timeouts(SESSION, INTERVAL), assignors=("sticky",))

@@ -25,7 +25,6 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator.consumer import HeartbeatRequest
-from ..coordinator.consumer.assignors import DEFAULT_ASSIGNOR
 from .common import error_of
 from .groups import kafka_client_host
 from .registry import handler
@@ -139,7 +138,7 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                    for m in group]
         described = G(error_code=0, error_message=None, group_id=group.group_id, group_state=group.state.value,
                       group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                      assignor_name=coordinator.assignor_of(group) or DEFAULT_ASSIGNOR, members=members)
+                      assignor_name=coordinator.assignor_of(group), members=members)
         if request.include_authorized_operations:
             described.authorized_operations = sum(1 << op for op in (AclOperation.READ, AclOperation.DELETE,
                                                                      AclOperation.DESCRIBE)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .assignment import Assignment, from_pairs
 
-__all__ = ["ASSIGNORS", "DEFAULT_ASSIGNOR", "MemberSpec", "range_assign", "uniform_assign"]
+__all__ = ["ASSIGNORS", "MemberSpec", "range_assign", "uniform_assign"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,6 @@ def _by_member(order: list[str], placed: dict[tuple[uuid.UUID, int], str]) -> Re
     return result
 
 
-# Kafka's group.consumer.assignors default: "uniform,range"; the first is what a member that
-# names none gets.
+# In the order of Kafka's group.consumer.assignors default, "uniform,range": the first is what
+# a member that names none gets.
 ASSIGNORS = {"uniform": uniform_assign, "range": range_assign}
-DEFAULT_ASSIGNOR = "uniform"

@@ -70,7 +70,8 @@ def open_consumer_groups(state: BrokerState) -> ConsumerGroupCoordinator:
                                            classic_group_active=classic_active, records=records,
                                            on_deadline=timer, release_classic=state.coordinator.release_group,
                                            adopt_classic=state.coordinator.adopt_group,
-                                           migration_policy=config.group_consumer_migration_policy)
+                                           migration_policy=config.group_consumer_migration_policy,
+                                           assignors=config.group_consumer_assignors)
     timer.fire = coordinator.expire
     classic = state.coordinator
     classic.topics_in_use = coordinator.topics_in_use

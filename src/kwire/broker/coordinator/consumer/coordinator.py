@@ -33,7 +33,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ from kwire.protocol.errors import (
 from ...topics import is_internal
 from ..model import GroupDescription, GroupListing, MemberDescription
 from . import assignment as asg
-from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, MemberSpec
+from .assignors import ASSIGNORS, MemberSpec
 from .classic_members import MIGRATION_POLICIES, ClassicMembers
 from .classic_protocol import encode_assignment, encode_subscription
 from .group import ConsumerGroup
@@ -100,7 +100,12 @@ class ConsumerGroupCoordinator(ClassicMembers):
                  records: Any = None, on_deadline: Callable[[int | None], None] | None = None,
                  release_classic: Callable[[str], Any] | None = None,
                  adopt_classic: Callable[[str, int, str, list], None] | None = None,
-                 migration_policy: str = "bidirectional"):
+                 migration_policy: str = "bidirectional", assignors: Sequence[str] = tuple(ASSIGNORS)):
+        unknown = [a for a in assignors if a not in ASSIGNORS]
+        if unknown or not assignors:
+            raise ValueError(f"group.consumer.assignors must name some of {', '.join(ASSIGNORS)}, got {list(assignors)}")
+        # group.consumer.assignors: those members may ask for; the first is the default.
+        self._assignors = tuple(assignors)
         if migration_policy not in MIGRATION_POLICIES:
             raise ValueError(f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}, "
                              f"got {migration_policy!r}")
@@ -205,9 +210,9 @@ class ConsumerGroupCoordinator(ClassicMembers):
                 raise InvalidRequestError("InstanceId can't be null.")
         elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise InvalidRequestError(f"MemberEpoch is invalid: {req.member_epoch}.")
-        if req.server_assignor is not None and req.server_assignor not in ASSIGNORS:
+        if req.server_assignor is not None and req.server_assignor not in self._assignors:
             raise UnsupportedAssignorError(f"ServerAssignor {req.server_assignor} is not supported. "
-                                           f"Supported assignors: {', '.join(ASSIGNORS)}.")
+                                           f"Supported assignors: {', '.join(self._assignors)}.")
         if req.subscribed_topic_regex:
             compile_topic_regex(req.subscribed_topic_regex)
 
@@ -422,12 +427,11 @@ class ConsumerGroupCoordinator(ClassicMembers):
                 snapshot[name] = (info.topic_id, info.partitions)
         return snapshot
 
-    @staticmethod
-    def assignor_of(group: ConsumerGroup) -> str:
+    def assignor_of(self, group: ConsumerGroup) -> str:
         """The assignor the group runs: the one most members name (Kafka's preferred server
-        assignor), else the default."""
-        wanted = Counter(m.server_assignor for m in group if m.server_assignor)
-        return wanted.most_common(1)[0][0] if wanted else DEFAULT_ASSIGNOR
+        assignor), else the default (the first of group.consumer.assignors)."""
+        wanted = Counter(m.server_assignor for m in group if m.server_assignor in self._assignors)
+        return wanted.most_common(1)[0][0] if wanted else self._assignors[0]
 
     def _assign(self, group: ConsumerGroup, changes: _Changes) -> None:
         """A new target assignment for the group epoch (Kafka's TargetAssignmentBuilder)."""
