@@ -564,8 +564,10 @@ class ConsumerGroupCoordinator(ClassicMembers):
         group = self.group(group_id)
         if group is None:
             return None
+        # A classic member shows the subscription it sent; a consumer-protocol one, its topics encoded.
         members = [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                     encode_subscription(self._subscribed_names(m)),
+                                     m.classic.protocols[0][1] if m.classic is not None and m.classic.protocols
+                                     else encode_subscription(self._subscribed_names(m)),
                                      encode_assignment(self._topics, m.assigned))
                    for m in group]
         return GroupDescription(group.group_id, group.state.value, CONSUMER_PROTOCOL_TYPE, self.assignor_of(group),
