@@ -159,3 +159,12 @@ def test_record_limit_mode_splits_batches():
     assert offsets(got) == [0, 1, 2]
     got = sp.acquire("b", [(0, 9), (10, 19)], 3, LOCK, now_ms=0, strict=True)
     assert offsets(got) == [3, 4, 5]
+
+
+def test_the_in_flight_window_counts_from_the_start_offset():
+    sp = SharePartition(0, max_in_flight=4)
+    sp.acquire("a", [(0, 1)], 10, LOCK, now_ms=0)
+    sp.acknowledge("a", 1, 1, [A.ACCEPT], LOCK, now_ms=0)  # 0 still held: the window is 0-1
+    assert offsets(sp.acquire("a", [(2, 9)], 100, LOCK, now_ms=0)) == [2, 3]
+    sp.acknowledge("a", 0, 0, [A.ACCEPT], LOCK, now_ms=0)  # start moves to 2
+    assert offsets(sp.acquire("a", [(2, 9)], 100, LOCK, now_ms=0)) == [4, 5]

@@ -165,7 +165,6 @@ class SharePartition:
         acquired: list[AcquiredRange] = []
         taken = 0
         deadline = now_ms + lock_ms
-        in_flight = self.in_flight()
         for first, last in batches:
             if taken >= max_records:
                 break
@@ -180,11 +179,13 @@ class SharePartition:
                         self.end = off + 1
                     continue
                 if off >= self.end:
-                    if in_flight >= self.max_in_flight:
+                    # share.partition.max.record.locks bounds the window from the start offset to
+                    # the end (Kafka's numInFlightRecords): a stuck record stops new acquisitions,
+                    # not the redelivery of those below the end.
+                    if self.end - self.start_offset >= self.max_in_flight:
                         break
                     r = self._records[off] = _InFlight(RecordState.AVAILABLE)
                     self.end = off + 1
-                    in_flight += 1
                 else:
                     r = self._records.get(off)
                     if r is None or r.state != RecordState.AVAILABLE:
