@@ -36,7 +36,7 @@ Three cases, each printed with its ratio:
     python benchmarks/bench_cleaner.py                       # about 2-3 minutes; progress on stderr
     python benchmarks/bench_cleaner.py --json                # every figure as JSON on stdout
     python benchmarks/bench_cleaner.py --log-mb 256 --repeat 5 --slices 6 --rewrites 1000000
-    python benchmarks/bench_cleaner.py --only cleaner        # one case: cleaner, produce, rewrite
+    python benchmarks/bench_cleaner.py --only cleaner        # one case: cleaner, produce, rewrite, lag
 
 MB = 10^6 bytes.  Progress goes to stderr.  Figures and the command go to benchmarks/RESULTS.md.
 """
