@@ -236,3 +236,38 @@ def test_upgrade_keeps_the_classic_members_partitions_and_survives_a_restart(tmp
 
     run(after_restart())
     broker.close()
+
+
+def test_offsets_of_subscribed_topics_do_not_expire_while_members_read_them(tmp_path):
+    broker = Broker(tmp_path, offsets_retention_ms=60_000)
+    broker.topics.add("t", 1)
+    broker.topics.add("u", 1)
+
+    async def scenario():
+        await join_consumer(broker, "a")  # subscribes to t only
+        assert await commit(broker, "g", {("t", 0): 5, ("u", 0): 9}, generation=1, member_id="a") == \
+            {("t", 0): NONE, ("u", 0): NONE}
+        broker.clock.advance(120_000)
+        broker.coordinator.expire_offsets()
+        assert set(broker.coordinator.group("g").offsets) == {("t", 0)}  # u is nobody's: it expired
+        assert (await heartbeat(broker, "a", -1)).error_code == NONE
+        broker.clock.advance(120_000)
+        broker.coordinator.expire_offsets()
+        assert broker.consumer_groups.group("g") is None  # empty, no offsets left: removed too
+
+    run(scenario())
+    broker.close()
+
+
+def test_a_v0_join_without_a_member_id_gets_one():
+    import tempfile
+
+    from kwire.broker.coordinator.consumer import ConsumerGroupCoordinator, HeartbeatRequest, Timeouts
+    from kwire.broker.topics import TopicRegistry
+
+    registry = TopicRegistry(tempfile.mkdtemp())
+    registry.add("t", 1)
+    cg = ConsumerGroupCoordinator(registry, timeouts=lambda _g: Timeouts(45_000, 5_000), now_ms=lambda: 0)
+    r = cg.heartbeat(HeartbeatRequest("g", "", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["t"], owned={},
+                                      api_version=0))
+    assert r.member_id and r.member_epoch == 1
