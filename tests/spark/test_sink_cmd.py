@@ -33,7 +33,7 @@ def test_parquet_through_sql_with_a_commit_group_then_kwire_lag_shows_no_lag(spa
                   "--group", "sinkers", "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["rows"] == 300 and summary["total_lag"] == 0 and summary["error"] is None
+    assert summary["rows_read"] == summary["rows_written"] == 300 and summary["total_lag"] == 0 and summary["error"] is None
     assert summary["batches"] >= 3  # 300 records, at most 120 a batch
     ends = {(p["topic"], p["partition"]): p["end_offset"] for p in summary["partitions"]}
     assert ends == {("orders", p): sum(1 for q, _o in written if q == p) for p in range(3)}
@@ -65,7 +65,9 @@ def test_json_through_a_transform_on_the_embedded_broker_it_starts(spark, tmp_pa
                   "--trigger", "availableNow", "--broker-port", "0", "--broker-data-dir", str(data), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "no --bootstrap: started kwire's embedded broker at 127.0.0.1:" in result.stderr
-    assert "80 rows in" in result.stdout and "Total lag: 0" in result.stdout
+    kept = sum(1 for _p, o in written if o % 2 == 0)
+    assert f"80 rows read, {kept} written (counted on the way to the sink: Dataset.observe), {80 - kept} filtered" \
+        in result.stdout and "Total lag: 0" in result.stdout
     got = {(r.partition, r.offset): r.v for r in spark.read.json(str(tmp_path / "out")).collect()}
     assert got == {po: v.decode() for po, (_k, v, _h, _t) in written.items() if po[1] % 2 == 0}
 
@@ -98,6 +100,7 @@ def exit_code(argv: list[str]) -> int:
     (["--topic", "t", "--to", "console", "-X", "kafka.fetch.max.byte=1"], "did you mean 'fetch.max.bytes'?"),
     (["--topic", "t", "--to", "console", "-X", "failOnDataLoss"], "argument -X: 'failOnDataLoss' is not key=value"),
     (["--topic", "t", "--to", "console", "--bootstrap", "b:1", "--conf", "spark.x"], "argument -c/--conf"),
+    (["--topic", "t", "--to", "console", "--console-rows", "0"], "argument --console-rows: must be at least 1"),
 ])
 def test_bad_arguments_exit_2_naming_the_problem_before_spark_starts(capsys, args, message):
     assert exit_code(["sink", *args]) == 2
@@ -161,6 +164,21 @@ def test_records_deleted_by_retention_fail_the_stream_or_are_skipped_with_a_warn
         assert f"topic {topic} partition 0: offsets 60 to {start - 1} were deleted before they were read" \
             in skipped.stderr and "skipping it (failOnDataLoss=false)" in skipped.stderr
         summary = json.loads(skipped.stdout)
-        assert summary["rows"] == 260 - start and summary["total_lag"] == 0
+        assert summary["rows_read"] == 260 - start and summary["total_lag"] == 0
         offsets = sorted(r.offset for r in parquet_rows(spark, tmp_path / "out"))
         assert offsets == list(range(60)) + list(range(start, 260))
+
+
+def test_per_batch_counts_the_rows_each_batch_wrote(spark, broker, tmp_path):
+    # foreachBatch reports no numOutputRows: the batch writer counts its own (an Observation).
+    create_topic(broker.bootstrap, "grouped")
+    written = produce(broker.bootstrap, "grouped", [(b"k%d" % (i % 4), b"v", None) for i in range(90)])
+    job = SinkJob(topic="grouped", bootstrap=broker.bootstrap, to=f"parquet:{tmp_path / 'out'}",
+                  checkpoint=str(tmp_path / "ck"), per_batch=True, trigger="availableNow", max_offsets_per_trigger=40,
+                  sql="SELECT partition, count(*) AS n FROM events GROUP BY partition")
+    result = run(spark, job)
+    assert result.error is None and result.rows_read == 90 and result.batches >= 3
+    rows = parquet_rows(spark, tmp_path / "out")
+    assert sum(r.n for r in rows) == len(written) == 90
+    assert (result.rows_written, result.written_by) == (len(rows), "observed")  # a row per partition per batch
+    assert result.rows_filtered == 90 - len(rows)
