@@ -480,19 +480,22 @@ def _launch_own_gateway(builder: Any) -> None:
 
     PySpark starts the JVM with SIGINT ignored, but the JVM's children do not inherit that: the
     Python workers (pyspark.daemon's forks, which run the kwire source's reads) put back
-    Python's own handler.  In the terminal's process group, a Ctrl-C reaches each of them, and
-    their KeyboardInterrupt comes back as failed tasks, logged with their Java stacks, before the
-    driver stops anything.  In a session of its own, the JVM and its workers get no terminal
+    Python's own handler (pyspark/daemon.py).  In the terminal's process group, a Ctrl-C reaches
+    each of them: a worker in the middle of a task raises KeyboardInterrupt there and fails it,
+    with the stacks that go with a failed task, before the driver stops anything.  In a session
+    of its own, the JVM and its workers get no terminal
     signals; they end with the driver: Spark's stop, or the JVM's stdin (a pipe from this
     process) closing when it dies.  Nothing to do when a gateway runs already (a SparkContext
     was started before, or PYSPARK_GATEWAY_PORT names one) or where there are no sessions."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if SparkContext._gateway is not None or os.name != "posix" or "PYSPARK_GATEWAY_PORT" in os.environ:
+    options = getattr(builder, "_options", None)  # what getOrCreate would give the gateway
+    if (SparkContext._gateway is not None or os.name != "posix" or "PYSPARK_GATEWAY_PORT" in os.environ
+            or not isinstance(options, dict)):
         return
     conf = SparkConf(loadDefaults=False)
-    for key, value in builder._options.items():  # what getOrCreate would give the gateway
+    for key, value in options.items():
         conf.set(key, value)
     SparkContext._ensure_initialized(gateway=launch_gateway(conf, popen_kwargs={"start_new_session": True}),
                                      conf=conf)
