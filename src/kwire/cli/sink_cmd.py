@@ -27,7 +27,8 @@ else counted on the way to the sink (``Dataset.observe``); the summary says whic
 Ctrl-C or SIGTERM stops the query between two micro-batches (the one under way finishes first,
 for 30 s at most), prints the summary and exits 0, as an ``availableNow`` run that ended; while
 Spark is still starting it stops Spark once it is up and prints the summary of no rows.  A
-second Ctrl-C quits at once (exit 130).  Spark's JVM runs in a session of its own, so the
+second Ctrl-C stops the query at once (the summary still, exit 0), or quits at once while Spark
+starts (exit 130).  Spark's JVM runs in a session of its own, so the
 terminal's Ctrl-C reaches only kwire, not Spark's Python workers.
 
 With no ``--bootstrap`` (and no ``$KWIRE_BOOTSTRAP``) the command starts kwire's embedded broker
