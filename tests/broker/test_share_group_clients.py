@@ -147,30 +147,62 @@ _DYING_MEMBER = textwrap.dedent("""
 """)
 
 
-def test_a_killed_members_records_are_redelivered_after_the_lock_duration(broker):
+def _member_holding_records(bs: str, group: str, topic: str) -> tuple[subprocess.Popen, list[int]]:
+    """A share consumer in another process that acquired records and will never acknowledge them."""
+    proc = subprocess.Popen([sys.executable, "-c", _DYING_MEMBER, bs, group, topic], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+    except BaseException:
+        os.kill(proc.pid, signal.SIGKILL)
+        raise
+    return proc, sorted(int(x) for x in line.split())
+
+
+def test_a_killed_members_records_are_redelivered_at_once(broker):
+    """Its connection closes: as Kafka (KAFKA-19015) the broker ends its share session and
+    releases what it held, without waiting for the acquisition locks."""
     bs, topic, group = broker.bootstrap, "jobs", "crashy"
     create_topic(bs, topic)
     set_group_configs(bs, group, share_auto_offset_reset="earliest")
     produce(bs, topic, 20, per_batch=20)
-    proc = subprocess.Popen([sys.executable, "-c", _DYING_MEMBER, bs, group, topic], stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    held = sorted(int(x) for x in line.split())
+    proc, held = _member_holding_records(bs, group, topic)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
     assert held == list(range(20))
     survivor = share_consumer(bs, group, [topic])
     try:
-        # Within the lock duration nothing is handed out again.
-        early = poll_all([survivor], lambda g: False, timeout=2)
-        assert total(early) == 0
-        shift_clock(broker, LOCK_MS + 1)
-        got = poll_all([survivor], lambda g: total(g) >= 20)
+        # Well within the 30 s lock: only the release on disconnect can hand them out this soon.
+        got = poll_all([survivor], lambda g: total(g) >= 20, timeout=10)
         assert sorted(m.offset() for m in got[0]) == held
         assert all(m.delivery_count() == 2 for m in got[0])
     finally:
         survivor.close()
+
+
+def test_a_hung_members_records_are_redelivered_after_the_lock_duration(broker):
+    """A member that stops (SIGSTOP) keeps its connection: its records come back when their
+    acquisition locks run out (share.record.lock.duration.ms), not before."""
+    bs, topic, group = broker.bootstrap, "jobs", "hung"
+    create_topic(bs, topic)
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, topic, 20, per_batch=20)
+    proc, held = _member_holding_records(bs, group, topic)
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert held == list(range(20))
+        survivor = share_consumer(bs, group, [topic])
+        try:
+            early = poll_all([survivor], lambda g: False, timeout=2)
+            assert total(early) == 0  # within the lock duration nothing is handed out again
+            shift_clock(broker, LOCK_MS + 1)
+            got = poll_all([survivor], lambda g: total(g) >= 20)
+            assert sorted(m.offset() for m in got[0]) == held
+            assert all(m.delivery_count() == 2 for m in got[0])
+        finally:
+            survivor.close()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def test_rejected_records_are_never_redelivered_and_released_ones_are(broker):

@@ -377,6 +377,11 @@ class Connection(asyncio.BufferedProtocol):
         self._cancel_timers()
         self.registry.open.discard(self)
         self._let_go()
+        for listener in getattr(self.state, "connection_listeners", ()):
+            try:
+                listener(self.id)
+            except Exception:  # noqa: BLE001 - one listener's failure must not stop the others
+                logger.exception("connection %d: a close listener failed", self.id)
         logger.debug("connection %d from %s closed%s", self.id, self.peer, f": {exc}" if exc else "")
 
     def eof_received(self) -> bool:

@@ -88,6 +88,9 @@ class BrokerState:
                 logger.warning("recovered %s-%d: %s", key[0], key[1], line)
         self._reconcile_partitions()
         self.waiters = PartitionWaiters()
+        # Called with a connection's id when it closes (the network layer calls them): share
+        # sessions end with their connection, as Kafka's (KAFKA-19015).
+        self.connection_listeners: list = []
         self.durability = GroupCommit()
         # Imported here: both packages import this module's types for hints only.
         from .coordinator import GroupCoordinator

@@ -53,6 +53,9 @@ class ShareManager:
         self._topic_ids: dict[Key, uuid.UUID] = {}  # the topic id each share partition belongs to
         self.persister = SharePersister(state.internal_topics)
         self._loaded = self._load()
+        listeners = getattr(state, "connection_listeners", None)
+        if listeners is not None:
+            listeners.append(self.connection_closed)
 
     # -- set-up ---------------------------------------------------------------------------------
     def _load(self) -> dict[Key, PersistedState]:
@@ -94,6 +97,14 @@ class ShareManager:
                 for p in parts:
                     self.partition(group_id, topic, p)
         return m, send
+
+    def connection_closed(self, connection_id: int) -> None:
+        """A connection closed: the share sessions opened on it end and their members' records are
+        released at once (Kafka's share session cache evicts the session and calls onMemberLeave,
+        KAFKA-19015), so a member that crashes hands its records back without waiting for the locks."""
+        for s in self.sessions.on_connection(connection_id):
+            self.sessions.close(s.group_id, s.member_id)
+            self.release_member(s.group_id, s.member_id)
 
     def _member_expired(self, group_id: str, member_id: str) -> None:
         self.sessions.close(group_id, member_id)

@@ -64,6 +64,10 @@ class ShareSessionCache:
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self._sessions.pop((group_id, member_id), None)
 
+    def on_connection(self, connection_id: int) -> list[ShareSession]:
+        """The sessions opened on that connection."""
+        return [s for s in self._sessions.values() if s.connection_id == connection_id]
+
     def of_group(self, group_id: str) -> list[ShareSession]:
         return [s for (g, _), s in self._sessions.items() if g == group_id]
 
