@@ -20,7 +20,8 @@ warm-up run per tree and case that is not counted (it writes the ``.pyc`` files)
   written beforehand by the same tree's broker; then the time until one group's committed offset
   is answered (OffsetFetch asked again at once while the broker answers
   COORDINATOR_LOAD_IN_PROGRESS, its coordinators loading in the background since 2026-11-27; the
-  group is the one in the highest ``__consumer_offsets`` partition, loaded last).  Once per tree,
+  group is the one in the highest ``__consumer_offsets`` partition, which the loader takes last
+  unless a client asks for it first, as this request does).  Once per tree,
   a consumer then checks that the restarted broker still answers every committed offset.
 - **kwire broker process**: ``python -m kwire.cli.main broker --port 0 --json`` started, until
   its first ApiVersions answer (interpreter start and imports included).
@@ -163,8 +164,8 @@ elif mode == "check":
 
 def last_loaded_group(groups: int, partitions: int = 50) -> str:
     """Of group-0..group-N-1, the one in the highest __consumer_offsets partition (Kafka's
-    abs(String.hashCode) % 50): the current tree loads partitions in order, so its offsets are
-    among the last served."""
+    abs(String.hashCode) % 50): the loader takes the partitions in order, except one a client
+    asked for."""
     def partition(name: str) -> int:
         h = 0
         for ch in name:  # ASCII names: Java's hashCode over the characters, in int32
