@@ -70,29 +70,31 @@ class JoinResult:
     assignment: Assignment
 
 
-class GroupMembership:
-    """One consumer's membership in its group."""
+class MemberState:
+    """What the consumer reads and calls on its membership, whichever protocol runs the group:
+    the classic one (``GroupMembership``: JoinGroup/SyncGroup/Heartbeat) or KIP-848's
+    (``membership_kip848.ConsumerProtocolMembership``: ConsumerGroupHeartbeat)."""
 
-    def __init__(self, cluster: Cluster, config, protocols: GroupProtocols, wakeup: Callable[[], None]):
+    # How a rejoin is logged: classic members rejoin (an event worth INFO), KIP-848 members only
+    # heartbeat sooner.
+    _REJOIN_LEVEL = logging.INFO
+    _REJOIN_WORDS = "rejoining"
+
+    def __init__(self, cluster: Cluster, config, wakeup: Callable[[], None], *, member_id: str):
         self._cluster = cluster
-        self.protocols = protocols
         self._wakeup = wakeup
         self.group_id: str = config.group_id
         self.instance_id: str | None = config.group_instance_id
-        self._session_timeout_ms = config.session_timeout_ms
         self._rebalance_timeout_ms = config.max_poll_interval_ms
-        self._heartbeat_interval = config.heartbeat_interval_ms / 1000
         self._max_poll_interval = config.max_poll_interval_ms / 1000
-        self._rack = config.client_rack
-        self._allow_auto_create = config.allow_auto_create_topics
-        self.member_id = ""
-        self.generation_id = -1
+        self.member_id = member_id
+        self.generation_id = -1  # the generation (classic) or member epoch (KIP-848) commits carry
         self.protocol_name: str | None = None
         self.state = UNJOINED
         self.rejoin_reason: str | None = None   # why the next poll must rejoin (None: no need)
         self.lost_reason: str | None = None     # set when the group dropped this member: partitions lost
         self.fatal: BaseException | None = None
-        # As leader: the partition count of every topic the group reads, to notice changes.
+        # Classic leader: the partition count of every topic the group reads, to notice changes.
         self.group_partition_counts: dict[str, int] | None = None
         self.last_poll = time.monotonic()
         self.polling = 0  # polls in progress: a poll blocked waiting for records counts as polling
@@ -113,11 +115,11 @@ class GroupMembership:
 
     def request_rejoin(self, reason: str) -> None:
         if self.rejoin_reason is None:
-            logger.info("group %r: rejoining (%s)", self.group_id, reason)
+            logger.log(self._REJOIN_LEVEL, "group %r: %s (%s)", self.group_id, self._REJOIN_WORDS, reason)
             self.rejoin_reason = reason
         self._wakeup()
 
-    def member_lost(self, reason: str, *, forget_member_id: bool, member_id: str | None = None) -> None:
+    def member_lost(self, reason: str, *, forget_member_id: bool = False, member_id: str | None = None) -> None:
         """The group no longer counts this member in its generation: the partitions are lost."""
         logger.warning("group %r: member %r lost its partitions: %s", self.group_id,
                        self.member_id if member_id is None else member_id, reason)
@@ -125,13 +127,29 @@ class GroupMembership:
             self.member_id = ""
         self.generation_id = -1
         self.state = UNJOINED
+        self._forget_generation()
         self.lost_reason = reason
         self.request_rejoin(reason)
+
+    def _forget_generation(self) -> None:
+        """What else a member drops with its generation (nothing here)."""
 
     def set_fatal(self, error: BaseException) -> None:
         self.fatal = error
         self.state = UNJOINED
         self._wakeup()
+
+
+class GroupMembership(MemberState):
+    """One consumer's membership in its (classic) group."""
+
+    def __init__(self, cluster: Cluster, config, protocols: GroupProtocols, wakeup: Callable[[], None]):
+        super().__init__(cluster, config, wakeup, member_id="")
+        self.protocols = protocols
+        self._session_timeout_ms = config.session_timeout_ms
+        self._heartbeat_interval = config.heartbeat_interval_ms / 1000
+        self._rack = config.client_rack
+        self._allow_auto_create = config.allow_auto_create_topics
 
     # -- joining ----------------------------------------------------------------------------------
     async def join(self, topics: Collection[str], owned: Sequence[TopicPartition]) -> JoinResult:

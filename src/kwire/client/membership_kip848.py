@@ -34,7 +34,7 @@ from .assignors.base import COOPERATIVE
 from .cluster import Cluster
 from .consumer_errors import FatalGroupError
 from .errors import ClientError, UnsupportedApiError
-from .membership import _COORDINATOR_MOVED, COORDINATOR_LOAD_IN_PROGRESS, STABLE, UNJOINED, JoinResult
+from .membership import _COORDINATOR_MOVED, COORDINATOR_LOAD_IN_PROGRESS, STABLE, UNJOINED, JoinResult, MemberState
 from .types import TopicPartition
 
 __all__ = ["ConsumerProtocolMembership"]
@@ -54,29 +54,18 @@ class _Protocols:
     rebalance_protocol = COOPERATIVE
 
 
-class ConsumerProtocolMembership:
+class ConsumerProtocolMembership(MemberState):
     """One consumer's membership in a KIP-848 group."""
 
+    _REJOIN_LEVEL = logging.DEBUG
+    _REJOIN_WORDS = "heartbeat now"
+
     def __init__(self, cluster: Cluster, config, wakeup: Callable[[], None]):
-        self._cluster = cluster
+        # KIP-1082: the client names itself.  The broker, not the client, watches partition counts.
+        super().__init__(cluster, config, wakeup, member_id=str(uuid.uuid4()))
         self.protocols = _Protocols()
-        self._wakeup = wakeup
-        self.group_id: str = config.group_id
-        self.instance_id: str | None = config.group_instance_id
-        self._rebalance_timeout_ms = config.max_poll_interval_ms
-        self._max_poll_interval = config.max_poll_interval_ms / 1000
         self._assignor: str | None = config.group_remote_assignor
         self._rack = config.client_rack or None
-        self.member_id = str(uuid.uuid4())   # KIP-1082: the client names itself
-        self.generation_id = -1               # the member epoch (commits carry it)
-        self.protocol_name: str | None = None
-        self.state = UNJOINED
-        self.rejoin_reason: str | None = None
-        self.lost_reason: str | None = None
-        self.fatal: BaseException | None = None
-        self.group_partition_counts = None    # the broker watches partition counts, not the client
-        self.last_poll = time.monotonic()
-        self.polling = 0
         self._interval = 3.0
         self._sent_topics: tuple[str, ...] | None = None
         self._target: list[TopicPartition] = []
@@ -85,41 +74,15 @@ class ConsumerProtocolMembership:
         self._target_ids_changed = False
         self._applied: list[TopicPartition] | None = None
         self._lock = asyncio.Lock()
-        self._heartbeats: asyncio.Task | None = None
-        self._closed = False
-
-    # -- what the consumer reads and calls (as GroupMembership's) ---------------------------------
-    @property
-    def is_static(self) -> bool:
-        return self.instance_id is not None
-
-    @property
-    def needs_join(self) -> bool:
-        return self.state != STABLE or self.rejoin_reason is not None
-
-    def polled(self) -> None:
-        self.last_poll = time.monotonic()
-
-    def request_rejoin(self, reason: str) -> None:
-        if self.rejoin_reason is None:
-            logger.debug("group %r: heartbeat now (%s)", self.group_id, reason)
-            self.rejoin_reason = reason
-        self._wakeup()
 
     def member_lost(self, reason: str, *, forget_member_id: bool = False, member_id: str | None = None) -> None:
-        logger.warning("group %r: member %r lost its partitions: %s", self.group_id,
-                       self.member_id if member_id is None else member_id, reason)
-        self.generation_id = -1
-        self.state = UNJOINED
+        # KIP-1082: the member id is the client's own and outlives a lost epoch (rejoining at 0).
+        super().member_lost(reason, member_id=member_id)
+
+    def _forget_generation(self) -> None:
+        # A member that lost its epoch rejoins at epoch 0, naming its topics and owned partitions anew.
         self._sent_topics = None
         self._applied = None
-        self.lost_reason = reason
-        self.request_rejoin(reason)
-
-    def set_fatal(self, error: BaseException) -> None:
-        self.fatal = error
-        self.state = UNJOINED
-        self._wakeup()
 
     # -- joining and reconciling ------------------------------------------------------------------
     async def join(self, topics: Collection[str], owned: Sequence[TopicPartition]) -> JoinResult:
