@@ -24,10 +24,12 @@ hashCode (GroupCoordinator.partitionFor, TransactionStateManager.partitionFor).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kwire.protocol.coordinator_records import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from kwire.protocol.errors import UnknownTopicOrPartitionError
+from kwire.protocol.records import RecordBatch, iter_batches
 
 from .topics import INTERNAL_TOPICS, TopicRegistry, is_internal
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from .storage import LogConfig, LogManager, PartitionLog
 
 __all__ = ["InternalTopics", "OFFSETS_TOPIC", "TRANSACTION_STATE_TOPIC", "INTERNAL_TOPICS", "is_internal",
-           "java_string_hash", "partition_for", "INTERNAL_TOPIC_CONFIGS", "LAZY_TOPICS"]
+           "java_string_hash", "log_batches", "partition_for", "INTERNAL_TOPIC_CONFIGS", "LAZY_TOPICS"]
 
 logger = logging.getLogger("kwire.broker.internal_topics")
 
@@ -66,6 +68,29 @@ def java_string_hash(s: str) -> int:
     for i in range(0, len(data), 2):
         h = (31 * h + (data[i] << 8 | data[i + 1])) % _INT32
     return h - _INT32 if h >= 1 << 31 else h
+
+
+# How much of a log a coordinator's replay reads at a time.
+_READ_CHUNK = 1 << 20
+
+
+def log_batches(log: PartitionLog) -> Iterator[RecordBatch]:
+    """The batches of an internal topic's partition log in offset order, from its log start to
+    its end, read a chunk at a time: what a coordinator replays at load.  The first batch may
+    begin before the log start (a log started mid-batch); a log that stops making progress ends
+    the walk instead of looping."""
+    offset, end = log.log_start_offset, log.log_end_offset
+    while offset < end:
+        slices = log.read(offset, _READ_CHUNK)
+        if not slices:
+            return
+        next_offset = offset
+        for batch in iter_batches(b"".join(s.read() for s in slices)):
+            if batch.next_offset <= offset:
+                continue
+            next_offset = batch.next_offset
+            yield batch
+        offset = next_offset if next_offset > offset else end
 
 
 def partition_for(key: str, partitions: int) -> int:

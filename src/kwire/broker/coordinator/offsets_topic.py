@@ -42,8 +42,9 @@ from kwire.protocol.coordinator_records import (
     encode_value,
 )
 from kwire.protocol.errors import DecodeError
-from kwire.protocol.records import RecordBatchBuilder, iter_batches
+from kwire.protocol.records import RecordBatchBuilder
 
+from ..internal_topics import log_batches
 from .offsets import CommittedOffset
 from .store import GroupRecord, MemberRecord, StoredGroup
 
@@ -65,7 +66,6 @@ logger = logging.getLogger("kwire.broker.coordinator.offsets_topic")
 OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
-_READ_CHUNK = 1 << 20
 _SEQUENCE_WRAP = 1 << 31
 
 OffsetKey = messages.OffsetCommitKey
@@ -171,7 +171,7 @@ class OffsetsTopicStore:
         # written many times), and per producer the records of its open transaction.
         latest: dict[bytes, tuple[int, bytes | None]] = {}  # key -> (offset, value)
         staged: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
-        for batch in self._batches(partition, log):
+        for batch in log_batches(log):
             if batch.is_control:
                 for record in batch.records():
                     if record.is_commit or record.is_abort:
@@ -197,21 +197,6 @@ class OffsetsTopicStore:
                     k = decoded[0]
                     groups.setdefault(k.group, StoredGroup()).pending.setdefault(producer_id, {})[
                         (k.topic, k.partition)] = _committed(decoded[1])
-
-    def _batches(self, partition: int, log: PartitionLog):
-        """The partition's batches in offset order (a compacted log may start a read mid-batch)."""
-        offset, end = log.log_start_offset, log.log_end_offset
-        while offset < end:
-            slices = log.read(offset, _READ_CHUNK)
-            if not slices:
-                return
-            next_offset = offset
-            for batch in iter_batches(b"".join(s.read() for s in slices)):
-                if batch.next_offset <= offset:
-                    continue
-                next_offset = batch.next_offset
-                yield batch
-            offset = next_offset if next_offset > offset else end  # (no progress: stop, never loop)
 
     @staticmethod
     def _decode(partition: int, offset: int, key: bytes | None, value: bytes | None, findings: list[str]):

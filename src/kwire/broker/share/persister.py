@@ -26,13 +26,14 @@ from kwire.protocol.coordinator_records import (
     encode_key,
     encode_value,
 )
-from kwire.protocol.records import RecordBatchBuilder, iter_batches
+from kwire.protocol.records import RecordBatchBuilder
+
+from ..internal_topics import log_batches
 
 __all__ = ["PersistedState", "SharePersister", "coordinator_key"]
 
 logger = logging.getLogger("kwire.broker.share")
 
-_READ_CHUNK = 1 << 20
 # The record versions Kafka's ShareCoordinatorRecordHelpers writes (key versions name the type).
 SNAPSHOT_KEY_VERSION, UPDATE_KEY_VERSION, VALUE_VERSION = 0, 1, 0
 
@@ -89,7 +90,7 @@ class SharePersister:
             log = self._topics.existing_log(SHARE_GROUP_STATE_TOPIC, p)
             if log is None:
                 continue
-            for batch in self._batches(log):
+            for batch in log_batches(log):
                 if batch.is_control:
                     continue
                 for rec in batch:
@@ -121,17 +122,3 @@ class SharePersister:
         merged = [b for b in old.batches if b[1] < start or not any(n[0] <= b[1] and b[0] <= n[1] for n in batches)]
         out[ident] = PersistedState(old.state_epoch, start, sorted(merged + batches))
 
-    @staticmethod
-    def _batches(log):
-        offset, end = log.log_start_offset, log.log_end_offset
-        while offset < end:
-            slices = log.read(offset, _READ_CHUNK)
-            if not slices:
-                return
-            next_offset = offset
-            for batch in iter_batches(b"".join(s.read() for s in slices)):
-                if batch.next_offset <= offset:
-                    continue
-                next_offset = batch.next_offset
-                yield batch
-            offset = next_offset if next_offset > offset else end

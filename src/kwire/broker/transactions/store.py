@@ -44,8 +44,9 @@ from kwire.protocol.coordinator_records import (
     encode_value,
 )
 from kwire.protocol.errors import DecodeError
-from kwire.protocol.records import RecordBatchBuilder, iter_batches
+from kwire.protocol.records import RecordBatchBuilder
 
+from ..internal_topics import log_batches
 from ..storage._files import fsync_dir
 from .state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState
 
@@ -60,7 +61,6 @@ logger = logging.getLogger("kwire.broker.transactions")
 TRANSACTIONS_FILE = "transactions.json"  # the state file of kwire before __transaction_state
 MIGRATED_SUFFIX = ".migrated"
 _VERSION = 1
-_READ_CHUNK = 1 << 20
 VALUE_VERSION = 0
 VALUE_VERSION_WITH_PREVIOUS_ID = 1
 
@@ -145,35 +145,28 @@ class TransactionStore:
         return txns
 
     def _replay(self, partition: int, log: PartitionLog, txns: dict[str, TransactionMetadata]) -> None:
-        offset, end = log.log_start_offset, log.log_end_offset
-        while offset < end:
-            slices = log.read(offset, _READ_CHUNK)
-            if not slices:
-                break
-            next_offset = offset
-            for batch in iter_batches(b"".join(s.read() for s in slices)):
-                next_offset = batch.next_offset
-                if batch.is_control:
+        start = log.log_start_offset
+        for batch in log_batches(log):
+            if batch.is_control:
+                continue
+            try:
+                records = batch.records()
+            except DecodeError as exc:
+                raise TransactionStoreError(f"{TRANSACTION_STATE_TOPIC}-{partition} offset {batch.base_offset}: "
+                                            f"unreadable batch: {exc}") from None
+            for record in records:
+                if record.offset < start:  # the part of a first batch below the log start
                     continue
                 try:
-                    records = batch.records()
-                except DecodeError as exc:
-                    raise TransactionStoreError(f"{TRANSACTION_STATE_TOPIC}-{partition} offset {batch.base_offset}: "
-                                                f"unreadable batch: {exc}") from None
-                for record in records:
-                    if record.offset < offset:
-                        continue
-                    try:
-                        key = decode_key(record.key, TRANSACTION_STATE_TOPIC)
-                        value = decode_value(key, record.value)
-                        if value is None:
-                            txns.pop(key.transactional_id, None)
-                        else:
-                            txns[key.transactional_id] = _metadata(key.transactional_id, value)
-                    except (CoordinatorRecordError, KeyError, ValueError) as exc:
-                        raise TransactionStoreError(f"{TRANSACTION_STATE_TOPIC}-{partition} offset {record.offset}: "
-                                                    f"cannot read a transaction record: {exc!r}") from None
-            offset = next_offset if next_offset > offset else end
+                    key = decode_key(record.key, TRANSACTION_STATE_TOPIC)
+                    value = decode_value(key, record.value)
+                    if value is None:
+                        txns.pop(key.transactional_id, None)
+                    else:
+                        txns[key.transactional_id] = _metadata(key.transactional_id, value)
+                except (CoordinatorRecordError, KeyError, ValueError) as exc:
+                    raise TransactionStoreError(f"{TRANSACTION_STATE_TOPIC}-{partition} offset {record.offset}: "
+                                                f"cannot read a transaction record: {exc!r}") from None
 
     def _load_legacy(self) -> dict[str, TransactionMetadata] | None:
         tmp = self.path.with_name(self.path.name + ".tmp")
