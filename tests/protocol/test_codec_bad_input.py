@@ -604,7 +604,7 @@ def test_splitter_does_not_reserve_memory_for_an_allowed_big_frame():
     assert splitter.buffered == 9
 
 
-def test_a_forbidden_null_array_is_an_error_strictly_and_empty_leniently():
+def test_a_forbidden_null_array_is_an_error_unless_forgiven():
     # OffsetFetchResponse v6 (flexible): throttle_time_ms, topics as a null compact array (length
     # 0 = null), error_code, no tags: what librdkafka's mock broker answers a whole-group fetch.
     from kwire.protocol import messages
@@ -614,8 +614,10 @@ def test_a_forbidden_null_array_is_an_error_strictly_and_empty_leniently():
     data = struct.pack(">i", 0) + b"\x00" + struct.pack(">h", 0) + b"\x00"
     with pytest.raises(DecodeError, match="field topics.*null array in a field that is not nullable"):
         codec.decode(data)
-    response, end = codec.decode(data, strict=False)
+    with pytest.raises(DecodeError, match="null array"):
+        codec.decode(data, strict=False)  # trailing bytes allowed is not nulls forgiven
+    response, end = codec.decode(data, forgive_null_arrays=True)
     assert (response.topics, response.error_code, end) == ([], 0, len(data))
-    # Lenient does not mean anything goes: a truncated message still fails.
+    # Forgiving does not mean anything goes: a truncated message still fails.
     with pytest.raises(DecodeError):
-        codec.decode(data[:-2], strict=False)
+        codec.decode(data[:-2], forgive_null_arrays=True)

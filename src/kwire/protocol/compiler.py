@@ -688,12 +688,14 @@ class Codec:
             self._variants[key] = found
         return found
 
-    def decode(self, data, pos: int = 0, *, strict: bool = True, record_views: bool = False):
+    def decode(self, data, pos: int = 0, *, strict: bool = True, record_views: bool = False,
+               forgive_null_arrays: bool = False):
         """Decode one message from data[pos:]; with strict, bytes left over are an error.
 
-        Without ``strict`` a peer's known slips are forgiven as well: a null array in a field that
-        this version does not let be null (librdkafka's mock broker sends them) reads as empty.
-        That decoder is only tried after the exact one failed, so correct input costs nothing.
+        ``forgive_null_arrays``: a null array in a field that this version does not let be null
+        (librdkafka's mock broker sends them) reads as empty instead of failing: how a client
+        reads its peers' answers.  That decoder is only tried after the exact one failed, so
+        correct input costs nothing.
 
         With ``record_views``, ``records`` fields are ``memoryview`` slices of ``data`` instead
         of ``bytes`` copies: no copy of the (large) record batches, and writable when ``data``
@@ -705,7 +707,7 @@ class Codec:
             try:
                 obj, end = decode_from(data, pos)
             except DecodeError as e:
-                if strict or _NULL_ARRAY not in str(e):
+                if not forgive_null_arrays or _NULL_ARRAY not in str(e):
                     raise
                 obj, end = self._decoder(record_views, null_arrays_as_empty=True)(data, pos)
         except ProtocolError as e:

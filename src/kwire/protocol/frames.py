@@ -129,18 +129,21 @@ def encode_response_parts(response: Response, version: int, correlation_id: int)
 
 
 def decode_response(frame, api_key: int, version: int, *, strict: bool = True,
-                    record_views: bool = False) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]
+                    record_views: bool = False, forgive_null_arrays: bool = False
+                    ) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]
     """Header and typed response from a frame body, given the request's api key and version.
 
-    ``record_views``: ``records`` fields are memoryviews of ``frame`` rather than copies (see
-    ``MessageCodec.decode``)."""
+    ``record_views``: ``records`` fields are memoryviews of ``frame`` rather than copies;
+    ``forgive_null_arrays``: a null array the version forbids reads as empty (see
+    ``Codec.decode``)."""
     if api_key not in REQUEST_NAMES:
         raise UnknownApiVersionError(f"unknown api key {api_key} (version {version})", what="response")
     cls = response_class(api_key)
     if not cls.SPEC.has_version(version):
         raise UnknownApiVersionError(f"no version {version}", what=cls.SPEC.name)
     header, offset = ResponseHeader.codec(response_header_version(api_key, version)).decode(frame, 0, strict=False)
-    response, _ = cls.codec(version).decode(frame, offset, strict=strict, record_views=record_views)
+    response, _ = cls.codec(version).decode(frame, offset, strict=strict, record_views=record_views,
+                                            forgive_null_arrays=forgive_null_arrays)
     return header, response
 
 
