@@ -114,7 +114,9 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--members", default="1,2,4", help="share-group sizes to run, comma-separated (default 1,2,4)")
     args = ap.parse_args()
+    sizes = [int(m) for m in args.members.split(",")]
     broker = KwireBroker("never")
     try:
         topic = "bench-share"
@@ -123,7 +125,7 @@ def main() -> None:
         log("classic consumer")
         base = classic(broker.bootstrap, topic, args.messages)
         rows = [("classic group, 1 consumer", base)]
-        for members in (1, 3):
+        for members in sizes:
             log(f"share group, {members} consumer(s)")
             rows.append((f"share group, {members} consumer(s)", share(broker.bootstrap, topic, args.messages, members,
                                                                       f"bench-share-{members}")))
