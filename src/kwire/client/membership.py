@@ -139,6 +139,14 @@ class MemberState:
         self.state = UNJOINED
         self._wakeup()
 
+    async def close(self) -> None:
+        """Stop heartbeating (leaving the group is the protocol's own step, before this)."""
+        self._closed = True
+        task, self._heartbeats = self._heartbeats, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
 
 class GroupMembership(MemberState):
     """One consumer's membership in its (classic) group."""
@@ -395,10 +403,3 @@ class GroupMembership(MemberState):
         except (ClientError, KafkaError, ProtocolError) as exc:
             # Closing goes on regardless: without the leave the session timeout removes the member.
             logger.info("group %r: LeaveGroup failed: %s", self.group_id, exc)
-
-    async def close(self) -> None:
-        self._closed = True
-        task, self._heartbeats = self._heartbeats, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)

@@ -251,10 +251,3 @@ class ConsumerProtocolMembership(MemberState):
                 logger.info("group %r: member %r left (%s)", self.group_id, self.member_id, reason)
         except (ClientError, KafkaError, OSError) as exc:
             logger.info("group %r: leaving failed: %s", self.group_id, exc)
-
-    async def close(self) -> None:
-        self._closed = True
-        task, self._heartbeats = self._heartbeats, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
