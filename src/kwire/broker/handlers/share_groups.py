@@ -214,8 +214,7 @@ async def handle_share_fetch(ctx, request):
                 except Exception as exc:  # noqa: BLE001 - this partition's acknowledge error
                     pd.acknowledge_error_code, pd.acknowledge_error_message = error_of(exc)
     if request.share_session_epoch == FINAL_EPOCH:
-        mgr.sessions.close(group, member)
-        mgr.release_member(group, member)
+        mgr.end_session(group, member)
         mgr.persist(group)
         resp.responses = _group_by_topic(answers, SF.ShareFetchableTopicResponse)
         return resp
@@ -333,8 +332,7 @@ def handle_share_acknowledge(ctx, request):
             except Exception as exc:  # noqa: BLE001 - this partition's error
                 pd.error_code, pd.error_message = error_of(exc)
     if request.share_session_epoch == FINAL_EPOCH:
-        mgr.sessions.close(group, member)
-        mgr.release_member(group, member)
+        mgr.end_session(group, member)
     mgr.persist(group)
     resp.responses = _group_by_topic(answers, SA.ShareAcknowledgeTopicResponse)
     return resp

@@ -110,6 +110,12 @@ class ShareManager:
         self.sessions.close(group_id, member_id)
         self.release_member(group_id, member_id)
 
+    def end_session(self, group_id: str, member_id: str) -> None:
+        """A share session closed by its member (epoch -1 in ShareFetch or ShareAcknowledge): the
+        session goes and what the member held is released for the others."""
+        self.sessions.close(group_id, member_id)
+        self.release_member(group_id, member_id)
+
     def release_member(self, group_id: str, member_id: str, only: tuple[str, int] | None = None) -> None:
         """Release what the member holds in the group's share partitions (``only`` one of them)."""
         for key, sp in self.partitions.items():
