@@ -143,7 +143,9 @@ def test_bad_requests_are_refused_with_kafkas_messages(cg):
         (HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1, subscribed_topic_regex="(a", owned={}),
          InvalidRegularExpressionError, "(a"),
         (HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1, subscribed_topic_regex=r"(t)\1", owned={}),
-         InvalidRegularExpressionError, "not supported by RE2"),
+         InvalidRegularExpressionError, "invalid escape sequence"),
+        (HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1, subscribed_topic_regex="(?=t)", owned={}),
+         InvalidRegularExpressionError, "invalid perl operator"),
     ]
     for req, error, words in bad:
         with pytest.raises(error) as info:
@@ -239,6 +241,17 @@ def test_regex_subscription_matches_whole_names(cg, topics):
     assert set(r.assignment) == {tid(topics, "t"), tid(topics, "t-extra")}
     r = join(cg, "b", regex="u")
     assert r.member_epoch == 2 and set(r.assignment) == {tid(topics, "u")}  # one bump per heartbeat
+
+
+def test_regex_subscription_takes_re2_syntax(cg, topics):
+    """RE2/J's own constructs, which Python's re lacks: \\Q..\\E quoting and \\p{..} classes."""
+    topics.add("a.b", 1)
+    topics.add("axb", 1)
+    topics.add("tλ", 1)
+    r = join(cg, "a", regex=r"\Qa.b\E")
+    assert set(r.assignment) == {tid(topics, "a.b")}
+    r = join(cg, "b", regex=r"t\p{Greek}+")
+    assert tid(topics, "tλ") in set(r.assignment) and tid(topics, "t") not in set(r.assignment)
 
 
 def test_offset_commit_and_fetch_check_the_member_epoch(cg, topics):
