@@ -6,6 +6,7 @@ heartbeats get Kafka's errors while the broker keeps serving."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -15,13 +16,16 @@ from confluent_kafka import ConsumerGroupType, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kwire.broker import EmbeddedBroker
+from kwire.protocol import encode_request
 from kwire.protocol import messages as M
+from kwire.protocol.admin import GroupMemberType
 from kwire.protocol.errors import (
     FencedMemberEpochError,
     InvalidRequestError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
 )
+from kwire.protocol.frames import decode_response
 
 from .conftest import serve
 
@@ -74,7 +78,7 @@ class Member:
         self.stop = threading.Event()
         self.c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                            "group.protocol": "consumer", "auto.offset.reset": "earliest",
-                                           "enable.auto.commit": False, **conf})
+                                           "enable.auto.commit": False, "client.id": name, **conf})
         self.c.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
@@ -249,6 +253,26 @@ def test_bad_heartbeats_get_kafkas_errors_and_the_broker_keeps_serving(state):
     assert nope.error_code != 0
 
 
+def _describe_consumer_group(bootstrap: str, group_id: str, version: int):
+    """One ConsumerGroupDescribe over a plain socket, at ``version``."""
+    host, port = bootstrap.split(":")
+    request = M.ConsumerGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(encode_request(request, version, 1, client_id="describe"))
+        size = int.from_bytes(_read_exactly(sock, 4), "big")
+        _, response = decode_response(_read_exactly(sock, size), request.API_KEY, version)
+    return response.groups[0]
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data
+
+
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_classic_group_upgraded_by_a_consumer_protocol_member_and_downgraded_back(tmp_path, strategy):
     with EmbeddedBroker(tmp_path / "data", **FAST) as broker:
@@ -266,6 +290,11 @@ def test_classic_group_upgraded_by_a_consumer_protocol_member_and_downgraded_bac
         assert _wait(lambda: set(ownership.owner.values()) == {"classic", "modern"} and len(ownership.owner) == PARTITIONS)
         group = broker.state.consumer_groups.group("mixed")
         assert group is not None and sorted(m.classic is not None for m in group) == [False, True]
+        # ConsumerGroupDescribe v1 tells the two kinds apart (KIP-1099's MemberType); v0 has no such field.
+        described = _describe_consumer_group(broker.bootstrap, "mixed", 1)
+        assert sorted((m.client_id, m.member_type) for m in described.members) == [
+            ("classic", GroupMemberType.CLASSIC), ("modern", GroupMemberType.CONSUMER)]
+        assert _describe_consumer_group(broker.bootstrap, "mixed", 0).error_code == 0
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         listed = admin.list_consumer_groups(request_timeout=10).result()
         assert {g.group_id: g.type for g in listed.valid} == {"mixed": ConsumerGroupType.CONSUMER}

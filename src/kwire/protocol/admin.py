@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["METADATA_TOPIC", "DescribeClusterEndpointType", "ElectionType", "FeatureUpgradeType", "ScramMechanism"]
+__all__ = ["METADATA_TOPIC", "DescribeClusterEndpointType", "ElectionType", "FeatureUpgradeType", "GroupMemberType",
+           "ScramMechanism"]
 
 # The KRaft metadata log's topic (DescribeQuorum names it; its only partition is 0).
 METADATA_TOPIC = "__cluster_metadata"
@@ -40,3 +41,12 @@ class FeatureUpgradeType(IntEnum):
 class DescribeClusterEndpointType(IntEnum):
     BROKERS = 1
     CONTROLLERS = 2
+
+
+class GroupMemberType(IntEnum):
+    """ConsumerGroupDescribe's member ``MemberType`` (v1+, KIP-1099): which protocol a member of a
+    consumer group joined with."""
+
+    UNKNOWN = -1
+    CLASSIC = 0
+    CONSUMER = 1

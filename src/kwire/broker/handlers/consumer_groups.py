@@ -3,7 +3,7 @@
 The handlers translate the wire to ``kwire.broker.coordinator.consumer``; the coordinator holds
 the logic.  Versions are Kafka 4.3's that the codec knows: ConsumerGroupHeartbeat 0-1 (v1: the
 client generates its member id, KIP-1082, and may subscribe by regular expression),
-ConsumerGroupDescribe 0.
+ConsumerGroupDescribe 0-1 (v1: each member's MemberType, KIP-1099).
 
 As Kafka: a heartbeat needs READ on the group (GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each
 topic it names (TOPIC_AUTHORIZATION_FAILED), describing needs DESCRIBE on the group; a request for a group whose ``__consumer_offsets`` partition is still loading
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kwire.protocol import messages
+from kwire.protocol.admin import GroupMemberType
 from kwire.protocol.errors import (
     CoordinatorLoadInProgressError,
     GroupAuthorizationFailedError,
@@ -95,7 +96,13 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     return resp
 
 
-@handler(CONSUMER_GROUP_DESCRIBE, 0, 0)
+def _member_type(member) -> int:
+    """KIP-1099's MemberType as Kafka fills it: 0 for a member that joined with the classic protocol
+    (an upgraded group's JoinGroup members), 1 for a consumer-protocol member.  v0 answers drop it."""
+    return GroupMemberType.CLASSIC if member.classic is not None else GroupMemberType.CONSUMER
+
+
+@handler(CONSUMER_GROUP_DESCRIBE, 0, 1)
 def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
     R = messages.ConsumerGroupDescribeResponse
     G = R.DescribedGroup
@@ -134,7 +141,8 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                      member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                      subscribed_topic_names=list(m.subscribed_topic_names),
                      subscribed_topic_regex=m.subscribed_topic_regex,
-                     assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, {})))
+                     assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, {})),
+                     member_type=_member_type(m))
                    for m in group]
         described = G(error_code=0, error_message=None, group_id=group.group_id, group_state=group.state.value,
                       group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
