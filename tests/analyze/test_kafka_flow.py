@@ -27,9 +27,9 @@ from kwire.analyze.exchange import (
 from kwire.analyze.kafka import KafkaFlow, exchange_json, looks_like_kafka_request
 from kwire.analyze.tables import exchange_row, group_event_row
 from kwire.analyze.tcp import TO_CLIENT, TO_SERVER, Chunk, Connection, End, Gap
-from kwire.client.assignors.protocol import Assignment, encode_assignment
 from kwire.client.types import TopicPartition
 from kwire.protocol import encode_request, encode_response, messages
+from kwire.protocol.consumer_protocol import Assignment, encode_assignment
 from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder
 
 from .test_captures import KAFKA, deepflow_kafka

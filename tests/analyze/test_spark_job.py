@@ -25,12 +25,13 @@ from kwire.analyze.packets import ACK, FIN, PSH, RST
 from kwire.analyze.pcapwrite import PcapWriter, TcpConversation
 from kwire.analyze.session import analyze_captures
 from kwire.analyze.spark_findings import spark_findings
-from kwire.analyze.spark_job import expand_captures, main, make_session, run_spark_analysis, spark_schema
+from kwire.analyze.spark_job import expand_captures, make_session, run_spark_analysis, spark_schema
 from kwire.analyze.tables import SCHEMAS, exchange_row
-from kwire.client.assignors.protocol import Assignment, Subscription, encode_assignment, encode_subscription
+from kwire.cli.analyze_cmd import run_spark
 from kwire.client.types import TopicPartition
 from kwire.protocol import encode_request, encode_response
 from kwire.protocol import messages as m
+from kwire.protocol.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 
 from .helpers import DEEPFLOW
 
@@ -346,13 +347,13 @@ def test_the_command_runs_in_the_active_session(spark, analysed, tmp_path):
                               slow_ms=None, quiet=False, records=False)
     out = io.StringIO()
     with redirect_stdout(out):
-        assert main(args) == 0
+        assert run_spark(args) == 0
     text = out.getvalue()
     assert "stale_offset_recommit" in text and "OffsetCommit" in text
     assert expand_captures([seed, str(tmp_path / "none*.pcap")]) == ([seed], [str(tmp_path / "none*.pcap")])
     assert spark.range(3).count() == 3  # the module's session is still up
     missing = argparse.Namespace(**{**vars(args), "captures": [os.path.join(str(tmp_path), "absent.pcap")]})
-    assert main(missing) == 2
+    assert run_spark(missing) == 2
 
 
 # -- the rules alone, on rows with every awkward value --------------------------------------------------

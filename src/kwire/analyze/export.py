@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from kwire.cli.output import to_jsonable
+from kwire.protocol.jsonable import to_jsonable
 
 from .exchange import Exchange
 from .tables import SCHEMAS

@@ -29,7 +29,7 @@ and ``--json`` / ``--html`` are not offered (they need every exchange, or the su
 machine).
 
 ``run_spark_analysis(spark, paths, ...)`` runs it in a session the caller owns (tests, notebooks);
-``main(args)`` is what the CLI calls; ``time_spark_analysis`` times a run on ``local[N]`` (the
+``kwire analyze --spark`` (``cli.analyze_cmd``) calls it and ``render_summary``; ``time_spark_analysis`` times a run on ``local[N]`` (the
 benchmark's 1 core against 2 cores), also as ``python -m kwire.analyze.spark_job CAPTURE...``.
 """
 
@@ -54,7 +54,6 @@ __all__ = [
     "SparkAnalysis",
     "decoded_schema",
     "expand_captures",
-    "main",
     "make_session",
     "run_spark_analysis",
     "spark_schema",
@@ -384,58 +383,11 @@ def expand_captures(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
     return list(found), missing
 
 
-def main(args) -> int:
-    """``kwire analyze --spark``: args from the analyze command's parser."""
-    from kwire.cli.output import fail
-
-    if getattr(args, "json", None) is not None or getattr(args, "html", None):
-        return fail("--json and --html are not available with --spark (use --parquet DIR for the tables)")
-    if not args.captures:
-        return fail("no capture given")
-    paths, missing = expand_captures(args.captures)
-    for pattern in missing:
-        why = "is a directory, not a capture" if os.path.isdir(pattern) else "no such file"
-        print(f"kwire: error: {pattern}: {why}", file=sys.stderr)
-    if missing:
-        return 2
-    options = AnalyzeOptions(kafka_ports=frozenset(getattr(args, "kafka_ports", ()) or ()),
-                             mongo_ports=frozenset(getattr(args, "mongo_ports", ()) or ()),
-                             max_frame_size=getattr(args, "max_frame_size", None) or 100 * 1024 * 1024,
-                             trust_acks=getattr(args, "trust_acks", True))
-    thresholds = Thresholds()
-    if getattr(args, "slow_ms", None) is not None:
-        thresholds.slow_kafka_ms = thresholds.slow_mongodb_ms = args.slow_ms
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        return fail("--spark needs PySpark, which is not installed (pip install 'kwire[spark]'; and Java 17)")
-    active = SparkSession.getActiveSession()  # embedded in a running application: use its session
-    try:
-        spark = active or make_session(getattr(args, "master", None))
-    except Exception as e:  # the JVM would not start (no Java, bad master URL): say so, no traceback
-        return fail(f"--spark: could not start Spark: {e}")
-    analysis = None
-    try:
-        analysis = run_spark_analysis(spark, paths, options, thresholds, getattr(args, "parquet", None))
-        for _path, why in analysis.unreadable:
-            print(f"kwire: error: {why}", file=sys.stderr)
-        if not analysis.captures:
-            return fail("no capture could be read")
-        if not getattr(args, "quiet", False):
-            render_summary(analysis, sys.stdout, parquet=getattr(args, "parquet", None))
-    finally:
-        if analysis is not None:
-            analysis.close()
-        if active is None:
-            spark.stop()
-    return 0
-
-
 def render_summary(analysis: SparkAnalysis, file: TextIO, *, parquet: str | None = None) -> None:
     """The driver's short summary: counters, exchanges per API, findings, warnings."""
     from pyspark.sql import functions as F
 
-    from kwire.cli.output import print_table
+    from kwire.text_table import print_table
 
     s = analysis.stats
     print(f"{len(analysis.captures)} capture(s), {s.get('packets', 0)} packets, {s.get('tcp_segments', 0)} TCP "

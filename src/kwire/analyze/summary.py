@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from kwire.cli.output import print_table
+from kwire.text_table import print_table
 
 from .exchange import ANSWERED, UNANSWERED, Exchange
 

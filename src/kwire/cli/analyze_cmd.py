@@ -11,7 +11,6 @@ Every capture is read once, streaming; memory does not grow with the capture's s
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import TextIO
 from .arg_types import positive_float, positive_int, tcp_port
 from .output import fail
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "run_spark"]
 
 EPILOG = """\
 protocols:
@@ -150,7 +149,7 @@ def _check_output(path: str, captures: list[str], what: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     if args.spark:
-        return _run_spark(args)
+        return run_spark(args)
     if args.master:
         return fail("--master goes with --spark")
     if not args.captures:
@@ -235,9 +234,50 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_spark(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("kwire.analyze.spark_job") is None:
-        return fail("--spark: the Spark analysis is not built yet")
-    from kwire.analyze import spark_job
+def run_spark(args: argparse.Namespace) -> int:
+    """``kwire analyze --spark``: the Spark job (``analyze.spark_job``) on the parsed arguments."""
+    from kwire.analyze.analyzer import AnalyzeOptions
+    from kwire.analyze.findings import Thresholds
+    from kwire.analyze.spark_job import expand_captures, make_session, render_summary, run_spark_analysis
 
-    return int(spark_job.main(args) or 0)
+    if getattr(args, "json", None) is not None or getattr(args, "html", None):
+        return fail("--json and --html are not available with --spark (use --parquet DIR for the tables)")
+    if not args.captures:
+        return fail("no capture given")
+    paths, missing = expand_captures(args.captures)
+    for pattern in missing:
+        why = "is a directory, not a capture" if os.path.isdir(pattern) else "no such file"
+        print(f"kwire: error: {pattern}: {why}", file=sys.stderr)
+    if missing:
+        return 2
+    options = AnalyzeOptions(kafka_ports=frozenset(getattr(args, "kafka_ports", ()) or ()),
+                             mongo_ports=frozenset(getattr(args, "mongo_ports", ()) or ()),
+                             max_frame_size=getattr(args, "max_frame_size", None) or 100 * 1024 * 1024,
+                             trust_acks=getattr(args, "trust_acks", True))
+    thresholds = Thresholds()
+    if getattr(args, "slow_ms", None) is not None:
+        thresholds.slow_kafka_ms = thresholds.slow_mongodb_ms = args.slow_ms
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return fail("--spark needs PySpark, which is not installed (pip install 'kwire[spark]'; and Java 17)")
+    active = SparkSession.getActiveSession()  # embedded in a running application: use its session
+    try:
+        spark = active or make_session(getattr(args, "master", None))
+    except Exception as e:  # the JVM would not start (no Java, bad master URL): say so, no traceback
+        return fail(f"--spark: could not start Spark: {e}")
+    analysis = None
+    try:
+        analysis = run_spark_analysis(spark, paths, options, thresholds, getattr(args, "parquet", None))
+        for _path, why in analysis.unreadable:
+            print(f"kwire: error: {why}", file=sys.stderr)
+        if not analysis.captures:
+            return fail("no capture could be read")
+        if not getattr(args, "quiet", False):
+            render_summary(analysis, sys.stdout, parquet=getattr(args, "parquet", None))
+    finally:
+        if analysis is not None:
+            analysis.close()
+        if active is None:
+            spark.stop()
+    return 0

@@ -44,6 +44,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from kwire.protocol import messages
 from kwire.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource
+from kwire.protocol.consumer_protocol import decode_assignment, decode_subscription
 from kwire.protocol.errors import DecodeError, KafkaError
 from kwire.protocol.messages import Request, Response
 from kwire.security.acl import AclBinding, AclFilter
@@ -65,7 +66,6 @@ from .admin_cluster import (
     ScramUpsertion,
 )
 from .admin_quotas import QuotaAlteration, QuotaEntity, QuotaFilter
-from .assignors.protocol import decode_assignment, decode_subscription
 from .cluster import Cluster
 from .errors import ClientError, UnsupportedApiError, is_retriable
 from .facade import mirrors

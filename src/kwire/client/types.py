@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+# The (topic, partition) pair is the consumer protocol's, in the protocol layer; re-exported here
+# as the client's public type.
+from kwire.protocol.consumer_protocol import TopicPartition
+
 __all__ = ["ConsumerRecord", "OffsetAndMetadata", "RecordMetadata", "TopicPartition"]
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class OffsetAndMetadata(NamedTuple):

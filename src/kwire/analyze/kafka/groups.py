@@ -143,7 +143,7 @@ def _sync_group_response(flow: KafkaFlow, ex: Exchange, resp, version: int, aux,
         ex.details["protocol_name"] = resp.protocol_name
     if resp.error_code or not resp.assignment or (resp.protocol_type and resp.protocol_type != "consumer"):
         return
-    from kwire.client.assignors.protocol import decode_assignment  # the consumer protocol; loaded when needed
+    from kwire.protocol.consumer_protocol import decode_assignment  # the consumer protocol; loaded when needed
 
     try:
         assignment = decode_assignment(resp.assignment)

@@ -8,11 +8,7 @@
   the assignor for the protocol the coordinator chose; ``perform_assignment``: the leader's step.
 """
 
-from ..types import TopicPartition
-from .base import COOPERATIVE, EAGER, Assignor, partitions_changing_owner
-from .cooperative_sticky import CooperativeStickyAssignor, StickyPlan, sticky_plan
-from .leader import AssignmentError, check_cooperative, perform_assignment
-from .protocol import (
+from kwire.protocol.consumer_protocol import (
     CONSUMER_PROTOCOL_VERSION,
     Assignment,
     Subscription,
@@ -21,6 +17,11 @@ from .protocol import (
     encode_assignment,
     encode_subscription,
 )
+
+from ..types import TopicPartition
+from .base import COOPERATIVE, EAGER, Assignor, partitions_changing_owner
+from .cooperative_sticky import CooperativeStickyAssignor, StickyPlan, sticky_plan
+from .leader import AssignmentError, check_cooperative, perform_assignment
 from .range import RangeAssignor
 from .registry import ASSIGNORS, DEFAULT_STRATEGIES, GroupProtocols, JoinProtocol, make_assignor
 from .roundrobin import RoundRobinAssignor

@@ -11,9 +11,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
 from typing import ClassVar
 
+from kwire.protocol.consumer_protocol import Assignment, Subscription
+
 from ..types import TopicPartition
 from .ordering import partition_key
-from .protocol import Assignment, Subscription
 
 __all__ = ["COOPERATIVE", "EAGER", "Assignor", "assignable_topics", "build_assignments", "partitions_changing_owner"]
 

@@ -25,9 +25,10 @@ import struct
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from kwire.protocol.consumer_protocol import Assignment, Subscription
+
 from ..types import TopicPartition
 from .base import COOPERATIVE, EAGER, Assignor, assignable_topics, build_assignments, partitions_changing_owner
-from .protocol import Assignment, Subscription
 from .sticky_constrained import constrained_assign
 from .sticky_general import general_assign
 from .sticky_owned import DEFAULT_GENERATION, resolve_owned

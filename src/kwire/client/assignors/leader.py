@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kwire.protocol.consumer_protocol import (
+    CONSUMER_PROTOCOL_VERSION,
+    Subscription,
+    decode_subscription,
+    encode_assignment,
+)
+
 from ..types import TopicPartition
 from .base import COOPERATIVE, Assignor, partitions_changing_owner
-from .protocol import CONSUMER_PROTOCOL_VERSION, Subscription, decode_subscription, encode_assignment
 
 __all__ = ["AssignmentError", "check_cooperative", "perform_assignment"]
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kwire.protocol.consumer_protocol import Assignment, Subscription
+
 from ..types import TopicPartition
 from .base import Assignor, assignable_topics, build_assignments
 from .ordering import member_key
-from .protocol import Assignment, Subscription
 
 __all__ = ["RangeAssignor"]
 

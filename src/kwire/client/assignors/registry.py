@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
+from kwire.protocol.consumer_protocol import CONSUMER_PROTOCOL_VERSION, Subscription, encode_subscription
+
 from ..types import TopicPartition
 from .base import COOPERATIVE, EAGER, Assignor
 from .cooperative_sticky import CooperativeStickyAssignor
-from .protocol import CONSUMER_PROTOCOL_VERSION, Subscription, encode_subscription
 from .range import RangeAssignor
 from .roundrobin import RoundRobinAssignor
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 
+from kwire.protocol.consumer_protocol import Subscription
+
 from ..types import TopicPartition
 from .ordering import java_string_key, partition_key
-from .protocol import Subscription
 from .sticky_owned import OwnedPartitions, member_generation
 
 __all__ = ["general_assign"]

@@ -25,9 +25,10 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kwire.protocol.consumer_protocol import Subscription
+
 from ..types import TopicPartition
 from .ordering import java_string_key
-from .protocol import Subscription
 
 __all__ = ["DEFAULT_GENERATION", "OwnedPartitions", "member_generation", "resolve_owned"]
 

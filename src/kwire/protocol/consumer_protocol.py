@@ -7,6 +7,11 @@ kwire's generated codec, this module only adds the version prefix and plain Pyth
 Reading follows Java's ``ConsumerProtocol``: a version above the newest we know is read as the
 newest (the format only ever grows at the end, so the fields we know come first), bytes after
 the fields we read are ignored, and a negative version is refused.
+
+It lives in ``kwire.protocol`` because more than the client reads these bytes: the traffic analyzer
+decodes a SyncGroup's assignment too, and it depends on the protocol layer, not on the client.
+``TopicPartition`` is defined here, as the pair the wire carries, and is the client's public
+``kwire.TopicPartition`` (``kwire.client.types`` re-exports it).
 """
 
 from __future__ import annotations
@@ -14,21 +19,32 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from kwire.protocol import messages
-from kwire.protocol.errors import DecodeError, EncodeError
-
-from ..types import TopicPartition
+from . import messages
+from .errors import DecodeError, EncodeError
 
 __all__ = [
     "Assignment",
     "CONSUMER_PROTOCOL_VERSION",
     "Subscription",
+    "TopicPartition",
     "decode_assignment",
     "decode_subscription",
     "encode_assignment",
     "encode_subscription",
 ]
+
+
+class TopicPartition(NamedTuple):
+    """A topic's partition: the (topic, partition index) pair the consumer protocol lists."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
 
 _VERSION = struct.Struct(">h")
 _SUBSCRIPTION = messages.ConsumerProtocolSubscription
