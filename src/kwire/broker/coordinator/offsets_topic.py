@@ -52,6 +52,11 @@ from .store import GroupRecord, MemberRecord, StoredGroup
 CONSUMER_GROUP_KEYS = (messages.ConsumerGroupMetadataKey, messages.ConsumerGroupPartitionMetadataKey,
                        messages.ConsumerGroupMemberMetadataKey, messages.ConsumerGroupTargetAssignmentMetadataKey,
                        messages.ConsumerGroupTargetAssignmentMemberKey, messages.ConsumerGroupCurrentMemberAssignmentKey)
+# KIP-932 share groups' record types (read by kwire.broker.share.records).
+SHARE_GROUP_KEYS = (messages.ShareGroupMetadataKey, messages.ShareGroupPartitionMetadataKey,
+                    messages.ShareGroupMemberMetadataKey, messages.ShareGroupTargetAssignmentMetadataKey,
+                    messages.ShareGroupTargetAssignmentMemberKey, messages.ShareGroupCurrentMemberAssignmentKey,
+                    messages.ShareGroupStatePartitionMetadataKey)
 
 if TYPE_CHECKING:
     from ..internal_topics import InternalTopics
@@ -135,6 +140,8 @@ class OffsetsTopicStore:
         # The groups of the partitions loaded so far (``load_all``, or ``read_partition`` then
         # ``install`` per partition, as the coordinator's loader does after start).
         self.groups: dict[str, StoredGroup] = {}
+        # The share groups' newest ShareGroup* records (key bytes -> decoded key, value) by group id.
+        self.share_groups: dict[str, dict[bytes, tuple]] = {}
         # What the replay found wrong (unknown or unreadable records), for the log and for tests.
         self.findings: list[str] = []
 
@@ -160,7 +167,15 @@ class OffsetsTopicStore:
         return partition, groups, findings
 
     def install(self, partition: int, groups: dict[str, StoredGroup], findings: list[str]) -> None:
-        """Make a replayed partition's groups the store's (on the event loop)."""
+        """Make a replayed partition's groups the store's (on the event loop).  A share group's
+        records go to ``share_groups`` (the share groups take them), and a group id holding only
+        those leaves ``groups``: the classic coordinator does not restore it as one of its own."""
+        for group_id, stored in list(groups.items()):
+            if stored.share:
+                self.share_groups[group_id] = stored.share
+                stored.share = {}
+                if stored.record is None and not stored.offsets and not stored.pending and not stored.consumer:
+                    del groups[group_id]
         self.groups.update(groups)
         self.findings.extend(findings)
         for finding in findings:
@@ -207,7 +222,7 @@ class OffsetsTopicStore:
         except CoordinatorRecordError as exc:
             findings.append(f"partition {partition} offset {offset}: {exc}; skipped")
             return None
-        if not isinstance(k, (OffsetKey, GroupKey, *CONSUMER_GROUP_KEYS)):
+        if not isinstance(k, (OffsetKey, GroupKey, *CONSUMER_GROUP_KEYS, *SHARE_GROUP_KEYS)):
             findings.append(f"partition {partition} offset {offset}: a {type(k).__name__} record "
                             "(a group type kwire does not run); skipped")
             return None
@@ -224,6 +239,11 @@ class OffsetsTopicStore:
             # A KIP-848 group's records, rebuilt by its coordinator (coordinator.consumer.records).
             if v is not None:
                 groups.setdefault(k.group_id, StoredGroup()).consumer[key] = (k, v)
+            return
+        if isinstance(k, SHARE_GROUP_KEYS):
+            # A share group's records, rebuilt by the share groups (kwire.broker.share.records).
+            if v is not None:
+                groups.setdefault(k.group_id, StoredGroup()).share[key] = (k, v)
             return
         if v is None:
             return  # deleted (DeleteGroups tombstones the group's offsets with its metadata)

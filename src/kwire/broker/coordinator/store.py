@@ -107,6 +107,8 @@ class StoredGroup:
     # A KIP-848 consumer group's newest ConsumerGroup* records: key bytes -> (key, value)
     # decoded (see coordinator.consumer.records); only __consumer_offsets holds them.
     consumer: dict[bytes, tuple[Any, Any]] = field(default_factory=dict)
+    # A KIP-932 share group's newest ShareGroup* records, the same way (see kwire.broker.share.records).
+    share: dict[bytes, tuple[Any, Any]] = field(default_factory=dict)
 
     @property
     def entries(self) -> int:

@@ -17,17 +17,20 @@ the session, releasing what the member still holds.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 import uuid
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    CoordinatorLoadInProgressError,
     GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidShareSessionEpochError,
     KafkaError,
+    KafkaStorageError,
     TopicAuthorizationFailedError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -58,6 +61,35 @@ def share_of(broker) -> ShareManager:
     return mgr
 
 
+def _loading(ctx, group_id: str) -> bool:
+    """The group's ``__consumer_offsets`` partition still loads after a restart: Kafka answers
+    COORDINATOR_LOAD_IN_PROGRESS meanwhile (clients retry)."""
+    loading = getattr(getattr(ctx.broker, "coordinator", None), "loading", None)
+    return bool(loading is not None and loading(group_id))
+
+
+def answer_durably(ctx, mgr: ShareManager, resp, on_failure):
+    """``resp``, or with fsync "always" an awaitable of it once the share state written for the
+    request is on disk (a group commit off the event loop, as Produce's acks=all).  If the fsync
+    fails, ``on_failure(resp, exc)`` says so in the answer: the state may not be durable."""
+    logs = mgr.persister.written_logs()
+    if not logs or getattr(ctx.broker.config, "fsync", "never") != "always":
+        return resp
+    synced = ctx.broker.durability.request(logs)
+
+    async def when_synced():
+        try:
+            await (asyncio.wrap_future(synced) if isinstance(synced, concurrent.futures.Future) else synced)
+        except OSError as exc:
+            on_failure(resp, KafkaStorageError(f"the share-group state may not be on disk: {exc}"))
+        return resp
+    return when_synced()
+
+
+def _whole_failed(resp, exc: KafkaError) -> None:
+    resp.error_code, resp.error_message = exc.code, exc.message
+
+
 # -- ShareGroupHeartbeat ------------------------------------------------------------------------------
 @handler(messages.ShareGroupHeartbeatRequest.API_KEY, 1)
 def handle_share_group_heartbeat(ctx, request):
@@ -69,6 +101,8 @@ def handle_share_group_heartbeat(ctx, request):
             raise InvalidGroupIdError("GroupId can't be empty.")
         if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, request.group_id):
             raise GroupAuthorizationFailedError(f"not authorized to read group {request.group_id}")
+        if _loading(ctx, request.group_id):
+            raise CoordinatorLoadInProgressError(f"the coordinator of group {request.group_id} is loading")
         member, send = mgr.heartbeat(request.group_id, request.member_id, request.member_epoch,
                                      request.subscribed_topic_names, request.rack_id,
                                      client_id=ctx.client_id or "", client_host="/" + ctx.client_host.rsplit(":", 1)[0])
@@ -88,7 +122,7 @@ def handle_share_group_heartbeat(ctx, request):
     except Exception as exc:  # noqa: BLE001 - every failure becomes the response's error
         resp.error_code, resp.error_message = error_of(exc)
         resp.member_id, resp.member_epoch = None, -1
-    return resp
+    return answer_durably(ctx, mgr, resp, _whole_failed)
 
 
 # -- ShareGroupDescribe -----------------------------------------------------------------------------
@@ -104,6 +138,8 @@ def handle_share_group_describe(ctx, request):
         group = mgr.groups.group(gid)
         if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
             g.error_code, g.error_message = GroupAuthorizationFailedError.code, "Group authorization failed."
+        elif _loading(ctx, gid):
+            g.error_code, g.error_message = CoordinatorLoadInProgressError.code, "The coordinator is loading."
         elif group is None:
             g.error_code, g.error_message = GroupIdNotFoundError.code, f"Group {gid} not found."
         else:
@@ -217,7 +253,7 @@ async def handle_share_fetch(ctx, request):
         mgr.end_session(group, member)
         mgr.persist(group)
         resp.responses = _group_by_topic(answers, SF.ShareFetchableTopicResponse)
-        return resp
+        return await _durable(ctx, mgr, resp)
 
     committed = cfg.share_read_committed
     max_records = request.max_records if request.max_records > 0 else 500
@@ -229,7 +265,12 @@ async def handle_share_fetch(ctx, request):
         got = await _wait_and_acquire(ctx, mgr, group, member, keys, max_records, request, committed, answer, ids,
                                       strict)
     resp.responses = _group_by_topic(answers, SF.ShareFetchableTopicResponse)
-    return resp
+    return await _durable(ctx, mgr, resp)
+
+
+async def _durable(ctx, mgr, resp):
+    out = answer_durably(ctx, mgr, resp, _whole_failed)
+    return await out if out is not resp else resp
 
 
 def _acquire(ctx, mgr, group, member, keys, max_records, max_bytes, committed, answer, ids, strict=False) -> int:
@@ -335,7 +376,7 @@ def handle_share_acknowledge(ctx, request):
         mgr.end_session(group, member)
     mgr.persist(group)
     resp.responses = _group_by_topic(answers, SA.ShareAcknowledgeTopicResponse)
-    return resp
+    return answer_durably(ctx, mgr, resp, _whole_failed)
 
 
 # -- share-group offsets --------------------------------------------------------------------------
@@ -425,7 +466,7 @@ def handle_alter_share_group_offsets(ctx, request):
             except Exception as exc:  # noqa: BLE001 - this partition's error
                 pr.error_code, pr.error_message = error_of(exc)
             t.partitions.append(pr)
-    return resp
+    return answer_durably(ctx, mgr, resp, _whole_failed)
 
 
 @handler(messages.DeleteShareGroupOffsetsRequest.API_KEY, 0)
@@ -457,4 +498,4 @@ def handle_delete_share_group_offsets(ctx, request):
                 raise UnknownTopicOrPartitionError(f"group {request.group_id} has no state for topic {rt.topic_name}")
         except Exception as exc:  # noqa: BLE001 - this topic's error
             t.error_code, t.error_message = error_of(exc)
-    return resp
+    return answer_durably(ctx, mgr, resp, _whole_failed)

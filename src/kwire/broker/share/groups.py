@@ -43,6 +43,7 @@ class ShareMember:
     deadline_ms: int
     # topic -> partitions
     assignment: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    previous_member_epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -68,13 +69,30 @@ class ShareGroups:
     sends alongside the leave) or when their locks run out."""
 
     def __init__(self, partitions_of: Callable[[str], int | None],
-                 on_member_expired: Callable[[str, str], None] = lambda g, m: None) -> None:
+                 on_member_expired: Callable[[str, str], None] = lambda g, m: None,
+                 load: Callable[[str], ShareGroup | None] = lambda g: None) -> None:
         self._partitions_of = partitions_of
         self._on_member_expired = on_member_expired
+        # A group persisted before a restart, taken when first looked up (None: there is none).
+        self._load = load
         self.groups: dict[str, ShareGroup] = {}
+        # Groups whose members, epochs or assignments may have changed since ``take_changed``.
+        self._changed: set[str] = set()
+
+    def mark_changed(self, group_id: str) -> None:
+        self._changed.add(group_id)
+
+    def take_changed(self) -> list[str]:
+        changed, self._changed = sorted(self._changed), set()
+        return [g for g in changed if g in self.groups]
 
     def group(self, group_id: str) -> ShareGroup | None:
-        return self.groups.get(group_id)
+        g = self.groups.get(group_id)
+        if g is None:
+            g = self._load(group_id)
+            if g is not None:
+                self.groups[group_id] = g
+        return g
 
     def _target(self, g: ShareGroup, member: ShareMember) -> dict[str, tuple[int, ...]]:
         out = {}
@@ -111,6 +129,7 @@ class ShareGroups:
 
     def _remove(self, g: ShareGroup, member_id: str) -> None:
         if g.members.pop(member_id, None) is not None:
+            self._changed.add(g.group_id)
             g.group_epoch += 1
             self._reassign(g)
 
@@ -122,13 +141,14 @@ class ShareGroups:
         if not member_id:
             raise InvalidRequestError("MemberId can't be empty.")
         self.expire(now_ms)
-        g = self.groups.get(group_id)
+        g = self.group(group_id)
         if member_epoch == LEAVE_EPOCH:
             if g is not None:
                 self._remove(g, member_id)
             return None, False
         if g is None:
             g = self.groups[group_id] = ShareGroup(group_id)
+        self._changed.add(group_id)
         m = g.members.get(member_id)
         joined = False
         if member_epoch == 0:
@@ -161,10 +181,11 @@ class ShareGroups:
             g.group_epoch = epoch  # the join's epoch covers its reassignment
         send = member_epoch == 0 or m.assignment != before
         if m.member_epoch != g.group_epoch:
-            m.member_epoch = g.group_epoch
+            m.previous_member_epoch, m.member_epoch = m.member_epoch, g.group_epoch
             send = True
         g.assignment_epoch = g.group_epoch
         return m, send
 
     def delete(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
+        self._changed.discard(group_id)

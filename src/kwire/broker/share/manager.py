@@ -7,10 +7,13 @@ state from the heartbeat's assignment), at the persisted state if ``__share_grou
 one, else where the group's ``share.auto.offset.reset`` says: the log end (latest, the default),
 the log start (earliest), or the first record not older than a duration (by_duration).
 
-Every change to a share partition is persisted as a snapshot before the answer goes out, so a
-restarted broker resumes with what was acknowledged and each record's delivery count.  Time is
-``now_ms()`` (injectable): locks and member sessions expire when a request or a waiting fetch
-looks, never by a background timer.
+A share partition's changes (acknowledgements, releases, lock expiries: not acquisitions, as
+Kafka's SharePartition) are written to ``__share_group_state`` before the answer goes out, as a
+ShareUpdate of what changed or, every ``snapshot_every`` writes, a ShareSnapshot (persister), so
+a restarted broker resumes with what was acknowledged and the delivery counts.  The groups'
+members, epochs and assignments go to ``__consumer_offsets`` as ShareGroup* records (records) and
+come back after a restart.  Time is ``now_ms()`` (injectable): locks and member sessions expire
+when a request or a waiting fetch looks, never by a background timer.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from dataclasses import dataclass
 from kwire.protocol.errors import GroupIdNotFoundError, KafkaError, UnknownTopicOrPartitionError
 
 from ..storage.batch_header import iter_headers
-from .groups import ShareGroups, ShareMember
+from .groups import ShareGroup, ShareGroups, ShareMember
 from .partition import AcquiredRange, SharePartition
-from .persister import PersistedState, SharePersister
+from .persister import SNAPSHOT_EVERY, PersistedState, SharePersister
+from .records import ShareGroupRecords
 from .sessions import ShareSessionCache
 
 __all__ = ["ShareManager", "FetchedPartition"]
@@ -43,15 +47,18 @@ class FetchedPartition:
 
 
 class ShareManager:
-    def __init__(self, state, *, now_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, state, *, now_ms: Callable[[], int] | None = None,
+                 snapshot_every: int = SNAPSHOT_EVERY) -> None:
         self._state = state
         self.now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
-        self.groups = ShareGroups(self._partitions_of, self._member_expired)
+        self.groups = ShareGroups(self._partitions_of, self._member_expired, self._load_group)
         self.sessions = ShareSessionCache()
         self.partitions: dict[Key, SharePartition] = {}
-        self._persisted_changes: dict[Key, int] = {}
         self._topic_ids: dict[Key, uuid.UUID] = {}  # the topic id each share partition belongs to
-        self.persister = SharePersister(state.internal_topics)
+        self.persister = SharePersister(state.internal_topics, snapshot_every=snapshot_every)
+        store = getattr(getattr(state, "coordinator", None), "store", None)
+        self.records = None if store is None else ShareGroupRecords(
+            store, self.topic_id, lambda tid: (info.name if (info := state.topics.by_id(tid)) is not None else None))
         self._loaded = self._load()
         listeners = getattr(state, "connection_listeners", None)
         if listeners is not None:
@@ -71,6 +78,49 @@ class ShareManager:
                 out[(group, info.name, p)] = st
         return out
 
+    def _load_group(self, group_id: str) -> ShareGroup | None:
+        """A group as ``__consumer_offsets`` had it (ShareGroup* records), its members' sessions
+        starting now: they heartbeat on with their epochs, as to a Kafka coordinator that took over."""
+        if self.records is None:
+            return None
+        found = self.records.load(group_id)
+        if found is None:
+            return None
+        group, _initialized = found
+        deadline = self.now_ms() + self.config(group_id).share_session_timeout_ms
+        for m in group.members.values():
+            m.deadline_ms = deadline
+        logger.info("share group %s: loaded at epoch %d with %d member(s)", group_id, group.group_epoch,
+                    len(group.members))
+        return group
+
+    def _take_stored(self) -> None:
+        """Take every group the offsets store replayed (their members' sessions start running)."""
+        if self.records is not None:
+            for group_id in self.records.stored_ids():
+                self.groups.group(group_id)
+
+    def _initialized(self, group_id: str) -> dict[str, tuple[uuid.UUID, list[int]]]:
+        """topic -> (id, partitions) of the group's share partitions with state (Kafka's
+        ShareGroupStatePartitionMetadata)."""
+        out: dict[str, tuple[uuid.UUID, list[int]]] = {}
+        for g, topic, p in sorted(set(self.partitions) | set(self._loaded)):
+            tid = self.topic_id(topic) if g == group_id else None
+            if tid is not None:
+                out.setdefault(topic, (tid, []))[1].append(p)
+        return out
+
+    def persist_groups(self) -> None:
+        """Write the ShareGroup* records of the groups changed since the last call."""
+        if self.records is None:
+            self.groups.take_changed()
+            return
+        for group_id in self.groups.take_changed():
+            try:
+                self.records.sync(self.groups.groups[group_id], self._initialized(group_id))
+            except OSError:
+                logger.exception("share group %s: could not write its state to __consumer_offsets", group_id)
+
     def _partitions_of(self, topic: str) -> int | None:
         info = self._state.topics.get(topic)
         return info.partitions if info is not None and not info.internal else None
@@ -86,7 +136,7 @@ class ShareManager:
     # -- membership -----------------------------------------------------------------------------
     def heartbeat(self, group_id: str, member_id: str, member_epoch: int, subscribed, rack_id, *,
                   client_id: str, client_host: str) -> tuple[ShareMember | None, bool]:
-        if group_id not in self.groups.groups and self.group_type_taken(group_id):
+        if self.groups.group(group_id) is None and self.group_type_taken(group_id):
             raise GroupIdNotFoundError(f"Group {group_id} is not a share group.")
         cfg = self.config(group_id)
         m, send = self.groups.heartbeat(group_id, member_id, member_epoch, subscribed, rack_id,
@@ -96,6 +146,7 @@ class ShareManager:
             for topic, parts in m.assignment.items():
                 for p in parts:
                     self.partition(group_id, topic, p)
+        self.persist_groups()
         return m, send
 
     def connection_closed(self, connection_id: int) -> None:
@@ -126,7 +177,9 @@ class ShareManager:
     def expire(self) -> None:
         """Expire member sessions and acquisition locks that ran out."""
         now = self.now_ms()
+        self._take_stored()
         self.groups.expire(now)
+        self.persist_groups()
         for key, sp in self.partitions.items():
             if sp.expire_locks(now):
                 self._notify(key)
@@ -159,6 +212,8 @@ class ShareManager:
             sp.reset_to(log.log_start_offset)
         self.partitions[key] = sp
         self._save(key, sp)
+        if persisted is None:  # a share partition initialized: the group's records say so
+            self.groups.mark_changed(group_id)
         return sp
 
     def _reset_offset(self, cfg, log) -> int:
@@ -172,13 +227,22 @@ class ShareManager:
         return log.high_watermark
 
     def _save(self, key: Key, sp: SharePartition) -> None:
-        if self._persisted_changes.get(key) == sp.changes:
+        """Write what changed in the share partition: a ShareUpdate, or a ShareSnapshot when the
+        persister wants one (the first write, or enough updates since the last snapshot)."""
+        if not sp.has_changes():
             return
         info = self._state.topics.get(key[1])
         if info is None:
             return
-        self.persister.write(key[0], info.topic_id, key[2], PersistedState(0, sp.start_offset, sp.state_batches()))
-        self._persisted_changes[key] = sp.changes
+        snapshot = self.persister.wants_snapshot(key[0], info.topic_id, key[2])
+        changes = sp.take_changes()
+        if changes is None:
+            return
+        whole, batches = changes
+        if snapshot and not whole:
+            batches, whole = sp.state_batches(), True
+        self.persister.write(key[0], info.topic_id, key[2], PersistedState(0, sp.start_offset, batches),
+                             snapshot=whole)
 
     def persist(self, group_id: str | None = None) -> None:
         """Write the state of every share partition (of ``group_id``) changed since its last write."""
@@ -203,12 +267,12 @@ class ShareManager:
         slices = log.read(offset, max(max_bytes, 1), min_one_batch=True, max_offset=limit)
         data = b"".join(s.read() for s in slices)
         batches: list[tuple[int, int]] = []
-        control: set[int] = set()
+        control: set[int] = set()  # first offsets of the batches to archive, not deliver
         aborted = self._aborted_offsets(log, offset, slices, data) if committed else set()
         for h in iter_headers(data):
             batches.append((h.base_offset, h.last_offset))
             if h.is_control or (h.is_transactional and (h.producer_id, h.base_offset) in aborted):
-                control.update(range(max(h.base_offset, offset), h.last_offset + 1))
+                control.add(h.base_offset)
         acquired = sp.acquire(member_id, batches, max_records, cfg.share_record_lock_duration_ms, self.now_ms(),
                               skip=control, strict=strict)
         if not acquired:
@@ -277,7 +341,7 @@ class ShareManager:
         return out
 
     def is_share_group(self, group_id: str) -> bool:
-        return group_id in self.groups.groups or any(k[0] == group_id for k in self.partitions) \
+        return self.groups.group(group_id) is not None or any(k[0] == group_id for k in self.partitions) \
             or any(k[0] == group_id for k in self._loaded)
 
     def require_empty(self, group_id: str) -> None:
@@ -304,9 +368,11 @@ class ShareManager:
         for key in keys:
             self.partitions.pop(key, None)
             self._loaded.pop(key, None)
-            self._persisted_changes.pop(key, None)
             if info is not None:
                 self.persister.write(group_id, info.topic_id, key[2], None)
+        if keys and group_id in self.groups.groups:
+            self.groups.mark_changed(group_id)
+            self.persist_groups()
         return bool(keys)
 
     def delete_group(self, group_id: str) -> int:
@@ -321,6 +387,8 @@ class ShareManager:
             self.delete_topic_state(group_id, topic)
         for s in self.sessions.of_group(group_id):
             self.sessions.close(group_id, s.member_id)
+        if self.groups.group(group_id) is not None and self.records is not None:
+            self.records.delete_group(group_id)
         self.groups.delete(group_id)
         return 0
 
@@ -329,7 +397,7 @@ class ShareManager:
         restart listed Empty; ``states`` and ``types`` filter case-insensitively, as Kafka's."""
         if types and "share" not in {t.lower() for t in types}:
             return []
-        self.expire()
+        self.expire()  # (takes the groups persisted before a restart)
         ids = set(self.groups.groups) | {k[0] for k in self.partitions} | {k[0] for k in self._loaded}
         wanted = {s.lower() for s in states}
         out = []
