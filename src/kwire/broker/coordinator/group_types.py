@@ -1,10 +1,11 @@
 """Which kind of group a group id is: a group id belongs to one group type at a time (KIP-848).
 
-    group_type(broker_state, "orders")   # "consumer", "classic" or None (no such group)
+    group_type(broker_state, "orders")   # "consumer", "classic", "share" or None (no such group)
 
 The classic coordinator keeps the committed offsets of every group id, so an id it knows only
 for offsets, that a consumer group runs, is a consumer group.  Share groups (KIP-932) ask here
-before they take an id.
+before they take an id, and the classic and consumer protocols ask before they take a share
+group's id (Kafka: JoinGroup INCONSISTENT_GROUP_PROTOCOL, a heartbeat or commit GROUP_ID_NOT_FOUND).
 """
 
 from __future__ import annotations
@@ -14,14 +15,25 @@ from typing import Any
 from .consumer import GROUP_TYPE as CONSUMER
 from .coordinator import GROUP_TYPE as CLASSIC
 
-__all__ = ["CLASSIC", "CONSUMER", "group_type"]
+__all__ = ["CLASSIC", "CONSUMER", "SHARE", "group_type", "is_share_group"]
+
+SHARE = "share"
 
 
 def group_type(state: Any, group_id: str) -> str | None:
-    """"consumer", "classic" or None for a group id of the broker ``state`` (read only)."""
+    """"consumer", "classic", "share" or None for a group id of the broker ``state`` (read only)."""
     consumer_groups = getattr(state, "consumer_groups", None)
     if consumer_groups is not None and consumer_groups.group(group_id) is not None:
         return CONSUMER
     if state.coordinator.group(group_id) is not None:
         return CLASSIC
+    if is_share_group(state, group_id):
+        return SHARE
     return None
+
+
+def is_share_group(state: Any, group_id: str) -> bool:
+    """Whether a share group holds ``group_id`` (without starting the share manager if it is not
+    running: a broker that never saw a share group has none)."""
+    share = getattr(state, "share", None)
+    return share is not None and share.groups.group(group_id) is not None

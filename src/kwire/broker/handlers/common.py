@@ -27,14 +27,18 @@ def storage_error(exc: OSError, doing: str, path: object = None) -> KafkaStorage
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
-def error_of(exc: BaseException) -> tuple[int, str]:
-    """(error code, message) to put in a response for an exception raised while serving."""
+def error_of(exc: BaseException) -> tuple[int, str | None]:
+    """(error code, message) to put in a response for an exception raised while serving.
+
+    The message is the exception's own text, as Kafka's ApiError.fromThrowable gives it: not the
+    ``[Error N] NAME:`` prefix kwire prints for people, and nothing for an unexpected failure
+    (UNKNOWN_SERVER_ERROR carries no message in Kafka, so no internals leak; the broker log has it)."""
     if isinstance(exc, KafkaStorageError):  # raised by the storage itself (a failed append)
         _storage_log.log(logging.ERROR, "storage", "%s", exc)
     if isinstance(exc, KafkaError):
-        return exc.code, str(exc)
+        return exc.code, exc.message
     if isinstance(exc, OSError):
         failure = storage_error(exc, "writing to the log")
-        return failure.code, str(failure)
+        return failure.code, failure.message
     logger.exception("unexpected error while serving a request")
-    return UnknownServerError.code, f"{type(exc).__name__}: {exc}"
+    return UnknownServerError.code, None

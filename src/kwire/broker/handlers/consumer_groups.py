@@ -26,6 +26,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator.consumer import HeartbeatRequest
+from ..coordinator.group_types import is_share_group
 from .common import error_of
 from .groups import kafka_client_host
 from .registry import handler
@@ -59,6 +60,8 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
     if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, group_id):
         return failed(GroupAuthorizationFailedError.code, None)
+    if is_share_group(ctx.broker, group_id):  # one type per group id, as Kafka
+        return failed(GroupIdNotFoundError.code, f"Group {group_id} is not a consumer group.")
     if _loading(ctx, group_id):
         return failed(CoordinatorLoadInProgressError.code, None)
     # As Kafka's KafkaApis: every subscribed topic named must be DESCRIBE-able.

@@ -34,6 +34,7 @@ from kwire.protocol.errors import (
     CoordinatorNotAvailableError,
     GroupAuthorizationFailedError,
     GroupIdNotFoundError,
+    InconsistentGroupProtocolError,
     InvalidRequestError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
@@ -43,6 +44,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator import GROUP_TYPE, JoinRequest, OffsetCommitEntry
+from ..coordinator.group_types import is_share_group
 from .registry import handler
 from .share_groups import share_of
 
@@ -135,6 +137,14 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         resp = R(throttle_time_ms=0, error_code=_GROUP_DENIED, generation_id=-1,
                  protocol_name=None if v >= 7 else "", leader="", skip_assignment=False,
                  member_id=request.member_id or "", members=[])
+        if v >= 7:
+            resp.protocol_type = None
+        return resp
+    if is_share_group(ctx.broker, request.group_id or ""):
+        # Kafka's classicGroupJoin: a group id held by a share group is not joined with the
+        # classic protocol (INCONSISTENT_GROUP_PROTOCOL, no member id).
+        resp = R(throttle_time_ms=0, error_code=InconsistentGroupProtocolError.code, generation_id=-1,
+                 protocol_name=None if v >= 7 else "", leader="", skip_assignment=False, member_id="", members=[])
         if v >= 7:
             resp.protocol_type = None
         return resp
@@ -290,6 +300,8 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     consumer_error = None if group_denied else broker.consumer_groups.check_offset_commit(
         request.group_id or "", (request.member_id or "") if v >= 1 else "",
         request.generation_id_or_member_epoch if v >= 1 else -1)
+    if not group_denied and is_share_group(broker, request.group_id or ""):
+        consumer_error = GroupIdNotFoundError.code  # Kafka: a share group has no committed offsets
     if group_denied:
         errors = []
     elif consumer_error:
