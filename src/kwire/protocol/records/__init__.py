@@ -9,6 +9,12 @@ Reading a ``records`` field of a Produce request or Fetch response::
 
     for record in iter_records(data): ...     # every data record of every batch
 
+The v2 header on its own (no validation; the broker's storage reads and stamps it)::
+
+    header = read_header(buf, pos)            # RecordBatchHeader: fields, last_offset, is_control...
+    rewrite_base_offset(buf, offset, partition_leader_epoch=epoch, pos=pos)
+    set_log_append_time(buf, now_ms, pos=pos) # and the CRC it covers
+
 Writing::
 
     builder = RecordBatchBuilder(compression=Compression.LZ4)
@@ -25,15 +31,18 @@ from collections.abc import Iterator
 
 from ..errors import CorruptRecordError
 from ..primitives import INT32
-from .batch import (
+from .batch import RecordBatch, RecordBatchBuilder, build_control_batch
+from .batch_header import (
     DELETE_HORIZON_BIT,
     HEADER_SIZE,
     HEADER_STRUCT,
-    RecordBatch,
-    RecordBatchBuilder,
-    build_control_batch,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    RecordBatchHeader,
+    read_header,
     rewrite_base_offset,
     set_log_append_time,
+    write_crc,
 )
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .legacy import LegacyMessageSetBuilder, LegacyRecordBatch
@@ -53,6 +62,7 @@ __all__ = [
     "Record",
     "RecordBatch",
     "RecordBatchBuilder",
+    "RecordBatchHeader",
     "TimestampType",
     "build_control_batch",
     "compress",
@@ -60,14 +70,16 @@ __all__ = [
     "iter_batches",
     "iter_records",
     "read_batch",
+    "read_header",
     "rewrite_base_offset",
     "set_log_append_time",
+    "write_crc",
 ]
 
 # Every format starts with offset int64, size int32; the magic byte is at 16 in all three
 # (after the v2 partition leader epoch, or the v0/v1 message CRC).
-_LOG_OVERHEAD = 12
-_MAGIC_OFFSET = 16
+_LOG_OVERHEAD = LOG_OVERHEAD
+_MAGIC_OFFSET = MAGIC_AT
 # Java's ByteBufferLogInputStream refuses entries smaller than a v0 message overhead.
 _MIN_ENTRY_SIZE = 14
 

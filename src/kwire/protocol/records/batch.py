@@ -1,14 +1,8 @@
 """Record batch v2 (magic 2): a lazy reader, in-place offset rewriting, and a builder.
 
-Layout (all big-endian)::
-
-    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32 |
-    attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64 |
-    producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32 | records...
-
-batchLength counts the bytes after itself.  The CRC-32C covers attributes..end, so a broker can
-assign baseOffset and partitionLeaderEpoch without recomputing it.  With compression, the
-records (not the header) are compressed as one payload.
+The 61-byte header (its layout, the view ``RecordBatchHeader`` and the broker's in-place writes)
+is ``batch_header``'s.  With compression, the records (not the header) are compressed as one
+payload.
 
 Each record::
 
@@ -32,14 +26,30 @@ from crc32c import crc32c
 
 from ..errors import CorruptRecordError, DecodeError, EncodeError
 from ..primitives import (
-    INT32,
-    INT64,
     UINT32,
     read_varint,
     read_varlong,
     uvarint,
     varint,
     varlong,
+)
+from .batch_header import (
+    ATTRIBUTES_AT,
+    COMPRESSION_MASK,
+    CONTROL_BIT,
+    CRC_AT,
+    DELETE_HORIZON_BIT,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LENGTH_AT,
+    MAGIC_AT,
+    MIN_BATCH_LENGTH,
+    RECORD_COUNT_AT,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    RecordBatchHeader,
+    last_sequence,
+    rewrite_base_offset,
 )
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .record import ControlRecord, ControlRecordType, Record, TimestampType, control_key, end_txn_marker_value
@@ -57,32 +67,20 @@ __all__ = [
 
 _WHAT = "record batch v2"
 
-# One struct for the whole fixed header: a single unpack/pack instead of thirteen.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_STRUCT = _HEADER  # for readers of stored headers (the broker's log) that need no RecordBatch
-HEADER_SIZE = _HEADER.size  # 61
-# Bytes after batchLength that the header takes: the smallest valid batchLength.
-_MIN_BATCH_LENGTH = HEADER_SIZE - 12
-_LENGTH_OFFSET = 8
-_LEADER_EPOCH_OFFSET = 12
-_MAGIC_OFFSET = 16
-_CRC_OFFSET = 17
-_ATTRIBUTES_OFFSET = 21  # start of the CRC-covered bytes
-_MAX_TIMESTAMP_OFFSET = 35
-_COUNT_OFFSET = 57
-
-_FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
-           "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-           "base_sequence", "record_count")
-
-_COMPRESSION_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
-_DELETE_HORIZON_BIT = 0x40
-# KIP-534: a log cleaner that keeps tombstones or transaction markers sets this attributes bit
-# and stores the time they may be removed (the delete horizon) as the batch's base timestamp.
-DELETE_HORIZON_BIT = _DELETE_HORIZON_BIT
+_new_header = tuple.__new__
+# The header's layout and attribute bits are batch_header's (the one view of it).
+_HEADER = HEADER_STRUCT
+_MIN_BATCH_LENGTH = MIN_BATCH_LENGTH
+_LENGTH_OFFSET = LENGTH_AT
+_MAGIC_OFFSET = MAGIC_AT
+_CRC_OFFSET = CRC_AT
+_ATTRIBUTES_OFFSET = ATTRIBUTES_AT
+_COUNT_OFFSET = RECORD_COUNT_AT
+_COMPRESSION_MASK = COMPRESSION_MASK
+_TIMESTAMP_TYPE_BIT = TIMESTAMP_TYPE_BIT
+_TRANSACTIONAL_BIT = TRANSACTIONAL_BIT
+_CONTROL_BIT = CONTROL_BIT
+_DELETE_HORIZON_BIT = DELETE_HORIZON_BIT
 
 # The smallest record: 1-byte length and six 1-byte fields (attributes, timestamp delta,
 # offset delta, key length, value length, header count).  Bounds a forged record count.
@@ -129,7 +127,7 @@ class RecordBatch:
         if pos < 0 or available < HEADER_SIZE:
             raise CorruptRecordError(f"truncated batch header: {HEADER_SIZE} bytes needed, {max(available, 0)} left",
                                      what=_WHAT, offset=pos)
-        header = _HEADER.unpack_from(data, pos)
+        header = _new_header(RecordBatchHeader, _HEADER.unpack_from(data, pos))
         if header[3] != 2:
             raise CorruptRecordError(f"magic is {header[3]}, not 2", what=_WHAT, path=["magic"],
                                      offset=pos + _MAGIC_OFFSET)
@@ -243,25 +241,21 @@ class RecordBatch:
     @property
     def last_sequence(self) -> int:
         """Sequence of the last record (wrapping at int32 max like Kafka), or -1 without sequences."""
-        base, delta = self._header[11], self._header[6]
-        if base == -1:
-            return -1
-        return delta - (0x7FFFFFFF - base) - 1 if base > 0x7FFFFFFF - delta else base + delta
+        return last_sequence(self._header[11], self._header[6])
 
     @property
     def record_count(self) -> int:
         return self._header[12]
 
     @property
-    def header_fields(self) -> tuple:
-        """The header's fields as read, in layout order (base offset, batch length, leader epoch,
-        magic, crc, attributes, last offset delta, base/max timestamp, producer id/epoch, base
-        sequence, record count): all of them at the cost of one attribute."""
+    def header_fields(self) -> RecordBatchHeader:
+        """The header as read (``batch_header.RecordBatchHeader``: the fields in layout order,
+        with names): all of them at the cost of one attribute."""
         return self._header
 
     def header(self) -> dict[str, int]:
         """All header fields by name (handy for logging and analysis)."""
-        return dict(zip(_FIELDS, self._header, strict=True))
+        return self._header._asdict()
 
     def __repr__(self) -> str:
         h = self._header
@@ -305,11 +299,10 @@ class RecordBatch:
         writable (a bytearray or a writable memoryview).
         """
         rewrite_base_offset(self._data, base_offset, partition_leader_epoch=partition_leader_epoch, pos=self._pos)
-        h = list(self._header)
-        h[0] = base_offset
-        if partition_leader_epoch is not None:
-            h[2] = partition_leader_epoch
-        self._header = tuple(h)
+        if partition_leader_epoch is None:
+            self._header = self._header._replace(base_offset=base_offset)
+        else:
+            self._header = self._header._replace(base_offset=base_offset, partition_leader_epoch=partition_leader_epoch)
 
     # -- records ------------------------------------------------------------------------
     def raw_records(self) -> bytes:
@@ -409,36 +402,6 @@ class RecordReader:
         stop = min(count, state[0] + max(n, 1))
         return _decode_records(buf, state[1], end, count, base_offset, base_timestamp, append_time, cls, where,
                                count_at, wide, state, stop)
-
-
-def rewrite_base_offset(buf, base_offset: int, *, partition_leader_epoch: int | None = None, pos: int = 0) -> None:
-    """Set the base offset (and optionally partition leader epoch) of the v2 batch at ``pos`` in
-    a writable buffer, without decoding records or touching the CRC (which does not cover them)."""
-    if len(buf) - pos < HEADER_SIZE or buf[pos + _MAGIC_OFFSET] != 2:
-        raise CorruptRecordError("not a v2 record batch", what=_WHAT, offset=pos)
-    try:
-        INT64.pack_into(buf, pos, base_offset)
-        if partition_leader_epoch is not None:
-            INT32.pack_into(buf, pos + _LEADER_EPOCH_OFFSET, partition_leader_epoch)
-    except TypeError:
-        raise TypeError("rewriting a batch in place needs a writable buffer (bytearray or writable memoryview)") \
-            from None
-    except struct.error as exc:
-        raise EncodeError(f"cannot store base offset/leader epoch: {exc}", what=_WHAT) from None
-
-
-def set_log_append_time(buf, timestamp: int, *, pos: int = 0) -> None:
-    """Mark the v2 batch at ``pos`` in a writable buffer as LogAppendTime with max timestamp
-    ``timestamp``, as a broker does on append.  Both fields are CRC-covered (unlike the base
-    offset), so the CRC is recomputed; records are not decoded."""
-    if len(buf) - pos < HEADER_SIZE or buf[pos + _MAGIC_OFFSET] != 2:
-        raise CorruptRecordError("not a v2 record batch", what=_WHAT, offset=pos)
-    end = pos + 12 + INT32.unpack_from(buf, pos + _LENGTH_OFFSET)[0]
-    if end > len(buf):
-        raise CorruptRecordError("batch length runs past the buffer", what=_WHAT, offset=pos + _LENGTH_OFFSET)
-    buf[pos + _ATTRIBUTES_OFFSET + 1] |= _TIMESTAMP_TYPE_BIT  # low byte of the int16 attributes
-    INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, timestamp)
-    UINT32.pack_into(buf, pos + _CRC_OFFSET, crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET:end]))
 
 
 def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
