@@ -238,6 +238,40 @@ def test_upgrade_keeps_the_classic_members_partitions_and_survives_a_restart(tmp
     broker.close()
 
 
+def test_a_classic_group_in_the_middle_of_a_rebalance_is_upgraded(tmp_path):
+    """Kafka's convertToConsumerGroup takes a classic group in any state: a JoinGroup parked in
+    the rebalance under way is answered REBALANCE_IN_PROGRESS, and its member, now in the
+    consumer group, joins again and is answered at once."""
+    import asyncio
+
+    from . import consumer_assignment, join_new, sync
+
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 2)
+
+    async def scenario():
+        a = await join_new(broker, "mid", client_id="a")
+        assert (await sync(broker, "mid", a.generation_id, a.member_id,
+                           {a.member_id: consumer_assignment({"t": [0, 1]})})).error_code == NONE
+        # b's join starts a rebalance and waits for a to join again, which it never does.
+        parked = asyncio.ensure_future(join_new(broker, "mid", client_id="b"))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert broker.coordinator.group("mid").state.value == "PreparingRebalance"
+        new = await join_consumer(broker, "n", group="mid")
+        assert (new.error_code, new.member_epoch) == (NONE, a.generation_id + 1)
+        b = await asyncio.wait_for(parked, 5)
+        assert b.error_code == RebalanceInProgressError.code
+        group = broker.consumer_groups.group("mid")
+        assert sorted(m.classic is not None for m in group) == [False, True, True]
+        assert broker.coordinator.group("mid").state.value == "Empty"
+        rejoined = await join(broker, "mid", b.member_id, client_id="b")
+        assert rejoined.error_code == NONE and rejoined.leader == ""
+
+    run(scenario())
+    broker.close()
+
+
 def test_offsets_of_subscribed_topics_do_not_expire_while_members_read_them(tmp_path):
     broker = Broker(tmp_path, offsets_retention_ms=60_000)
     broker.topics.add("t", 1)

@@ -1072,20 +1072,27 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ KIP-848 conversion
 
     def release_group(self, group_id: str) -> tuple[int, str | None, list[Member]] | None:
-        """The online upgrade (a consumer-protocol member joins a classic group): the members of
-        a Stable classic group of the consumer protocol, taken out of it without a rebalance,
-        with its generation and protocol; the group stays, Empty, with its offsets.  None if the
-        group can't be upgraded now (missing, rebalancing, another protocol type)."""
+        """The online upgrade (a consumer-protocol member joins a classic group): the members of a
+        classic group of the consumer protocol, taken out of it with its generation and protocol;
+        the group stays, Empty, with its offsets.  As Kafka's convertToConsumerGroup, any state
+        converts: a rebalance under way is abandoned, its parked JoinGroup and SyncGroup answered
+        REBALANCE_IN_PROGRESS (the members then join the consumer group's way).  None if the group
+        can't be upgraded now (missing, loading, empty, another protocol type)."""
         group = self._groups.get(group_id)
-        if (group is None or self.loading(group_id) or not group.is_(GroupState.STABLE) or not group.members
+        if (group is None or self.loading(group_id) or not group.members
                 or group.protocol_type != CONSUMER_PROTOCOL_TYPE):
             return None
-        generation, protocol = group.generation_id, group.protocol_name
+        # A group that never completed a rebalance has no protocol yet: the one it would choose.
+        generation, protocol = group.generation_id, group.protocol_name or group.select_protocol()
         members = list(group.members.values())
+        rebalancing = not group.is_(GroupState.STABLE)
         for member in members:
-            self._drop_member(group, member, NONE)
+            self._drop_member(group, member, RebalanceInProgressError.code if rebalancing else NONE)
+        self._timers.cancel_matching(lambda key: len(key) > 1 and key[1] == group_id)
+        self._initial_delay_left.pop(group_id, None)
         now = self._clock()
-        group.transition_to(GroupState.PREPARING_REBALANCE, now)
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            group.transition_to(GroupState.PREPARING_REBALANCE, now)
         group.transition_to(GroupState.EMPTY, now)
         self._persist_group(group)
         return generation, protocol, members

@@ -3,7 +3,8 @@
 ``group.consumer.migration.policy`` (``bidirectional`` by default, ``upgrade``, ``downgrade``,
 ``disabled``) says which ways a group may convert:
 
-* Upgrade: a ConsumerGroupHeartbeat join to a Stable classic group of the consumer protocol
+* Upgrade: a ConsumerGroupHeartbeat join to a classic group of the consumer protocol (in any
+  state: a rebalance under way is abandoned, as Kafka's convertToConsumerGroup)
   turns it into a consumer group: the generation becomes the group epoch, each classic member a
   member at that epoch with the partitions its SyncGroup assignment gave it.
 * Classic members then stay in the consumer group and keep speaking JoinGroup / SyncGroup /

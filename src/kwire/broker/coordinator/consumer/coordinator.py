@@ -223,7 +223,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
             group = self._upgrade(gid)
             if group is None:
                 raise GroupIdNotFoundError(f"Group {gid} is a classic group that cannot be upgraded to a consumer "
-                                           "group now (it must be Stable, use the consumer protocol, and "
+                                           "group now (it must use the consumer protocol, be loaded, and "
                                            "group.consumer.migration.policy must allow it).")
         if group is None:
             if self._classic_active(gid):
