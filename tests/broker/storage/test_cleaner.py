@@ -455,6 +455,45 @@ def test_segments_changed_during_a_clean_refuse_the_swap(log):
     assert clean(log) is not None and len(records(log)) == 5
 
 
+def test_segments_changed_after_the_swap_commit_refuse_it(log):
+    # DeleteRecords between the commit (the renames to .swap, made without the partition lock)
+    # and the swap itself: refused, and the committed files go.
+    fill_rounds(log, 10)
+    log.roll()
+    cleaner = Cleaner(CleanerConfig(), hook=lambda step: log.delete_records(40) if step == "swap" else None)
+    with pytest.raises(CleanAborted, match="segments changed"):
+        cleaner.clean(log, now_ms=NOW)
+    assert [o for o, _, _ in records(log)] == list(range(40, 50))
+    assert not [p.name for p in log.dir.iterdir() if p.name.endswith((".cleaned", ".swap", ".deleted"))]
+    assert clean(log) is not None and len(records(log)) == 5
+
+
+def test_a_swap_holds_the_partition_lock_only_for_its_renames(log):
+    # Kafka's order: .cleaned -> .swap (the commit), old files -> .deleted, .swap -> final
+    # names, then the old files are unlinked.  The commit's directory fsync, the last fsync
+    # and the unlinking run without the partition lock: an append from another thread goes
+    # through at those steps (with the lock held it would wait, and the join time out).
+    fill_rounds(log, 10)
+    log.roll()
+    old_logs = [s.log_path.name for s in log.segments[:-1]]
+    seen: dict[str, list[str]] = {}
+
+    def hook(step):
+        if step in ("swap", "synced"):
+            worker = threading.Thread(target=put, args=(log, [(f"during-{step}", "x")]))
+            worker.start()
+            worker.join(timeout=10)
+            assert not worker.is_alive(), f"append blocked at step {step}"
+            seen[step] = sorted(p.name for p in log.dir.iterdir())
+
+    Cleaner(CleanerConfig(), hook=hook).clean(log, now_ms=NOW)
+    assert f"{0:020d}.log.swap" in seen["swap"] and f"{0:020d}.log.cleaned" not in seen["swap"]
+    # At "synced" the old segments' files are renamed, not yet unlinked.
+    assert {f"{n}.deleted" for n in old_logs} <= set(seen["synced"])
+    assert not [p.name for p in log.dir.iterdir() if p.name.endswith((".cleaned", ".swap", ".deleted"))]
+    assert [k for _, k, _ in records(log)][-2:] == ["during-swap", "during-synced"]
+
+
 def test_a_log_whose_clean_fails_is_left_alone(tmp_path, caplog):
     with LogManager(tmp_path, COMPACT) as logs:
         log = logs.create_partition("t", 0)

@@ -71,7 +71,8 @@ def cleaned_reference(tmp_path):
         log.close()
 
 
-@pytest.mark.parametrize("step", ["copying", "cleaned", "swap", "delete-first", "deleted", "renamed", "checkpointed"])
+@pytest.mark.parametrize("step", ["copying", "cleaned", "swap", "delete-first", "deleted", "renamed", "synced",
+                                  "checkpointed"])
 def test_kill_at_each_step_of_a_clean_leaves_the_old_or_the_new_log(tmp_path, step, cleaned_reference):
     directory = tmp_path / "t-0"
     before = make_log(directory)
@@ -130,6 +131,47 @@ def test_loader_completes_a_swap_whose_old_segments_are_still_there(tmp_path, cl
     assert after == cleaned_reference
     assert any("completed the log cleaner's swap of segment 0" in f for f in findings)
     assert len([n for n in file_names(directory) if n.endswith(".log")]) == 2
+
+
+def test_a_committed_swap_over_segments_deleted_meanwhile_installs_nothing_readable_below_the_start(tmp_path):
+    # A crash after the commit (the renames to .swap) and a DeleteRecords that removed some of
+    # the segments the swap replaces, before the swap's check refused it: the loader completes
+    # the swap, and what it brings back lies below the log start offset, which the checkpoint
+    # kept, so every readable record is as a finished clean leaves it.
+    directory = tmp_path / "t-0"
+    make_log(directory)
+
+    class Stop(Exception):
+        pass
+
+    from kwire.broker.storage import Cleaner, CleanerConfig
+
+    log = PartitionLog(directory, CONFIG)
+    start = log.segments[2].base_offset
+
+    def hook(step):
+        if step == "swap":
+            log.delete_records(start)
+            raise Stop
+
+    with pytest.raises(Stop):
+        Cleaner(CleanerConfig(), hook=hook).clean(log, now_ms=NOW)
+    log.close_without_flush()
+    reference = tmp_path / "ref-0"
+    make_log(reference)
+    ref = PartitionLog(reference, CONFIG)
+    try:
+        clean(ref, now_ms=NOW)
+        expected = [r for r in records(ref) if r[0] >= start]
+    finally:
+        ref.close()
+    reopened = PartitionLog(directory, CONFIG)
+    try:
+        assert reopened.log_start_offset == start
+        assert records(reopened) == expected
+        assert any("completed the log cleaner's swap" in f for f in reopened.load_findings)
+    finally:
+        reopened.close()
 
 
 def test_loader_completes_a_swap_half_renamed(tmp_path, cleaned_reference):

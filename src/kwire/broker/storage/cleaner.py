@@ -21,8 +21,9 @@ record of every key:
   (cleaner_worker.py), out of the broker's GIL.  The copy runs without the partition lock:
   produce and fetch go on.  Only the swap (``PartitionLog.replace_segments``) takes the lock, after checking that
   the segments it replaces are still the log's.
-* **Crash safety**: ``.cleaned`` -> ``.swap`` -> old segments deleted -> final names; the
-  loader removes ``.cleaned`` files and completes swaps (see loader.py).
+* **Crash safety**: ``.cleaned`` -> ``.swap`` -> old segments ``.deleted`` -> final names ->
+  ``.deleted`` files unlinked; the loader removes ``.cleaned`` and ``.deleted`` files and
+  completes swaps (see loader.py).  Only the renames are made under the partition lock.
 
 ``LogCleaner.clean_once(now_ms=...)`` runs one pass in the caller's thread: tests drive the
 cleaner with it and an injected clock.
@@ -83,9 +84,9 @@ class CleanerConfig:
     # 0.43 ms against 2.1 ms in the thread, 0.20 with no clean), but in the broker
     # (bench_cleaner --only produce, alternated pairs on a VM at load 4-13) the worker ran 2-2.5x
     # as many cleans and the produce throughput ratio came out lower in every pair (0.41-0.55x
-    # against 0.50-1.35x); p50 was far off the goal either way.  Likely why: each swap holds
-    # the partition lock through three directory fsyncs, and the event loop's appends to that
-    # partition wait for it; a faster cleaner swaps more often.
+    # against 0.50-1.35x); p50 was far off the goal either way.  Likely why, then: each swap
+    # held the partition lock through three directory fsyncs (now: renames only), and the
+    # event loop's appends to that partition wait for it; a faster cleaner swaps more often.
     worker_process: bool = False
 
     @classmethod

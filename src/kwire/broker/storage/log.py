@@ -100,6 +100,10 @@ class PartitionLog:
         # without the partition lock.  Order: partition lock, then this one; never the reverse.
         self._checkpoint_lock = threading.Lock()
         self._truncations = 0  # truncate_to() calls: a flush spanning one must not move the point
+        # Held by a cleaner's swap from its commit (the renames to .swap) to its end, and by a
+        # truncation, which must not remove offsets a committed swap covers.  Order: this lock,
+        # then the partition lock.
+        self._swap_lock = threading.Lock()
         loaded = load_partition(self.dir, self.config, clean_shutdown=clean_shutdown)
         self._segments: list[LogSegment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self._segments]
@@ -400,6 +404,7 @@ class PartitionLog:
     def delete_records(self, before_offset: int) -> int:
         """DeleteRecords: make ``before_offset`` the log start offset (if higher) and delete the
         segments wholly below it.  Returns the new log start offset."""
+        doomed: list[LogSegment] = []
         with self._lock:
             self._check_open()
             if not 0 <= before_offset <= self.high_watermark:
@@ -410,11 +415,13 @@ class PartitionLog:
                 # Persist first: a crash after deleting files but before this would let the
                 # records below the new start reappear at the next load.
                 self._checkpoint()
-                doomed = 0
-                while doomed + 1 < len(self._segments) and self._segments[doomed + 1].base_offset <= before_offset:
-                    doomed += 1
-                self._delete_oldest(doomed)
-            return self._log_start_offset
+                count = 0
+                while count + 1 < len(self._segments) and self._segments[count + 1].base_offset <= before_offset:
+                    count += 1
+                doomed = self._delete_oldest(count)
+            start = self._log_start_offset
+        _remove_files(doomed)
+        return start
 
     def apply_retention(self, now_ms: int | None = None) -> list[int]:
         """Delete the oldest segments that break retention.ms or retention.bytes (Kafka's
@@ -423,42 +430,48 @@ class PartitionLog:
         them), only when cleanup.policy holds "delete".  The active segment can go too: a fresh
         one is rolled first.  Returns the base offsets deleted."""
         with self._lock:
-            self._check_open()
-            now = _now_ms() if now_ms is None else now_ms
-            # Producer expiry rides on the periodic retention pass (Kafka runs it on a timer).
-            self.producer_state.remove_expired(now)
-            retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-            if not self.config.delete:
-                # cleanup.policy=compact: no retention by time or size, only the segments below
-                # the log start offset go (Kafka's deleteOldSegments does the same).
-                retention_ms = retention_bytes = -1
-            excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else 0
-            doomed = 0
-            segments = self._segments
-            for i, segment in enumerate(segments):
-                if segment.size == 0:
-                    break  # the empty active segment
-                if i + 1 < len(segments) and segments[i + 1].base_offset <= self._log_start_offset:
-                    pass  # wholly below the log start offset (a delete_records interrupted by a crash)
-                elif retention_ms >= 0 and now - segment.largest_timestamp > retention_ms:
-                    pass
-                elif retention_bytes >= 0 and excess - segment.size >= 0:
-                    pass
-                else:
-                    break
-                excess -= segment.size
-                doomed += 1
-            if doomed == 0:
-                return []
-            if doomed == len(self._segments):
-                self.roll(now_ms=now)
-            bases = [s.base_offset for s in self._segments[:doomed]]
-            self._delete_oldest(doomed)
-            return bases
+            doomed = self._expired_segments(now_ms)
+        _remove_files(doomed)
+        return [s.base_offset for s in doomed]
 
-    def _delete_oldest(self, count: int) -> None:
+    def _expired_segments(self, now_ms: int | None) -> list[LogSegment]:
+        """apply_retention's work under the lock: the segments dropped, renamed to ``.deleted``."""
+        self._check_open()
+        now = _now_ms() if now_ms is None else now_ms
+        # Producer expiry rides on the periodic retention pass (Kafka runs it on a timer).
+        self.producer_state.remove_expired(now)
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        if not self.config.delete:
+            # cleanup.policy=compact: no retention by time or size, only the segments below
+            # the log start offset go (Kafka's deleteOldSegments does the same).
+            retention_ms = retention_bytes = -1
+        excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else 0
+        doomed = 0
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            if segment.size == 0:
+                break  # the empty active segment
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= self._log_start_offset:
+                pass  # wholly below the log start offset (a delete_records interrupted by a crash)
+            elif retention_ms >= 0 and now - segment.largest_timestamp > retention_ms:
+                pass
+            elif retention_bytes >= 0 and excess - segment.size >= 0:
+                pass
+            else:
+                break
+            excess -= segment.size
+            doomed += 1
+        if doomed == 0:
+            return []
+        if doomed == len(self._segments):
+            self.roll(now_ms=now)
+        return self._delete_oldest(doomed)
+
+    def _delete_oldest(self, count: int) -> list[LogSegment]:
+        """Drop the ``count`` oldest segments; their files are renamed to ``.deleted`` and the
+        caller unlinks them (``remove_deleted_files``) after releasing the partition lock."""
         if count <= 0:
-            return
+            return []
         # Producer state outlives the batches that built it (Kafka keeps a producer until it
         # expires), so once they are gone a rebuild must start from a snapshot at or above the
         # new first segment.  roll() wrote one at its base (usable after a crash: the recovery
@@ -477,13 +490,16 @@ class PartitionLog:
             self._recovery_point = max(self._recovery_point, new_start)
         self._checkpoint()
         for segment in doomed:
-            segment.delete()
+            segment.mark_deleted()
         self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
+        return doomed
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset >= ``offset`` (for a future follower/unclean
-        leader path; the single-node broker does not need it)."""
-        with self._lock:
+        leader path; the single-node broker does not need it).  Waits for a cleaner's swap under
+        way (see ``replace_segments``)."""
+        doomed: list[LogSegment] = []
+        with self._swap_lock, self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
                 return
@@ -492,7 +508,8 @@ class PartitionLog:
             # First, so a crash part-way can't leave a snapshot of batches no longer in the log.
             self.producer_state.delete_snapshots_above(offset)
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-                self._segments.pop().delete()
+                doomed.append(self._segments.pop())
+                doomed[-1].mark_deleted()
                 self._bases.pop()
             self._segments[-1].truncate_to(offset)
             self._truncations += 1
@@ -500,6 +517,7 @@ class PartitionLog:
             self._checkpoint()
             # Forget the removed batches' sequences: rebuild from a snapshot and the log.
             self._load_producer_state()
+        _remove_files(doomed)
 
     # -- cleaning (see cleaner.py) -----------------------------------------------------------
     def cleaning_view(self) -> CleaningView | None:
@@ -528,44 +546,71 @@ class PartitionLog:
                          hook: Callable[[str], None] | None = None) -> bool:
         """Put the cleaned segment ``new`` (files ``*.cleaned``, fsynced, covering exactly the
         offsets of ``old``) in place of the consecutive segments ``old`` (Kafka's
-        UnifiedLog.replaceSegments).  False, changing nothing, when the log was closed or ``old``
-        is no longer what the log holds (retention, DeleteRecords or a truncation ran meanwhile).
+        UnifiedLog.replaceSegments).  False when the log was closed or ``old`` is no longer what
+        the log holds (retention, DeleteRecords or a truncation ran meanwhile); ``new``'s files
+        are then the caller's to delete (they may have been renamed to ``.swap`` already).
 
         Crash safety, Kafka's order: the ``.cleaned`` files become ``.swap`` (indexes first, the
-        ``.log`` last: that rename commits the clean), the old segments are deleted, then the
-        ``.swap`` files take the final names.  The loader completes a swap it finds half done.
-        ``hook(step)`` is called after each step (tests stop a process there).
+        ``.log`` last: that rename commits the clean), the old segments' files become
+        ``.deleted``, the ``.swap`` files take the final names, and the ``.deleted`` files are
+        unlinked last (Kafka's asyncDeleteSegment).  The loader completes a swap it finds half
+        done and removes ``.deleted`` files.  ``hook(step)`` is called after each step (tests
+        stop a process there).
 
-        One directory fsync is made under the partition lock, the one that makes the commit
-        durable before any old file goes; everything after it is what the loader would finish
-        anyway, so its fsync waits until the lock is released (appends to the partition wait for
-        the lock: three fsyncs held there cost produce latency, as Kafka's single flushDir at the
-        end of replaceSegments avoids)."""
-        if not self._swap_locked(old, new, hook):
-            return False
+        Only the renames that change what the log holds are made under the partition lock, which
+        the event loop's appends wait for: the commit (the renames to ``.swap`` and a directory
+        fsync that makes them durable before any old file is renamed) comes before it, and after
+        it the directory fsync that makes the final names durable (Kafka's single flushDir) and
+        the unlinking of the old files (slow for a large file), where Kafka waits
+        file.delete.delay.ms for readers that hold a segment without the lock.  kwire's readers
+        take the lock and keep the ``.log`` descriptor open, so the files go at once.
+
+        Committing before the final check under the lock is safe: if retention or DeleteRecords
+        removed some of ``old`` meanwhile, a crash before the caller deletes the ``.swap`` files
+        makes the loader install the cleaned copy of offsets that are, at worst, below the log
+        start offset (kept in the checkpoint, which those write first), so never read.  A
+        truncation (the only change that removes offsets above the log start) waits for the
+        swap (``_swap_lock``)."""
+        with self._swap_lock:
+            with self._lock:
+                if self._closed or self._position_of(old) is None:
+                    return False
+            new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            fsync_dir(self.dir)
+            if hook:
+                hook("swap")
+            if not self._swap_locked(old, new, hook):
+                return False
         try:
             fsync_dir(self.dir)
         except FileNotFoundError:
             pass  # the partition was deleted meanwhile: nothing left to make durable
+        if hook:
+            hook("synced")
+        for segment in old:
+            segment.remove_deleted_files()
         return True
+
+    def _position_of(self, old: list[LogSegment]) -> int | None:
+        """Where the consecutive segments ``old`` start in the log, None if they are not all there."""
+        try:
+            i = next(n for n, s in enumerate(self._segments) if s is old[0])
+        except StopIteration:
+            return None
+        if len(self._segments) - 1 < i + len(old) or \
+                any(a is not b for a, b in zip(self._segments[i:i + len(old)], old, strict=True)):
+            return None
+        return i
 
     def _swap_locked(self, old: list[LogSegment], new: LogSegment, hook: Callable[[str], None] | None) -> bool:
         with self._lock:
             if self._closed:
                 return False
-            try:
-                i = next(n for n, s in enumerate(self._segments) if s is old[0])
-            except StopIteration:
+            i = self._position_of(old)
+            if i is None:
                 return False
-            if len(self._segments) - 1 < i + len(old) or \
-                    any(a is not b for a, b in zip(self._segments[i:i + len(old)], old, strict=True)):
-                return False
-            new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
-            fsync_dir(self.dir)
-            if hook:
-                hook("swap")
             for n, segment in enumerate(old):
-                segment.delete()
+                segment.mark_deleted()
                 if hook and n == 0:
                     hook("delete-first")
             if hook:
@@ -657,6 +702,12 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (f"PartitionLog({self.name!r}, start={self._log_start_offset}, end={self.log_end_offset}, "
                 f"segments={len(self._segments)})")
+
+
+def _remove_files(segments: list[LogSegment]) -> None:
+    """Unlink the ``.deleted`` files of segments dropped under the partition lock, after it."""
+    for segment in segments:
+        segment.remove_deleted_files()
 
 
 def _close_all(fds: list[int]) -> None:

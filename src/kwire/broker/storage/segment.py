@@ -599,8 +599,17 @@ class LogSegment:
         self.txn_index.close()
 
     def delete(self) -> None:
-        """Remove the files.  Each is renamed to ``.deleted`` first, so a crash mid-way leaves
-        names the loader knows to clean up rather than a log without its index."""
+        """Remove the files now (``mark_deleted`` then ``remove_deleted_files``)."""
+        self.mark_deleted()
+        self.remove_deleted_files()
+
+    def mark_deleted(self) -> None:
+        """The first half of a deletion (Kafka's deleteSegmentFiles with asyncDelete): close the
+        indexes and rename the four files to ``.deleted`` (the ``.log`` first, so a crash part-way
+        leaves orphaned indexes, which the loader removes, never a log without its index).  The
+        files stay on disk until ``remove_deleted_files``: a caller holding the partition lock
+        renames here and unlinks after releasing it, as unlinking a large file is slow.  The
+        loader removes ``.deleted`` files left by a crash."""
         # Drop (don't close) the shared log fd: FileSlices still being sent keep it alive.
         self._file = None
         self.offset_index.close()
@@ -608,9 +617,14 @@ class LogSegment:
         self.txn_index.close()
         for path in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):
             try:
-                doomed = path.with_name(path.name + DELETED_SUFFIX)
-                os.replace(path, doomed)
-                os.unlink(doomed)
+                os.replace(path, path.with_name(path.name + DELETED_SUFFIX))
             except FileNotFoundError:
                 pass
 
+    def remove_deleted_files(self) -> None:
+        """Unlink the files ``mark_deleted`` renamed (missing ones are skipped)."""
+        for path in (self.log_path, self.index_path, self.timeindex_path, self.txnindex_path):
+            try:
+                os.unlink(path.with_name(path.name + DELETED_SUFFIX))
+            except FileNotFoundError:
+                pass
