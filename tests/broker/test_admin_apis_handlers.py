@@ -210,9 +210,10 @@ def test_describe_producers_from_producer_state(topics):
 def test_features_in_api_versions_and_update_features(state):
     resp = serve(state, M.ApiVersionsRequest(client_software_name="t", client_software_version="1"), 4)
     fin = {f.name: f.max_version_level for f in resp.finalized_features}
-    assert fin == {"metadata.version": 30, "transaction.version": 1, "group.version": 1, "share.version": 1}
+    assert fin == {"metadata.version": 30, "transaction.version": 2, "group.version": 1, "share.version": 1}
     sup = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
     assert sup["metadata.version"] == (7, 30) and sup["group.version"] == (0, 1) and sup["share.version"] == (0, 1)
+    assert sup["transaction.version"] == (0, 2)  # KIP-890 part 2 is served
     epoch = resp.finalized_features_epoch
     assert M.GetTelemetrySubscriptionsRequest.API_KEY not in {k.api_key for k in resp.api_keys}
     U = M.UpdateFeaturesRequest.FeatureUpdateKey
@@ -222,6 +223,7 @@ def test_features_in_api_versions_and_update_features(state):
     assert serve(state, M.ApiVersionsRequest(), 3).finalized_features_epoch == epoch  # validate only
     for bad in (U(feature="no.such", max_version_level=1, upgrade_type=1),
                 U(feature="group.version", max_version_level=2, upgrade_type=1),
+                U(feature="transaction.version", max_version_level=3, upgrade_type=1),
                 U(feature="metadata.version", max_version_level=29, upgrade_type=2),
                 U(feature="transaction.version", max_version_level=0, upgrade_type=1)):
         r = serve(state, M.UpdateFeaturesRequest(timeout_ms=10, validate_only=False, feature_updates=[bad]), 1)
@@ -308,7 +310,7 @@ def test_finalized_features_survive_restart(tmp_path):
     U = M.UpdateFeaturesRequest.FeatureUpdateKey
     down = M.UpdateFeaturesRequest(timeout_ms=10, validate_only=False,
                                    feature_updates=[U(feature="transaction.version", max_version_level=0, upgrade_type=2)])
-    for expected in ({"metadata.version": 30, "transaction.version": 1, "group.version": 1, "share.version": 1},
+    for expected in ({"metadata.version": 30, "transaction.version": 2, "group.version": 1, "share.version": 1},
                      {"metadata.version": 30, "group.version": 1, "share.version": 1}):
         s = BrokerState(load_config(None, data_dir=tmp_path / "data", port=9092))
         try:
@@ -323,10 +325,11 @@ def test_unserved_version_of_served_api_is_logged_once_per_request(state, caplog
     from kwire.broker.dispatch import _error_response
     from kwire.protocol.messages import request_class
 
-    # a served api with a newer version the codec knows, whose response has a top-level error code
-    key, version = next((k, e.max_version + 1) for k, e in sorted(HANDLERS.items())
-                        if e.max_version < request_class(k).SPEC.max_version
-                        and _error_response(k, e.max_version + 1, 0) is not None)
+    # a served api with a version the codec knows outside the served range, whose response has a
+    # top-level error code
+    key, version = next((k, v) for k, e in sorted(HANDLERS.items()) for v in (e.max_version + 1, e.min_version - 1)
+                        if request_class(k).SPEC.min_version <= v <= request_class(k).SPEC.max_version
+                        and _error_response(k, v, 0) is not None)
     cls = request_class(key)
     with caplog.at_level(logging.WARNING, logger="kwire.broker.requests"):
         resp = serve(state, cls(), version)

@@ -136,7 +136,7 @@ def test_an_open_transactions_offsets_commit_after_a_restart(tmp_path):
         assert txn.state.value == "Ongoing" and txn.groups == {"grp2"}  # found again from the offsets topic
         assert broker.state.coordinator.pending_txn_partitions("grp2") == {("in", 0)}
         assert broker.call(broker.state.transactions.end_txn, "tx-2", txn.producer_id, txn.producer_epoch,
-                           True) == 0
+                           True).error == 0
         assert _committed(broker.bootstrap, "grp2") == 7
     with EmbeddedBroker(data, default_partitions=1) as broker:
         assert _committed(broker.bootstrap, "grp2") == 7

@@ -36,6 +36,7 @@ from kwire.protocol.errors import (
     OperationNotAttemptedError,
     ProducerFencedError,
     TopicAuthorizationFailedError,
+    TransactionAbortableError,
     TransactionalIdAuthorizationFailedError,
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
@@ -165,13 +166,33 @@ def end_of(state, topic="t", partition=0) -> int:
 
 
 # -- what is advertised ----------------------------------------------------------------------
+def _kafka_4_3_top_version(api_key: int) -> int:
+    """The newest version of a request in Kafka 4.3's own definitions (../shared/kafka-protocol/messages-4.3)."""
+    import json
+    import re
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "shared" / "kafka-protocol" / "messages-4.3"
+    for path in folder.glob("*Request.json"):
+        text = re.sub(r"^\s*//.*$", "", path.read_text(), flags=re.M)
+        doc = json.loads(text)
+        if doc["apiKey"] == api_key:
+            return int(doc["validVersions"].split("-")[-1])
+    raise AssertionError(f"no request with api key {api_key} in {folder}")
+
+
 def test_api_versions_advertises_exactly_the_transaction_versions_served():
     served = supported_versions()
+    # Kafka 4.3's newest versions of every transaction api (KIP-890 part 2 included: EndTxn v5,
+    # TxnOffsetCommit v5, AddPartitionsToTxn v4-5 and Produce v12+), checked against its own files.
+    for key in (INIT, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS, DESCRIBE_TXNS,
+                LIST_TXNS, messages.ProduceRequest.API_KEY):
+        assert served[key][1] == _kafka_4_3_top_version(key), key
     assert served[INIT] == (0, 6)
-    assert served[ADD_PARTITIONS] == (0, 3)       # v4+ is broker-to-broker (KIP-890)
+    assert served[ADD_PARTITIONS] == (0, 5)       # v4+ is the broker-to-broker batch (KIP-890)
     assert served[ADD_OFFSETS] == (0, 4)
-    assert served[END_TXN] == (0, 4)              # v5 is transactions v2
-    assert served[TXN_OFFSET_COMMIT] == (0, 4)    # v5 is transactions v2
+    assert served[END_TXN] == (0, 5)              # v5 is transactions v2
+    assert served[TXN_OFFSET_COMMIT] == (0, 5)    # v5 is transactions v2
     assert served[DESCRIBE_TXNS] == (0, 0)
     assert served[LIST_TXNS] == (0, 2)
     assert served[WRITE_TXN_MARKERS] == (1, 2)     # for admins aborting a hanging transaction (KIP-664)
@@ -231,10 +252,11 @@ def test_reinit_aborts_the_open_transaction_with_a_bumped_epoch(state):
     assert produce(state, "t", 0, batch(pid, epoch, 0), "tx").error_code == NONE
     log = state.logs.get("t", 0)
     assert log.last_stable_offset == 0
-    assert init(state, "tx") == (NONE, pid, epoch + 2)         # fenced (+1, the abort's), then bumped
+    # fenced (+1), the abort's bump at transaction.version 2 (+1), then the new producer's (+1)
+    assert init(state, "tx") == (NONE, pid, epoch + 3)
     assert log.last_stable_offset == log.log_end_offset == 3
     (marker,) = [b for b in iter_batches(b"".join(s.read() for s in log.read(2, 1 << 20)))]
-    assert marker.is_control and marker.producer_epoch == epoch + 1
+    assert marker.is_control and marker.producer_epoch == epoch + 2  # the fenced epoch, bumped by the v2 abort
     assert [t.producer_id for t in log.aborted_transactions(0, 3)] == [pid]
     assert state.logs.get("t", 1).log_end_offset == 1           # the other partition got its marker too
     # The zombie: its epoch is refused everywhere.
@@ -268,14 +290,17 @@ def test_add_partitions_of_a_missing_partition_fails_the_whole_request(state):
 
 
 # -- Produce of transactional data -------------------------------------------------------------
-@pytest.mark.parametrize("version", [3, 9, 12])
+@pytest.mark.parametrize("version", [3, 9, 11])
 def test_transactional_produce_needs_the_partition_in_the_transaction(state, version):
+    # Before v12 (transactions v1, KIP-890 part 1) the partition is only verified; v12+ adds it
+    # (tests/broker/test_transactions_v2.py).  v11 knows TRANSACTION_ABORTABLE.
+    not_added = TransactionAbortableError.code if version >= 11 else InvalidTxnStateError.code
     _, pid, epoch = init(state, "tx")
     refused = produce(state, "t", 0, batch(pid, epoch, 0), "tx", version)
-    assert refused.error_code == InvalidTxnStateError.code and refused.base_offset == -1
+    assert refused.error_code == not_added and refused.base_offset == -1
     assert end_of(state) == 0                                     # nothing stored
     add_partitions(state, "tx", pid, epoch, {"t": [1]})
-    assert produce(state, "t", 0, batch(pid, epoch, 0), "tx", version).error_code == InvalidTxnStateError.code
+    assert produce(state, "t", 0, batch(pid, epoch, 0), "tx", version).error_code == not_added
     assert produce(state, "t", 0, batch(pid, epoch, 0), None, version).error_code == \
         TransactionalIdAuthorizationFailedError.code               # transactional data needs the id (Kafka)
     assert produce(state, "t", 0, batch(pid, epoch, 0), "other", version).error_code == \
@@ -370,7 +395,7 @@ def test_reinit_waits_for_the_aborts_markers_to_be_durable(tmp_path):
         return resp.error_code, resp.producer_id, resp.producer_epoch
 
     try:
-        assert asyncio.run(scenario()) == (NONE, pid, epoch + 2)
+        assert asyncio.run(scenario()) == (NONE, pid, epoch + 3)  # fence, the v2 abort's bump, the new producer
         log = state.logs.get("t", 0)
         assert log.last_stable_offset == log.log_end_offset == log.recovery_point == 3
     finally:
@@ -446,7 +471,7 @@ def test_txn_offsets_become_the_groups_only_when_the_transaction_commits(state, 
     _, pid, epoch = init(state, "tx")
     commit_plain(state, "g", 3)
     assert txn_offset_commit(state, "tx", pid, epoch, "g", {("t", 0): 10}, version) == {
-        ("t", 0): InvalidTxnStateError.code}                            # no AddOffsetsToTxn yet
+        ("t", 0): TransactionAbortableError.code if version >= 4 else InvalidTxnStateError.code}  # no AddOffsetsToTxn yet
     assert add_offsets(state, "tx", pid, epoch, "g") == NONE
     assert txn_offset_commit(state, "tx", pid, epoch + 1, "g", {("t", 0): 10}, version) == {
         ("t", 0): InvalidProducerEpochError.code}
@@ -547,7 +572,8 @@ def test_timed_out_transactions_are_aborted_and_their_producer_fenced(state):
     assert log.last_stable_offset == log.log_end_offset == 3
     assert end_txn(state, "tx", pid, epoch, True) == FENCED
     assert produce(state, "t", 0, batch(pid, epoch, 2), "tx").error_code == InvalidProducerEpochError.code
-    assert init(state, "tx", timeout_ms=1000) == (NONE, pid, epoch + 2)
+    # The fence (+1), the abort's bump at transaction.version 2 (+1), the new producer's (+1).
+    assert init(state, "tx", timeout_ms=1000) == (NONE, pid, epoch + 3)
 
 
 def test_timeout_timers_run_on_the_event_loop(tmp_path):

@@ -2,9 +2,10 @@
 
 Kafka 4.3 formats a new cluster at metadata.version 4.3-IV0 (level 30) with transaction.version 2,
 group.version 1, share.version 1, eligible.leader.replicas.version 1 and streams.version 1.  This
-broker claims only the levels whose protocol it serves: no KIP-890 part 2 transactions (EndTxn v5,
-AddPartitionsToTxn v4+ are not served), so transaction.version 1; KIP-848 consumer groups, so
-group.version 1 (librdkafka's group.protocol=consumer checks it); KIP-932 share groups, so
+broker claims only the levels whose protocol it serves: KIP-890 part 2 transactions (EndTxn v5,
+AddPartitionsToTxn v4-5, TxnOffsetCommit v5, Produce v12's implicit add), so transaction.version 2,
+which an admin may lower to 1 or 0 as Kafka allows (kwire.broker.transactions.version says what a
+level changes); KIP-848 consumer groups, so group.version 1 (librdkafka's group.protocol=consumer checks it); KIP-932 share groups, so
 share.version 1; no KIP-1071 streams groups nor ELR, so their levels are 0 (a level 0 feature is not
 finalized, as in Kafka).  kraft.version is 0: a static one-voter quorum (no AddRaftVoter).
 
@@ -45,13 +46,13 @@ _MV_CHANGES = {7: True, 8: True, 9: False, 10: False, 11: True, 12: False, 13: T
 SUPPORTED: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (min(_MV_CHANGES), max(_MV_CHANGES)),
     "kraft.version": (0, 0),
-    "transaction.version": (0, 1),
+    "transaction.version": (0, 2),
     "group.version": (0, 1),
     "share.version": (0, 1),
     "eligible.leader.replicas.version": (0, 0),
     "streams.version": (0, 0),
 }
-DEFAULT_LEVELS = {METADATA_VERSION: 30, "transaction.version": 1, "group.version": 1, "share.version": 1}
+DEFAULT_LEVELS = {METADATA_VERSION: 30, "transaction.version": 2, "group.version": 1, "share.version": 1}
 
 
 @dataclass(frozen=True, slots=True)

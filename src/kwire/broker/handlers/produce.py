@@ -9,9 +9,12 @@ stores them from there instead of copying them (a read-only buffer, such as byte
 
 Transactional batches (their headers say so; the records are still not read) are checked with
 the transaction coordinator before anything is stored, as Kafka 3.6+ does (KIP-890 part 1): the
-producer's transaction must be open with this partition added, else INVALID_TXN_STATE (a fenced
-epoch: INVALID_PRODUCER_EPOCH; an unknown producer id: INVALID_PRODUCER_ID_MAPPING; a transaction
-being completed: NOT_ENOUGH_REPLICAS, which every client retries).  Transactional batches in a
+producer's transaction must be open with this partition added, else TRANSACTION_ABORTABLE
+(INVALID_TXN_STATE before v11, which predates it; a fenced epoch: INVALID_PRODUCER_EPOCH; an
+unknown producer id: INVALID_PRODUCER_ID_MAPPING; a transaction being completed:
+NOT_ENOUGH_REPLICAS, which every client retries).  From v12 (transactions v2, KIP-890 part 2) the
+partition is added to the producer's transaction instead, opening it if needed, as Kafka's
+partition leader asks its coordinator to.  Transactional batches in a
 request without a transactional id are TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as in Kafka.
 """
 
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import struct
 import time
 
 from kwire.protocol import messages
@@ -35,26 +37,20 @@ from kwire.protocol.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from kwire.protocol.records import batch_header as v2
 
 from ..auth.acls import AclOperation, ResourceType
 from ..storage.log import parse_partition_dir
 from ..topics import is_internal
+from ..transactions.version import produce_adds_partitions
 from .common import error_of, storage_error
 from .registry import handler
+from .transactions import for_version
 
 PRODUCE = 0
 R = messages.ProduceResponse
 TopicResponse = R.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
-
-
-# Fields of a v2 batch header (kwire.protocol.records.batch): batch length, magic, attributes,
-# producer id and epoch.  Read straight from the request, before the log validates the batch.
-_LENGTH = struct.Struct(">i")
-_ATTRIBUTES = struct.Struct(">h")
-_PRODUCER = struct.Struct(">qh")
-_HEADER_SIZE = 61
-_TRANSACTIONAL, _CONTROL = 0x10, 0x20
 
 
 def transactional_producers(records) -> set[tuple[int, int]]:
@@ -64,17 +60,18 @@ def transactional_producers(records) -> set[tuple[int, int]]:
     if records is None:
         return found
     pos, end = 0, len(records)
-    while end - pos >= _HEADER_SIZE:
-        length = _LENGTH.unpack_from(records, pos + 8)[0]
-        if length < _HEADER_SIZE - 12 or records[pos + 16] != 2:
+    while end - pos >= v2.HEADER_SIZE:
+        length = v2.read_prefix(records, pos)[1]
+        if length < v2.MIN_BATCH_LENGTH or records[pos + v2.MAGIC_AT] != 2:
             break
-        if _ATTRIBUTES.unpack_from(records, pos + 21)[0] & (_TRANSACTIONAL | _CONTROL) == _TRANSACTIONAL:
-            found.add(_PRODUCER.unpack_from(records, pos + 43))
-        pos += 12 + length
+        if v2.read_attributes(records, pos) & (v2.TRANSACTIONAL_BIT | v2.CONTROL_BIT) == v2.TRANSACTIONAL_BIT:
+            found.add(v2.read_producer(records, pos))
+        pos += v2.LOG_OVERHEAD + length
     return found
 
 
-def _transaction_error(broker, transactional_id: str | None, name: str, index: int, records) -> tuple[int, str]:
+def _transaction_error(broker, transactional_id: str | None, name: str, index: int, records,
+                       version: int) -> tuple[int, str]:
     """(0, "") if the partition may take these batches as far as transactions go, else the error
     code and why."""
     producers = transactional_producers(records)
@@ -83,7 +80,9 @@ def _transaction_error(broker, transactional_id: str | None, name: str, index: i
     if transactional_id is None:
         return TransactionalIdAuthorizationFailedError.code, "transactional batches need the transactional id"
     for pid, epoch in sorted(producers):
-        code = broker.transactions.verify_produce(transactional_id, pid, epoch, name, index)
+        code = for_version(broker.transactions.verify_produce(transactional_id, pid, epoch, name, index,
+                                                              add=produce_adds_partitions(version)),
+                           version, fenced_since=0, abortable_since=11)
         if code == ConcurrentTransactionsError.code:
             return NotEnoughReplicasError.code, f"the transaction of {transactional_id!r} is being completed"
         if code:
@@ -165,7 +164,8 @@ def handle_produce(ctx, request):
                                           log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
                                           error_message=f"no topic with id {td.topic_id}")
             else:
-                txn_error, why = _transaction_error(broker, request.transactional_id, name, pd.index, pd.records) \
+                txn_error, why = _transaction_error(broker, request.transactional_id, name, pd.index, pd.records,
+                                                    ctx.api_version) \
                     if broker.topics.partition_exists(name, pd.index) else (0, "")
                 if txn_error:
                     presp = _refused(pd.index, txn_error, why)

@@ -3,13 +3,19 @@ admin DescribeTransactions and ListTransactions.
 
 Each turns its request into a call on the broker's ``TransactionCoordinator`` (and, for
 TxnOffsetCommit, the group coordinator, which stages the offsets) and answers with what the
-version knows.  Versions served: the client-facing ones of transactions v1.
+version knows.  Versions served: Kafka 4.3's, transactions v1 and v2 (KIP-890); which one a
+request speaks is its version's, whatever the cluster's transaction.version (as Kafka's
+TransactionVersion.transactionVersionFor*):
 
-* AddPartitionsToTxn v0-3.  v4+ is the broker-to-broker batch form (KIP-890), which no client
-  sends; a single broker never needs it.
-* AddOffsetsToTxn, EndTxn and TxnOffsetCommit v0-4: v4 only allows TRANSACTION_ABORTABLE, which
-  this broker never answers.  EndTxn v5 and TxnOffsetCommit v5 belong to transactions v2
-  (KIP-890 part 2: an epoch bump per transaction, implicit AddOffsetsToTxn), not served.
+* AddPartitionsToTxn v0-3 (clients, transactions v1) and v4-5, the batch form a partition leader
+  sends its coordinator (KIP-890): CLUSTER_ACTION, several transactions, ``verify_only``, a
+  top-level error; v4+ adds as transactions v2.  v4 predates TRANSACTION_ABORTABLE
+  (INVALID_TXN_STATE instead).
+* AddOffsetsToTxn v0-4 (transactions v1 only: a v2 client's TxnOffsetCommit adds its group).
+* EndTxn v0-4 end a transaction at the epoch the client has; v5 bumps the epoch and answers the
+  producer id and epoch to go on with.
+* TxnOffsetCommit v0-5: v5 adds the group to the transaction (transactions v2); v4+ answers a
+  group not in the transaction with TRANSACTION_ABORTABLE, older ones with INVALID_TXN_STATE.
 * PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions before 2, which predate it
   (as Kafka does).
 
@@ -17,7 +23,8 @@ With an authorizer, as Kafka: WRITE on the transactional id (TRANSACTIONAL_ID_AU
 AddPartitionsToTxn also WRITE on each topic (TOPIC_AUTHORIZATION_FAILED, the other partitions
 OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn and TxnOffsetCommit READ on the group, TxnOffsetCommit
 READ on each topic; DescribeTransactions and ListTransactions DESCRIBE on each transactional id
-(ListTransactions leaves the others out).
+(ListTransactions leaves the others out); AddPartitionsToTxn v4+ CLUSTER_ACTION on the cluster
+(CLUSTER_AUTHORIZATION_FAILED) and no per-topic check, as from a broker.
 """
 
 from __future__ import annotations
@@ -27,14 +34,17 @@ from typing import TYPE_CHECKING, Any
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    ClusterAuthorizationFailedError,
     CoordinatorLoadInProgressError,
     GroupAuthorizationFailedError,
     InvalidProducerEpochError,
     InvalidRegularExpressionError,
     InvalidRequestError,
+    InvalidTxnStateError,
     OperationNotAttemptedError,
     ProducerFencedError,
     TopicAuthorizationFailedError,
+    TransactionAbortableError,
     TransactionalIdAuthorizationFailedError,
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
@@ -42,7 +52,8 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator import OffsetCommitEntry
-from ..transactions import TxnState
+from ..transactions import EndTxnResult, TxnState
+from ..transactions.version import add_partitions_version, end_txn_version, txn_offset_commit_adds_group
 from .groups import answer_when_synced
 from .registry import handler
 
@@ -55,10 +66,14 @@ DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 _TXN_DENIED = TransactionalIdAuthorizationFailedError.code
 
 
-def for_version(code: int, version: int, fenced_since: int = 2) -> int:
-    """PRODUCER_FENCED for clients that know it, INVALID_PRODUCER_EPOCH (same handling) before."""
+def for_version(code: int, version: int, fenced_since: int = 2, abortable_since: int = 4) -> int:
+    """PRODUCER_FENCED for clients that know it, INVALID_PRODUCER_EPOCH (same handling) before;
+    TRANSACTION_ABORTABLE (KIP-890) likewise, INVALID_TXN_STATE before (Kafka's
+    AddPartitionsToTxnManager does the same for older requests)."""
     if code == ProducerFencedError.code and version < fenced_since:
         return InvalidProducerEpochError.code
+    if code == TransactionAbortableError.code and version < abortable_since:
+        return InvalidTxnStateError.code
     return code
 
 
@@ -69,43 +84,65 @@ def _txn_allowed(ctx: RequestContext, operation: AclOperation, transactional_id:
 # ---------------------------------------------------------------- AddPartitionsToTxn
 
 
-@handler(ADD_PARTITIONS_TO_TXN, 0, 3)
+@handler(ADD_PARTITIONS_TO_TXN, 0, 5)
 def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     R = messages.AddPartitionsToTxnResponse
-    T = R.AddPartitionsToTxnTopicResult
+    v = ctx.api_version
+    if v < 4:
+        tid = request.v3_and_below_transactional_id
+        results = _add_partitions(ctx, tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                                  request.v3_and_below_topics, verify_only=False)
+        return R(throttle_time_ms=0, results_by_topic_v3_and_below=results)
+    # v4+: a partition leader's batch for its coordinator (Kafka's handleAddPartitionsToTxnRequest).
+    if not ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code, results_by_transaction=[])
+    if any(not t.transactional_id for t in request.transactions):
+        return R(throttle_time_ms=0, error_code=InvalidRequestError.code, results_by_transaction=[])
+    return R(throttle_time_ms=0, error_code=0, results_by_transaction=[
+        R.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=_add_partitions(
+            ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, verify_only=t.verify_only))
+        for t in request.transactions])
+
+
+def _add_partitions(ctx: RequestContext, tid: str | None, producer_id: int, producer_epoch: int, topics: list,
+                    *, verify_only: bool) -> list:
+    """The per-topic results of one transaction's AddPartitionsToTxn (every version)."""
+    T = messages.AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
     P = T.AddPartitionsToTxnPartitionResult
     v = ctx.api_version
     broker = ctx.broker
-    tid = request.v3_and_below_transactional_id
-    wanted = [(t.name, list(t.partitions)) for t in request.v3_and_below_topics]
+    wanted = [(t.name, list(t.partitions)) for t in topics]
+    everything = [(t, p) for t, parts in wanted for p in parts]
     codes: dict[tuple[str, int], int] = {}
-    if not _txn_allowed(ctx, AclOperation.WRITE, tid):
-        codes = {(t, p): _TXN_DENIED for t, parts in wanted for p in parts}
+    if v < 4 and not _txn_allowed(ctx, AclOperation.WRITE, tid):
+        codes = dict.fromkeys(everything, _TXN_DENIED)
     elif not tid:
-        codes = {(t, p): InvalidRequestError.code for t, parts in wanted for p in parts}
+        codes = dict.fromkeys(everything, InvalidRequestError.code)
     else:
         refused: dict[tuple[str, int], int] = {}
         for topic, parts in wanted:
-            may_write = ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic)
+            # A broker's request (v4+) was authorized by the client's Produce already.
+            may_write = v >= 4 or ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic)
             for p in parts:
                 if not may_write:
                     refused[(topic, p)] = TopicAuthorizationFailedError.code
                 elif not broker.topics.partition_exists(topic, p):
                     refused[(topic, p)] = UnknownTopicOrPartitionError.code
-        everything = [(t, p) for t, parts in wanted for p in parts]
         if refused:
-            # As Kafka: any refused partition fails the request; the others were not added.
+            # As Kafka: any refused partition fails the transaction; the others were not added.
             codes = {tp: refused.get(tp, OperationNotAttemptedError.code) for tp in everything}
+        elif verify_only:
+            codes = {tp: for_version(broker.transactions.verify_produce(tid, producer_id, producer_epoch, *tp), v, 2, 5)
+                     for tp in everything}
         else:
-            code = broker.transactions.add_partitions(tid, request.v3_and_below_producer_id,
-                                                      request.v3_and_below_producer_epoch, everything)
-            codes = dict.fromkeys(everything, for_version(code, v))
-    topics: dict[str, list] = {}
+            code = broker.transactions.add_partitions(tid, producer_id, producer_epoch, everything,
+                                                      add_partitions_version(v))
+            codes = dict.fromkeys(everything, for_version(code, v, 2, 5))
+    results: dict[str, list] = {}
     for topic, parts in wanted:
-        results = topics.setdefault(topic, [])
-        results.extend(P(partition_index=p, partition_error_code=codes[(topic, p)]) for p in parts)
-    return R(throttle_time_ms=0, results_by_topic_v3_and_below=[
-        T(name=name, results_by_partition=results) for name, results in topics.items()])
+        results.setdefault(topic, []).extend(P(partition_index=p, partition_error_code=codes[(topic, p)])
+                                             for p in parts)
+    return [T(name=name, results_by_partition=parts) for name, parts in results.items()]
 
 
 # ---------------------------------------------------------------- AddOffsetsToTxn
@@ -128,7 +165,7 @@ def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 # ---------------------------------------------------------------- EndTxn
 
 
-@handler(END_TXN, 0, 4)
+@handler(END_TXN, 0, 5)
 def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     R = messages.EndTxnResponse
     v = ctx.api_version
@@ -137,21 +174,27 @@ def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     if not request.transactional_id:
         return R(throttle_time_ms=0, error_code=InvalidRequestError.code)
     result = ctx.broker.transactions.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
-                                             bool(request.committed))
-    if isinstance(result, int):
-        return R(throttle_time_ms=0, error_code=for_version(result, v))
+                                             bool(request.committed), end_txn_version(v))
+    if isinstance(result, EndTxnResult):
+        return _end_txn_response(result, v)
     return _end_txn_later(result, v)
 
 
+def _end_txn_response(result, v: int) -> Any:
+    resp = messages.EndTxnResponse(throttle_time_ms=0, error_code=for_version(result.error, v))
+    if v >= 5:  # the id and epoch of the client's next transaction (-1 with an error)
+        resp.producer_id, resp.producer_epoch = result.producer_id, result.producer_epoch
+    return resp
+
+
 async def _end_txn_later(pending, v: int):
-    code = await pending
-    return messages.EndTxnResponse(throttle_time_ms=0, error_code=for_version(code, v))
+    return _end_txn_response(await pending, v)
 
 
 # ---------------------------------------------------------------- TxnOffsetCommit
 
 
-@handler(TXN_OFFSET_COMMIT, 0, 4)
+@handler(TXN_OFFSET_COMMIT, 0, 5)
 def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     R = messages.TxnOffsetCommitResponse
     T, P = R.TxnOffsetCommitResponseTopic, R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition
@@ -184,8 +227,9 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
                                                  leader_epoch=p.committed_leader_epoch if v >= 2 else -1,
                                                  metadata=p.committed_metadata))
     if entries:
-        code = broker.transactions.check_txn_offset_commit(request.transactional_id or "", request.producer_id,
-                                                           request.producer_epoch, group_id)
+        code = for_version(broker.transactions.check_txn_offset_commit(
+            request.transactional_id or "", request.producer_id, request.producer_epoch, group_id,
+            add=txn_offset_commit_adds_group(v)), v, fenced_since=0)
         # A KIP-848 group checks the member epoch; its offsets are then staged as any group's.
         consumer_code = None if code else broker.consumer_groups.check_offset_commit(
             group_id, (request.member_id or "") if v >= 3 else "", request.generation_id if v >= 3 else -1,

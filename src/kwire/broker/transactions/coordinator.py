@@ -1,4 +1,4 @@
-"""The transaction coordinator (Kafka's TransactionCoordinator, KIP-98, transactions v1).
+"""The transaction coordinator (Kafka's TransactionCoordinator, KIP-98; transactions v1 and v2).
 
 Per transactional id it keeps a producer id and epoch and the transaction's state, partitions
 and groups (``state.TransactionMetadata``), stored in ``__transaction_state`` as Kafka's records
@@ -18,7 +18,16 @@ written against:
 * AddPartitionsToTxn / AddOffsetsToTxn open the transaction (Ongoing) and add to it; Produce
   of transactional data and TxnOffsetCommit are checked against it (``verify_produce``,
   ``check_txn_offset_commit``, KIP-890 part 1: data for a partition the producer didn't add is
-  refused).
+  refused).  A transactions v2 client (KIP-890 part 2) adds nothing itself: Produce v12+ adds its
+  partition and TxnOffsetCommit v5+ its group, as Kafka's partition leader and group coordinator
+  do for it through AddPartitionsToTxnManager.
+* EndTxn of a v2 client (v5+) bumps the epoch (its markers carry the new one, so a zombie of the
+  old epoch is fenced at the partitions too) and answers the id and epoch to use next; an
+  exhausted epoch gets a new producer id (Kafka's nextProducerId).  It may abort with nothing
+  added, and a retry is recognised by its epoch being one behind (Kafka's table in
+  TransactionCoordinator.endTransaction).  Which version a request speaks is its own
+  (``version``); the cluster's transaction.version only picks the record format and whether the
+  coordinator's own aborts (timeout, fencing) bump the epoch once more, as Kafka's.
 * EndTxn: the decision (PrepareCommit / PrepareAbort) is stored, then a marker goes to every
   partition of the transaction and the group coordinator commits or drops the offsets staged by
   the transaction; with the markers durable (fsync "always": a group commit of their logs) the
@@ -63,14 +72,16 @@ from kwire.protocol.errors import (
     InvalidTxnStateError,
     KafkaError,
     ProducerFencedError,
+    TransactionAbortableError,
 )
 
 from ..coordinator.timers import Timers
 from ..internal_topics import OFFSETS_TOPIC
 from ..topics import META_DIR
 from .markers import MarkerWriter
-from .state import EPOCH_EXHAUSTED, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState
+from .state import EPOCH_EXHAUSTED, MAX_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState
 from .store import TransactionStore
+from .version import FEATURE, TV_0, TV_2, supports_epoch_bump
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
@@ -82,7 +93,7 @@ if TYPE_CHECKING:
     from ..storage import LogManager, PartitionLog
     from ..topics import TopicRegistry
 
-__all__ = ["TransactionCoordinator", "InitResult", "MARKER_RETRY_MS", "EXPIRATION_CHECK_INTERVAL_MS"]
+__all__ = ["TransactionCoordinator", "InitResult", "EndTxnResult", "MARKER_RETRY_MS", "EXPIRATION_CHECK_INTERVAL_MS"]
 
 logger = logging.getLogger("kwire.broker.transactions")
 
@@ -102,6 +113,24 @@ class InitResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
+@dataclass(frozen=True, slots=True)
+class EndTxnResult:
+    """EndTxn's answer: an error code, and for a transactions v2 client the producer id and
+    epoch of its next transaction (-1 for v1 clients, as Kafka answers them)."""
+    error: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+def _finalized_transaction_version(data_dir: Path) -> Callable[[], int]:
+    """The cluster's finalized transaction.version, read from the broker's feature store (the
+    file UpdateFeatures writes; the store re-reads it when it changes)."""
+    from ..handlers.features import FeatureStore  # here: the handlers import this package
+
+    store = FeatureStore(data_dir)
+    return lambda: store.current().levels.get(FEATURE, 0)
+
+
 class TransactionCoordinator:
     """All transactional ids of the broker.  Build it after the logs and the group coordinator
     (it completes what a restart left half done), ``start()`` it on the event loop (timers),
@@ -110,15 +139,17 @@ class TransactionCoordinator:
     def __init__(self, data_dir: Path, config: BrokerConfig, *, producer_ids: ProducerIdManager, logs: LogManager,
                  topics: TopicRegistry, waiters: PartitionWaiters, durability: GroupCommit,
                  groups: GroupCoordinator, internal_topics: InternalTopics, clock: Callable[[], int] | None = None,
-                 load: bool = True):
+                 load: bool = True, transaction_version: Callable[[], int] | None = None):
         self._config = config
         self._producer_ids = producer_ids
         self._logs = logs
         self._durability = durability
         self._groups = groups
         self._clock = clock or _wall_clock_ms
+        # The cluster's transaction.version (a callable: UpdateFeatures may change it at any time).
+        self.transaction_version = transaction_version or _finalized_transaction_version(Path(data_dir))
         self._store = TransactionStore(internal_topics, Path(data_dir) / META_DIR, fsync=config.fsync,
-                                       notify=waiters.notify)
+                                       notify=waiters.notify, transaction_version=self.transaction_version)
         self._markers = MarkerWriter(logs, topics, waiters)
         self._timers = Timers(on_bind=self._on_loop)
         # Logs that got a preparing transaction's markers, to fsync before it completes ("always").
@@ -285,6 +316,11 @@ class TransactionCoordinator:
             return ConcurrentTransactionsError.code
         return NONE
 
+    def _coordinator_bumps(self) -> bool:
+        """Whether an abort the coordinator makes on its own bumps the epoch once more (Kafka's
+        uses the cluster's transaction version for those: at 2, the epoch bump of v2)."""
+        return supports_epoch_bump(self.transaction_version())
+
     # ------------------------------------------------------------------ InitProducerId
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int,
@@ -316,7 +352,8 @@ class TransactionCoordinator:
             error = self._fence(txn)
             if error:
                 return InitResult(error)
-            pending = self._end(txn, commit=False)
+            bump = self._coordinator_bumps()
+            pending = self._end(txn, commit=False, bump=bump, client_tv=TV_2 if bump else TV_0)
             if isinstance(pending, int):
                 return InitResult(pending) if pending else self._bump(txn, timeout_ms, expected)
             return self._then(pending, lambda _: self._bump(txn, timeout_ms, expected))
@@ -374,8 +411,9 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ AddPartitions / AddOffsets
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: Collection[tuple[str, int]]) -> int:
-        """Add partitions to the producer's transaction (opening it); an error code."""
+                       partitions: Collection[tuple[str, int]], client_tv: int = TV_0) -> int:
+        """Add partitions to the producer's transaction (opening it); an error code.  ``client_tv``:
+        the transaction version the request speaks (kept in the state, as Kafka's)."""
         if not self._loaded:
             return CoordinatorLoadInProgressError.code
         txn = self._txns.get(transactional_id)
@@ -385,9 +423,10 @@ class TransactionCoordinator:
         assert txn is not None
         if txn.state is TxnState.ONGOING and set(partitions) <= txn.partitions:
             return NONE
-        return self._add(txn, partitions, ())
+        return self._add(txn, partitions, (), client_tv)
 
-    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
+                    client_tv: int = TV_0) -> int:
         """Add a group's offsets to the producer's transaction: as Kafka, the group's
         __consumer_offsets partition joins it (its marker there commits or aborts the offsets
         TxnOffsetCommit writes); an error code."""
@@ -400,13 +439,15 @@ class TransactionCoordinator:
         assert txn is not None
         if txn.state is TxnState.ONGOING and group_id in txn.groups:
             return NONE
-        return self._add(txn, [(OFFSETS_TOPIC, self._groups.store.partition_of(group_id))], (group_id,))
+        return self._add(txn, [(OFFSETS_TOPIC, self._groups.store.partition_of(group_id))], (group_id,), client_tv)
 
-    def _add(self, txn: TransactionMetadata, partitions: Iterable[tuple[str, int]], groups: Iterable[str]) -> int:
+    def _add(self, txn: TransactionMetadata, partitions: Iterable[tuple[str, int]], groups: Iterable[str],
+             client_tv: int) -> int:
         before = copy.deepcopy(txn)
         now = self._clock()
         starting = txn.state is not TxnState.ONGOING
         txn.transition_to(TxnState.ONGOING, now)
+        txn.client_tv = client_tv
         txn.partitions.update(partitions)
         txn.groups.update(groups)
         error = self._change(txn, before)
@@ -418,7 +459,9 @@ class TransactionCoordinator:
 
     def _ongoing(self, transactional_id: str, producer_id: int, epoch: int) -> tuple[int, TransactionMetadata | None]:
         """(0, the producer's ongoing transaction), or (the error code, None) that Produce and
-        TxnOffsetCommit answer (a fenced epoch is INVALID_PRODUCER_EPOCH for both)."""
+        TxnOffsetCommit answer (a fenced epoch is INVALID_PRODUCER_EPOCH for both; no open
+        transaction, Kafka's verification answer TRANSACTION_ABORTABLE, which the handlers turn
+        into INVALID_TXN_STATE for versions before it)."""
         txn = self._txns.get(transactional_id)
         error = self._check_producer(txn, producer_id, epoch)
         if error == ProducerFencedError.code:
@@ -427,26 +470,43 @@ class TransactionCoordinator:
             return error, None
         assert txn is not None
         if txn.state is not TxnState.ONGOING:
-            return InvalidTxnStateError.code, None
+            return TransactionAbortableError.code, None
         return NONE, txn
 
-    def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int) -> int:
+    @staticmethod
+    def _as_partition_error(code: int) -> int:
+        """A coordinator's answer as a partition leader or group coordinator passes it on
+        (Kafka's AddPartitionsToTxnManager: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH there)."""
+        return InvalidProducerEpochError.code if code == ProducerFencedError.code else code
+
+    def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int,
+                       *, add: bool = False) -> int:
         """Whether transactional data of the producer may go to the partition: 0, or Kafka's
-        answer to a Produce."""
+        answer to a Produce.  ``add`` (Produce v12+, transactions v2): the partition joins the
+        producer's transaction, which this opens if none is."""
         if not self._loaded:
             # Kafka's verification gets COORDINATOR_LOAD_IN_PROGRESS and answers the Produce
             # with a retriable error, as for a transaction being completed.
             return ConcurrentTransactionsError.code
+        if add:
+            return self._as_partition_error(
+                self.add_partitions(transactional_id, producer_id, epoch, [(topic, partition)], TV_2))
         error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
-        return NONE if (topic, partition) in txn.partitions else InvalidTxnStateError.code
+        return NONE if (topic, partition) in txn.partitions else TransactionAbortableError.code
 
-    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
+                                *, add: bool = False) -> int:
         """Whether the producer may stage offsets of the group: 0, or an error code (as Kafka's
-        group coordinator answers it)."""
+        group coordinator answers it).  ``add`` (TxnOffsetCommit v5+, transactions v2): the
+        group joins the producer's transaction first, as AddOffsetsToTxn would."""
         if not self._loaded:
             return CoordinatorLoadInProgressError.code
+        if add:
+            code = self.add_offsets(transactional_id, producer_id, epoch, group_id, TV_2)
+            if code:
+                return self._as_partition_error(code)
         error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
@@ -456,37 +516,120 @@ class TransactionCoordinator:
             # Added before a restart (the stored record keeps the group's partition, not its id).
             txn.groups.add(group_id)
             return NONE
-        return InvalidTxnStateError.code
+        return TransactionAbortableError.code
 
     # ------------------------------------------------------------------ EndTxn
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int | Awaitable[int]:
-        """Commit or abort the producer's transaction; an error code, or an awaitable of one
-        when the answer waits for the markers' fsync."""
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                client_tv: int = TV_0) -> EndTxnResult | Awaitable[EndTxnResult]:
+        """Commit or abort the producer's transaction (``client_tv``: the version the request
+        speaks, Kafka's transactionVersionForEndTxn); the answer, or an awaitable of it when it
+        waits for the markers' fsync."""
         if not self._loaded:
-            return CoordinatorLoadInProgressError.code
+            return EndTxnResult(CoordinatorLoadInProgressError.code)
+        if client_tv >= TV_2:
+            return self._end_txn_v2(transactional_id, producer_id, epoch, commit)
         txn = self._txns.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
-            return InvalidProducerIdMappingError.code
+            return EndTxnResult(InvalidProducerIdMappingError.code)
         if txn.producer_epoch != epoch:
-            return ProducerFencedError.code
+            return EndTxnResult(ProducerFencedError.code)
         state = txn.state
         wanted_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         wanted_complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if state is TxnState.ONGOING:
-            return self._end(txn, commit)
+            pending = self._end(txn, commit, client_tv=client_tv)
+            if isinstance(pending, int):
+                return EndTxnResult(pending)
+            return self._then(pending, EndTxnResult)
         if state is wanted_complete:
-            return NONE  # a retry of an EndTxn that was done
+            return EndTxnResult(NONE)  # a retry of an EndTxn that was done
         if state is wanted_prepare:
-            return ConcurrentTransactionsError.code
+            return EndTxnResult(ConcurrentTransactionsError.code)
+        return EndTxnResult(self._refuse_end(transactional_id, commit, state))
+
+    @staticmethod
+    def _refuse_end(transactional_id: str, commit: bool, state: TxnState) -> int:
         logger.info("EndTxn(%s) of %s in state %s refused", "commit" if commit else "abort", transactional_id,
                     state.value)
         return InvalidTxnStateError.code
 
-    def _end(self, txn: TransactionMetadata, commit: bool) -> int | asyncio.Future:
+    def _end_txn_v2(self, transactional_id: str, producer_id: int, epoch: int,
+                    commit: bool) -> EndTxnResult | Awaitable[EndTxnResult]:
+        """EndTxn of a transactions v2 client, by Kafka's rules (TransactionCoordinator.endTransaction):
+        every end bumps the epoch; a retry (the epoch one behind, or the last epoch of a rotated
+        producer id) gets the answer again; an abort needs no open transaction."""
+        txn = self._txns.get(transactional_id)
+        if txn is None:
+            return EndTxnResult(InvalidProducerIdMappingError.code)
+        retry_on_overflow = (txn.last_producer_id == producer_id and epoch == EPOCH_EXHAUSTED
+                             and txn.producer_epoch == 0)
+        retry_on_bump = txn.producer_epoch == epoch + 1
+        state = txn.state
+        if state.preparing:
+            valid_epoch = retry_on_bump
+        elif state.complete:
+            valid_epoch = retry_on_bump or retry_on_overflow or epoch == txn.producer_epoch
+        else:
+            valid_epoch = epoch == txn.producer_epoch
+        if txn.producer_id != producer_id and not retry_on_overflow:
+            return EndTxnResult(InvalidProducerIdMappingError.code)
+        if not valid_epoch:
+            return EndTxnResult(ProducerFencedError.code)
+        retry = retry_on_bump or retry_on_overflow
+        wanted_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        wanted_complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if state is TxnState.ONGOING:
+            return self._end_v2(txn, commit, empty=False)
+        if state.preparing:
+            return EndTxnResult(ConcurrentTransactionsError.code if state is wanted_prepare
+                                else self._refuse_end(transactional_id, commit, state))
+        if retry:
+            if state is wanted_complete:
+                return EndTxnResult(NONE, txn.producer_id, txn.producer_epoch)
+            return EndTxnResult(self._refuse_end(transactional_id, commit, state))
+        if not commit:  # Empty, CompleteCommit or CompleteAbort: an abort with nothing added
+            return self._end_v2(txn, commit, empty=True)
+        return EndTxnResult(self._refuse_end(transactional_id, commit, state))
+
+    def _end_v2(self, txn: TransactionMetadata, commit: bool, *, empty: bool) -> EndTxnResult | asyncio.Future:
+        pending = self._end(txn, commit, bump=True, rotate=True, empty=empty, client_tv=TV_2)
+        if isinstance(pending, int):
+            return EndTxnResult(pending) if pending else self._next_producer(txn)
+        return self._then(pending, lambda _: self._next_producer(txn))
+
+    @staticmethod
+    def _next_producer(txn: TransactionMetadata) -> EndTxnResult:
+        """The id and epoch a v2 client goes on with: the new producer id at epoch 0 when the
+        epoch ran out (before or after the transaction completed), else the bumped epoch."""
+        if txn.next_producer_id != NO_PRODUCER_ID:
+            return EndTxnResult(NONE, txn.next_producer_id, 0)
+        return EndTxnResult(NONE, txn.producer_id, txn.producer_epoch)
+
+    def _end(self, txn: TransactionMetadata, commit: bool, *, bump: bool = False, rotate: bool = False,
+             empty: bool = False, client_tv: int = TV_0) -> int | asyncio.Future:
+        """Decide the transaction (Prepare*), store it, then complete it.  ``bump``: the epoch
+        goes up by one first (Kafka's prepareAbortOrCommit for transactions v2; never past the
+        maximum), ``rotate``: an exhausted epoch gets the next producer id, taken on completion;
+        ``empty``: a v2 abort with nothing added, which starts now."""
         before = copy.deepcopy(txn)
         self._timers.cancel(("timeout", txn.transactional_id))
-        txn.transition_to(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, self._clock())
+        now = self._clock()
+        if bump:
+            if rotate and txn.epoch_exhausted:
+                try:
+                    txn.next_producer_id = self._producer_ids.allocate()
+                except KafkaError as exc:
+                    self._txns[txn.transactional_id] = before
+                    if before.state is TxnState.ONGOING:
+                        self._schedule_timeout(before, now)
+                    return exc.code
+            txn.last_producer_epoch = txn.producer_epoch
+            txn.producer_epoch = min(txn.producer_epoch + 1, MAX_EPOCH)
+        txn.client_tv = client_tv
+        txn.transition_to(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, now)
+        if empty:
+            txn.start_ms = now
         error = self._change(txn, before)
         if error:
             restored = self._txns.get(txn.transactional_id)
@@ -559,6 +702,11 @@ class TransactionCoordinator:
         self._unsynced.pop(txn.transactional_id, None)
         txn.transition_to(TxnState.COMPLETE_COMMIT if txn.state is TxnState.PREPARE_COMMIT
                           else TxnState.COMPLETE_ABORT, self._clock())
+        if txn.next_producer_id != NO_PRODUCER_ID:
+            # The exhausted epoch's transaction is complete: the new producer id takes over at
+            # epoch 0 (Kafka's prepareComplete for transactions v2).
+            txn.last_producer_id, txn.producer_id = txn.producer_id, txn.next_producer_id
+            txn.producer_epoch, txn.next_producer_id = 0, NO_PRODUCER_ID
         txn.partitions.clear()
         txn.groups.clear()
         # If this write fails, the file still says Prepare*: the next start completes it again.
@@ -609,7 +757,8 @@ class TransactionCoordinator:
         if error:
             self._schedule(("timeout", transactional_id), MARKER_RETRY_MS, self._timeout_fired, transactional_id)
             return error
-        return self._end(txn, commit=False)
+        bump = self._coordinator_bumps()
+        return self._end(txn, commit=False, bump=bump, client_tv=TV_2 if bump else TV_0)
 
     def _expiration_tick(self) -> None:
         try:

@@ -4,6 +4,8 @@ States and the transitions between them are Kafka's::
 
     Empty -> Ongoing -> PrepareCommit -> CompleteCommit -> Ongoing ...
                      -> PrepareAbort  -> CompleteAbort  -> Ongoing ...
+    Empty / CompleteCommit / CompleteAbort -> PrepareAbort   (transactions v2: an abort with
+                                                              nothing added still bumps the epoch)
 
 An Ongoing transaction holds the partitions and groups the producer added; PrepareCommit /
 PrepareAbort mean the decision is made and the markers are being written (the partitions still
@@ -17,13 +19,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["TxnState", "TransactionMetadata", "EPOCH_EXHAUSTED", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH"]
+__all__ = ["TxnState", "TransactionMetadata", "EPOCH_EXHAUSTED", "MAX_EPOCH", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH"]
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 # Kafka's TransactionMetadata.isEpochExhausted: the epoch can't be bumped past this (the
 # coordinator keeps one more for fencing); a producer at it gets a new producer id instead.
 EPOCH_EXHAUSTED = 2**15 - 2
+MAX_EPOCH = 2**15 - 1  # Short.MAX_VALUE: only a fence or a transactions v2 bump reaches it
 
 
 class TxnState(Enum):
@@ -51,7 +54,10 @@ _VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     TxnState.ONGOING: frozenset({TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
                                  TxnState.COMPLETE_ABORT}),
     TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
-    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING}),
+    # From Empty and Complete*: the empty abort of a transactions v2 client (Kafka's
+    # TransactionState.PREPARE_ABORT lists them since KIP-890 part 2).
+    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
+                                       TxnState.COMPLETE_ABORT}),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
@@ -74,6 +80,12 @@ class TransactionMetadata:
     groups: set[str] = field(default_factory=set)
     start_ms: int = -1   # when the transaction began (its first AddPartitions/AddOffsets); -1 if none
     update_ms: int = -1  # the last change, for transactional id expiration
+    # Transactions v2 (KIP-890 part 2): the producer id the client gets when this transaction
+    # completes, allocated when ending it had to bump an exhausted epoch (Kafka's
+    # nextProducerId), and the transaction version of the client's last request that changed
+    # the state (0 or 2, Kafka's clientTransactionVersion; both are in the stored record).
+    next_producer_id: int = NO_PRODUCER_ID
+    client_tv: int = 0
 
     def transition_to(self, state: TxnState, now_ms: int) -> None:
         if self.state not in _VALID_PREVIOUS[state]:
@@ -97,7 +109,8 @@ class TransactionMetadata:
                 "last_pid": self.last_producer_id, "last_epoch": self.last_producer_epoch,
                 "timeout_ms": self.timeout_ms, "state": self.state.value,
                 "partitions": sorted([t, p] for t, p in self.partitions), "groups": sorted(self.groups),
-                "start_ms": self.start_ms, "update_ms": self.update_ms}
+                "start_ms": self.start_ms, "update_ms": self.update_ms,
+                "next_pid": self.next_producer_id, "client_tv": self.client_tv}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TransactionMetadata:
@@ -106,4 +119,5 @@ class TransactionMetadata:
                    last_producer_id=int(obj["last_pid"]), last_producer_epoch=int(obj["last_epoch"]),
                    partitions={(str(t), int(p)) for t, p in obj["partitions"]},
                    groups={str(g) for g in obj["groups"]}, start_ms=int(obj["start_ms"]),
-                   update_ms=int(obj["update_ms"]))
+                   update_ms=int(obj["update_ms"]), next_producer_id=int(obj.get("next_pid", NO_PRODUCER_ID)),
+                   client_tv=int(obj.get("client_tv", 0)))

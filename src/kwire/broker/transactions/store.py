@@ -4,14 +4,15 @@ Each transactional id lives in partition ``abs(javaStringHashCode(id)) % partiti
 internal topic as Kafka's records (kwire.protocol.coordinator_records): ``TransactionLogKey``
 (v0) -> ``TransactionLogValue`` with the producer id and epoch, timeout, state (Kafka's
 TransactionState ids), the partitions of the transaction (its groups' ``__consumer_offsets``
-partitions among them, as Kafka lists them) and its timestamps.  Values are v0, as Kafka writes
-them for transactions v1; v1 (tagged PreviousProducerId) only when the id's producer id was
-rotated, so a client retrying across that rotation is still recognised after a restart.  An
-expired id gets a tombstone.  Loading replays the partitions on disk; the newest record of an id
-wins.
+partitions among them, as Kafka lists them) and its timestamps.  The value's version follows
+the cluster's transaction.version as Kafka's TransactionLog does: v1 (flexible, with the tagged
+PreviousProducerId, NextProducerId and ClientTransactionVersion) at level 1 and above, v0 at 0
+(then v1 only when the producer id was rotated, so a client retrying across that rotation is
+still recognised after a restart).  An expired id gets a tombstone.  Loading replays the
+partitions on disk; the newest record of an id wins.
 
 ``save(txns)`` takes the whole state, as the coordinator hands it, and writes the records of the
-ids that changed since the last save (one batch per partition), before the request that changed
+ids whose metadata changed since the last save (a new transaction.version alone rewrites nothing) (one batch per partition), before the request that changed
 them is answered.  Durability follows the broker's fsync policy: "always" flushes the partition
 before ``save`` returns, "interval" leaves it to ``flush()``, "never" to the OS.  A record this
 version can't read stops the broker: guessing could reissue a fenced epoch or lose an open
@@ -49,6 +50,7 @@ from kwire.protocol.records import RecordBatchBuilder
 from ..internal_topics import log_batches
 from ..storage._files import fsync_dir
 from .state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionMetadata, TxnState
+from .version import log_value_version
 
 if TYPE_CHECKING:
     from ..internal_topics import InternalTopics
@@ -61,7 +63,6 @@ logger = logging.getLogger("kwire.broker.transactions")
 TRANSACTIONS_FILE = "transactions.json"  # the state file of kwire before __transaction_state
 MIGRATED_SUFFIX = ".migrated"
 _VERSION = 1
-VALUE_VERSION = 0
 VALUE_VERSION_WITH_PREVIOUS_ID = 1
 
 Value = messages.TransactionLogValue
@@ -71,7 +72,13 @@ class TransactionStoreError(ValueError):
     """The stored state can't be read; the message names where."""
 
 
-def _value(txn: TransactionMetadata) -> bytes:
+def _signature(txn: TransactionMetadata) -> tuple:
+    """What the stored record holds of ``txn`` (a save writes the ids whose signature changed)."""
+    return (txn.producer_id, txn.last_producer_id, txn.next_producer_id, txn.producer_epoch, txn.timeout_ms,
+            txn.state, frozenset(txn.partitions), txn.update_ms, txn.start_ms, txn.client_tv)
+
+
+def _value(txn: TransactionMetadata, level: int) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(txn.partitions):
         by_topic.setdefault(topic, []).append(partition)
@@ -80,25 +87,32 @@ def _value(txn: TransactionMetadata) -> bytes:
     value = Value(producer_id=txn.producer_id, previous_producer_id=txn.last_producer_id,
                   producer_epoch=txn.producer_epoch, transaction_timeout_ms=txn.timeout_ms,
                   transaction_status=TransactionStatus[txn.state.name], transaction_partitions=partitions,
-                  transaction_last_update_timestamp_ms=txn.update_ms, transaction_start_timestamp_ms=txn.start_ms)
-    version = VALUE_VERSION if txn.last_producer_id == NO_PRODUCER_ID else VALUE_VERSION_WITH_PREVIOUS_ID
+                  transaction_last_update_timestamp_ms=txn.update_ms, transaction_start_timestamp_ms=txn.start_ms,
+                  next_producer_id=txn.next_producer_id, client_transaction_version=txn.client_tv)
+    version = log_value_version(level)
+    if txn.last_producer_id != NO_PRODUCER_ID:
+        version = max(version, VALUE_VERSION_WITH_PREVIOUS_ID)
     return encode_value(value, version)
 
 
 def _metadata(transactional_id: str, value) -> TransactionMetadata:
     previous = getattr(value, "previous_producer_id", NO_PRODUCER_ID)
+    following = getattr(value, "next_producer_id", NO_PRODUCER_ID)
     return TransactionMetadata(
         transactional_id=transactional_id, producer_id=value.producer_id, producer_epoch=value.producer_epoch,
         timeout_ms=value.transaction_timeout_ms, state=TxnState[TransactionStatus(value.transaction_status).name],
         last_producer_id=previous if previous is not None else NO_PRODUCER_ID,
         last_producer_epoch=NO_PRODUCER_EPOCH,  # not in Kafka's record either
         partitions={(p.topic, i) for p in (value.transaction_partitions or []) for i in p.partition_ids},
-        start_ms=value.transaction_start_timestamp_ms, update_ms=value.transaction_last_update_timestamp_ms)
+        start_ms=value.transaction_start_timestamp_ms, update_ms=value.transaction_last_update_timestamp_ms,
+        next_producer_id=following if following is not None else NO_PRODUCER_ID,
+        client_tv=getattr(value, "client_transaction_version", 0) or 0)
 
 
 class TransactionStore:
     def __init__(self, topics: InternalTopics, directory: Path, *, fsync: str = "never",
-                 notify: Callable[[tuple[str, int]], None] | None = None):
+                 notify: Callable[[tuple[str, int]], None] | None = None,
+                 transaction_version: Callable[[], int] = lambda: 2):
         self._topics = topics
         self.directory = Path(directory)  # where transactions.json of an earlier kwire may be
         self.path = self.directory / TRANSACTIONS_FILE
@@ -106,7 +120,8 @@ class TransactionStore:
         self._notify = notify
         self._lock = threading.Lock()  # flush() runs in a worker thread
         self._unflushed: dict[int, PartitionLog] = {}
-        self._written: dict[str, bytes] = {}  # transactional id -> its last stored value
+        self._level = transaction_version  # the cluster's transaction.version (picks the value version)
+        self._written: dict[str, tuple] = {}  # transactional id -> the signature of its stored value
         self.writes = 0  # for tests and stats
 
     # --- reading
@@ -132,7 +147,7 @@ class TransactionStore:
     def install(self, txns: dict[str, TransactionMetadata]) -> dict[str, TransactionMetadata]:
         """Take a replay's result as what is stored, then migrate (once) the legacy file into it;
         returns every transactional id's metadata."""
-        self._written = {tid: _value(t) for tid, t in txns.items()}
+        self._written = {tid: _signature(t) for tid, t in txns.items()}
         legacy = self._load_legacy()
         if legacy is not None:
             txns.update(legacy)
@@ -192,14 +207,17 @@ class TransactionStore:
     def save(self, txns: Iterable[TransactionMetadata]) -> None:
         """Store ``txns`` (the whole state): a record for each id changed since the last save, a
         tombstone for each id gone.  ``OSError`` if it can't be written."""
-        current = {t.transactional_id: _value(t) for t in txns}
-        changed = {tid: v for tid, v in current.items() if self._written.get(tid) != v}
+        current = {t.transactional_id: (t, _signature(t)) for t in txns}
+        changed: dict[str, tuple | None] = {tid: sig for tid, (_, sig) in current.items()
+                                            if self._written.get(tid) != sig}
         changed.update({tid: None for tid in self._written if tid not in current})
         if not changed:
             return
+        level = self._level()
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        for tid, value in sorted(changed.items()):
+        for tid, sig in sorted(changed.items()):
             key = encode_key(messages.TransactionLogKey(transactional_id=tid))
+            value = None if sig is None else _value(current[tid][0], level)
             by_partition.setdefault(self._topics.partition_of(TRANSACTION_STATE_TOPIC, tid), []).append((key, value))
         now = time.time_ns() // 1_000_000
         for partition, records in sorted(by_partition.items()):
