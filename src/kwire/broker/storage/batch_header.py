@@ -11,14 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from kwire.protocol.records import HEADER_STRUCT
-
-from .index import INT32_MAX
+from kwire.protocol.records import batch_header as v2
 
 __all__ = ["BatchHeader", "header_from_fields", "iter_headers", "read_header"]
-
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
 
 
 class BatchHeader(NamedTuple):
@@ -37,25 +32,23 @@ class BatchHeader(NamedTuple):
     max_timestamp: int = -1
 
 
-def header_from_fields(fields: tuple, position: int, base_offset: int | None = None) -> BatchHeader:
-    """A ``BatchHeader`` from the unpacked v2 header fields (``HEADER_STRUCT``, in layout order:
-    base offset, length, leader epoch, magic, crc, attributes, last offset delta, base/max
-    timestamp, producer id/epoch, base sequence, record count) of the batch at ``position``.
-    ``base_offset`` replaces the one in the header (offsets decided but not yet written)."""
+def header_from_fields(fields: v2.RecordBatchHeader, position: int, base_offset: int | None = None) -> BatchHeader:
+    """A ``BatchHeader`` from the protocol's view of the v2 header (``RecordBatchHeader``, as
+    ``RecordBatch.header_fields`` gives it) of the batch at ``position``.  ``base_offset``
+    replaces the one in the header (offsets decided but not yet written)."""
+    # Unpacked rather than read by name: one step on every append's hot path.
     (base, length, _epoch, _magic, _crc, attributes, delta, _base_ts, max_ts,
      producer_id, producer_epoch, base_seq, _count) = fields
     if base_offset is not None:
         base = base_offset
-    # Sequences wrap at int32 max like Kafka's (a batch may run from near max through 0).
-    last_seq = -1 if base_seq < 0 else (base_seq + delta) if base_seq <= INT32_MAX - delta \
-        else delta - (INT32_MAX - base_seq) - 1
-    return BatchHeader(base, base + delta, length + 12, producer_id, producer_epoch, base_seq, last_seq,
-                       bool(attributes & _TRANSACTIONAL_BIT), bool(attributes & _CONTROL_BIT), position, max_ts)
+    return BatchHeader(base, base + delta, length + v2.LOG_OVERHEAD, producer_id, producer_epoch, base_seq,
+                       v2.last_sequence(base_seq, delta), bool(attributes & v2.TRANSACTIONAL_BIT),
+                       bool(attributes & v2.CONTROL_BIT), position, max_ts)
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0, *, base_offset: int | None = None) -> BatchHeader:
     """Parse the v2 header at ``pos`` (the caller has validated the batch)."""
-    return header_from_fields(HEADER_STRUCT.unpack_from(buf, pos), pos, base_offset)
+    return header_from_fields(v2.read_header(buf, pos), pos, base_offset)
 
 
 def iter_headers(data: bytes | bytearray | memoryview, *, first_offset: int | None = None) -> Iterator[BatchHeader]:

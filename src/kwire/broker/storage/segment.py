@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from kwire.protocol.errors import CorruptRecordError, KafkaStorageError
 from kwire.protocol.records import HEADER_SIZE, RecordBatch
+from kwire.protocol.records import batch_header as v2
 
 from ._files import (
     DELETED_SUFFIX,
@@ -35,16 +35,11 @@ from .txn_index import TransactionIndex
 
 __all__ = ["FileSlice", "LogSegment"]
 
-# Every batch starts with baseOffset int64 | batchLength int32 (batchLength counts what follows).
-_PREFIX = struct.Struct(">qi")
-_PREFIX_SIZE = _PREFIX.size
-# Fields of the v2 header read without building a RecordBatch (see kwire.protocol.records.batch).
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_LAST_OFFSET_DELTA_AT = 23
-_MAX_TIMESTAMP = struct.Struct(">q")
-_MAX_TIMESTAMP_AT = 35
-_ATTRIBUTES_AT = 21
-_CONTROL_BIT = 0x20
+# Every batch starts with baseOffset int64 | batchLength int32 (batchLength counts what follows);
+# the other v2 header fields are read through the protocol's view (v2.read_*), without building
+# a RecordBatch.
+_read_prefix = v2.read_prefix
+_PREFIX_SIZE = v2.LOG_OVERHEAD
 _MIN_BATCH_SIZE = HEADER_SIZE
 # Header walks read this much at a time: one pread covers many small batches.
 _WALK_CHUNK = 64 * 1024
@@ -253,12 +248,12 @@ class LogSegment:
             header = os.pread(fd, HEADER_SIZE, pos)
             if len(header) < HEADER_SIZE:
                 return f"{self.log_path.name}: {self._size - pos} bytes at position {pos} are not a whole batch"
-            base, length = _PREFIX.unpack_from(header)
+            base, length = _read_prefix(header)
             size = length + _PREFIX_SIZE
-            if size < _MIN_BATCH_SIZE or size > self._size - pos or base < next_offset or header[16] != 2:
+            if size < _MIN_BATCH_SIZE or size > self._size - pos or base < next_offset or header[v2.MAGIC_AT] != 2:
                 return f"{self.log_path.name}: bad batch header at position {pos} (offset {base}, length {length})"
-            next_offset = base + _LAST_OFFSET_DELTA.unpack_from(header, _LAST_OFFSET_DELTA_AT)[0] + 1
-            max_ts = _MAX_TIMESTAMP.unpack_from(header, _MAX_TIMESTAMP_AT)[0]
+            next_offset = base + v2.read_last_offset_delta(header) + 1
+            max_ts = v2.read_max_timestamp(header)
             if max_ts > self._max_timestamp:
                 self._max_timestamp, self._offset_of_max_timestamp = max_ts, base
             pos += size
@@ -269,7 +264,7 @@ class LogSegment:
     def _load_rolling_timestamp(self) -> None:
         self._rolling_timestamp = None
         if self._size >= HEADER_SIZE:
-            ts = _MAX_TIMESTAMP.unpack_from(os.pread(self._fd(), 8, _MAX_TIMESTAMP_AT), 0)[0]
+            ts = v2.read_max_timestamp(os.pread(self._fd(), HEADER_SIZE, 0))
             self._rolling_timestamp = ts if ts >= 0 else None
 
     def recover(self, max_bytes: int | None = None) -> int:
@@ -312,7 +307,7 @@ class LogSegment:
             left = file_size - pos
             if left < _MIN_BATCH_SIZE:
                 return pos, f"{name}: {left} trailing bytes at position {pos} are less than a batch header"
-            base, length = _PREFIX.unpack_from(mm, pos)
+            base, length = _read_prefix(mm, pos)
             size = length + _PREFIX_SIZE
             where = f"{name}: batch at position {pos} (offset {base})"
             if size < _MIN_BATCH_SIZE:
@@ -434,7 +429,7 @@ class LogSegment:
                 buf_start, off = pos, 0
                 if len(buf) < header_size:
                     raise KafkaStorageError(f"{self.log_path}: short read of the batch header at position {pos}")
-            base, length = _PREFIX.unpack_from(buf, off)
+            base, length = _read_prefix(buf, off)
             size = length + _PREFIX_SIZE
             if size < _MIN_BATCH_SIZE or size > end - pos:
                 raise KafkaStorageError(f"{self.log_path}: bad batch length {length} at position {pos}")
@@ -453,8 +448,8 @@ class LogSegment:
         (a transaction marker, one small record) comes whole: its record says commit or abort."""
         _, position = self.offset_index.lookup(start_offset)
         for pos, base, size, buf, off in self._scan(position, HEADER_SIZE):
-            if base + _LAST_OFFSET_DELTA.unpack_from(buf, off + _LAST_OFFSET_DELTA_AT)[0] >= start_offset:
-                if buf[off + _ATTRIBUTES_AT + 1] & _CONTROL_BIT:
+            if base + v2.read_last_offset_delta(buf, off) >= start_offset:
+                if v2.read_attributes(buf, off) & v2.CONTROL_BIT:
                     yield pread_exact(self._fd(), size, pos)
                 else:
                     yield bytes(buf[off:off + HEADER_SIZE])
@@ -525,8 +520,8 @@ class LogSegment:
         fd = self._fd()
         for pos, base, size in self._walk(start):
             header = pread_exact(fd, HEADER_SIZE, pos)
-            max_ts = _MAX_TIMESTAMP.unpack_from(header, _MAX_TIMESTAMP_AT)[0]
-            last = base + _LAST_OFFSET_DELTA.unpack_from(header, _LAST_OFFSET_DELTA_AT)[0]
+            max_ts = v2.read_max_timestamp(header)
+            last = base + v2.read_last_offset_delta(header)
             if max_ts < timestamp or last < min_offset:
                 continue
             for record in RecordBatch(pread_exact(fd, size, pos)).records():
@@ -547,8 +542,8 @@ class LogSegment:
             if found is not None:
                 pos, size = found
                 header = pread_exact(fd, HEADER_SIZE, pos)
-                base = _PREFIX.unpack_from(header)[0]
-                last = base + _LAST_OFFSET_DELTA.unpack_from(header, _LAST_OFFSET_DELTA_AT)[0]
+                base = _read_prefix(header)[0]
+                last = base + v2.read_last_offset_delta(header)
                 # The located batch holds offset (or starts after it): it goes.  If it ends
                 # before offset the segment has a gap there and the batch stays.
                 cut, cut_offset = (pos + size, offset) if last < offset else (pos, base)

@@ -23,16 +23,13 @@ from kwire.protocol.errors import (
     RecordListTooLargeError,
     UnsupportedForMessageFormatError,
 )
-from kwire.protocol.records import RecordBatch, rewrite_base_offset, set_log_append_time
+from kwire.protocol.records import MAGIC_AT, RecordBatch, rewrite_base_offset, set_log_append_time
 
 from .batch_header import BatchHeader, header_from_fields
 from .config import LONG_MAX, LogConfig
 from .recompression import recompress, target_codec
 
 __all__ = ["PreparedAppend", "prepare_append"]
-
-# Where every batch format keeps its magic byte (see kwire.protocol.records).
-_MAGIC_AT = 16
 
 
 @dataclass(slots=True)
@@ -89,9 +86,9 @@ def prepare_append(data: bytes | bytearray | memoryview, *, next_offset: int, co
     pos = 0
     while pos < n:
         left = n - pos
-        if left <= _MAGIC_AT:
+        if left <= MAGIC_AT:  # where every batch format keeps its magic byte
             raise CorruptMessageError(f"{left} trailing bytes at position {pos} are not a record batch")
-        magic = data[pos + _MAGIC_AT]
+        magic = data[pos + MAGIC_AT]
         if magic in (0, 1):
             raise UnsupportedForMessageFormatError(
                 f"message format v{magic} (magic {magic}) is not accepted by this broker: send record batches "

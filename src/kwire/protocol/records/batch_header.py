@@ -176,9 +176,10 @@ def read_header(buf, pos: int = 0) -> RecordBatchHeader:
     return _new(RecordBatchHeader, _unpack_header(buf, pos))
 
 
-def read_prefix(buf, pos: int = 0) -> tuple[int, int]:
-    """(base offset, batch length) of the batch at ``pos``: the two fields every format starts with."""
-    return _PREFIX.unpack_from(buf, pos)
+#: ``read_prefix(buf, pos=0)``: (base offset, batch length) of the batch at ``pos``, the two
+#: fields every format starts with.  The struct's own method: walks over many batches call it
+#: once a batch, with no Python frame.
+read_prefix = _PREFIX.unpack_from
 
 
 def read_last_offset_delta(buf, pos: int = 0) -> int:
