@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
@@ -68,7 +67,7 @@ from .admin_cluster import (
 from .admin_quotas import QuotaAlteration, QuotaEntity, QuotaFilter
 from .cluster import Cluster
 from .errors import ClientError, UnsupportedApiError, is_retriable
-from .facade import mirrors
+from .facade import SyncFacade, blocking, mirrors
 from .loop_thread import LoopThread
 from .metadata import NO_TOPIC_ID, BrokerInfo, ClusterMetadata, TopicInfo
 from .retry import retrying
@@ -1392,18 +1391,7 @@ def _group_description(g, coordinator: int | None) -> GroupDescription:
 
 
 # -- the synchronous twin ---------------------------------------------------------------------------
-def _sync(name: str):
-    async_method = getattr(AsyncAdmin, name)
-
-    @mirrors(async_method, blocking=True)
-    @functools.wraps(async_method)
-    def method(self: Admin, *args, **kwargs):
-        return self._call(getattr(self._admin, name)(*args, **kwargs), kwargs.get("timeout"))
-
-    return method
-
-
-class Admin:
+class Admin(SyncFacade):
     """The admin client for code without an event loop; every method blocks until its answer.
 
     Same methods, arguments and results as ``AsyncAdmin``, which runs on kwire's client loop
@@ -1419,7 +1407,11 @@ class Admin:
         """The admin client's settings, parsed and checked (read-only)."""
         return self._admin.config
 
-    def _call(self, coro, timeout: float | None):
+    @property
+    def _twin(self) -> AsyncAdmin:
+        return self._admin
+
+    def _wait(self, coro, timeout: float | None):
         # The async call keeps its own deadline; this outer one only guards against a hang.
         limit = (self._admin.default_timeout if timeout is None else timeout) * 2 + self._admin.cluster.request_timeout
         return self._loop.run(coro, limit)
@@ -1434,42 +1426,42 @@ class Admin:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    create_topics = _sync("create_topics")
-    delete_topics = _sync("delete_topics")
-    create_partitions = _sync("create_partitions")
-    list_topics = _sync("list_topics")
-    metadata = _sync("metadata")
-    describe_topics = _sync("describe_topics")
-    describe_cluster = _sync("describe_cluster")
-    describe_configs = _sync("describe_configs")
-    alter_configs = _sync("alter_configs")
-    incremental_alter_configs = _sync("incremental_alter_configs")
-    list_groups = _sync("list_groups")
-    describe_groups = _sync("describe_groups")
-    delete_groups = _sync("delete_groups")
-    list_offsets = _sync("list_offsets")
-    list_consumer_group_offsets = _sync("list_consumer_group_offsets")
-    consumer_group_lag = _sync("consumer_group_lag")
-    create_acls = _sync("create_acls")
-    describe_acls = _sync("describe_acls")
-    delete_acls = _sync("delete_acls")
-    describe_log_dirs = _sync("describe_log_dirs")
-    describe_producers = _sync("describe_producers")
-    describe_user_scram_credentials = _sync("describe_user_scram_credentials")
-    alter_user_scram_credentials = _sync("alter_user_scram_credentials")
-    describe_client_quotas = _sync("describe_client_quotas")
-    alter_client_quotas = _sync("alter_client_quotas")
-    describe_features = _sync("describe_features")
-    delete_records = _sync("delete_records")
-    alter_consumer_group_offsets = _sync("alter_consumer_group_offsets")
-    delete_consumer_group_offsets = _sync("delete_consumer_group_offsets")
-    remove_group_members = _sync("remove_group_members")
-    list_config_resources = _sync("list_config_resources")
-    list_transactions = _sync("list_transactions")
-    describe_transactions = _sync("describe_transactions")
-    abort_transaction = _sync("abort_transaction")
-    elect_leaders = _sync("elect_leaders")
-    list_partition_reassignments = _sync("list_partition_reassignments")
-    alter_partition_reassignments = _sync("alter_partition_reassignments")
-    describe_metadata_quorum = _sync("describe_metadata_quorum")
-    update_features = _sync("update_features")
+    create_topics = blocking(AsyncAdmin.create_topics)
+    delete_topics = blocking(AsyncAdmin.delete_topics)
+    create_partitions = blocking(AsyncAdmin.create_partitions)
+    list_topics = blocking(AsyncAdmin.list_topics)
+    metadata = blocking(AsyncAdmin.metadata)
+    describe_topics = blocking(AsyncAdmin.describe_topics)
+    describe_cluster = blocking(AsyncAdmin.describe_cluster)
+    describe_configs = blocking(AsyncAdmin.describe_configs)
+    alter_configs = blocking(AsyncAdmin.alter_configs)
+    incremental_alter_configs = blocking(AsyncAdmin.incremental_alter_configs)
+    list_groups = blocking(AsyncAdmin.list_groups)
+    describe_groups = blocking(AsyncAdmin.describe_groups)
+    delete_groups = blocking(AsyncAdmin.delete_groups)
+    list_offsets = blocking(AsyncAdmin.list_offsets)
+    list_consumer_group_offsets = blocking(AsyncAdmin.list_consumer_group_offsets)
+    consumer_group_lag = blocking(AsyncAdmin.consumer_group_lag)
+    create_acls = blocking(AsyncAdmin.create_acls)
+    describe_acls = blocking(AsyncAdmin.describe_acls)
+    delete_acls = blocking(AsyncAdmin.delete_acls)
+    describe_log_dirs = blocking(AsyncAdmin.describe_log_dirs)
+    describe_producers = blocking(AsyncAdmin.describe_producers)
+    describe_user_scram_credentials = blocking(AsyncAdmin.describe_user_scram_credentials)
+    alter_user_scram_credentials = blocking(AsyncAdmin.alter_user_scram_credentials)
+    describe_client_quotas = blocking(AsyncAdmin.describe_client_quotas)
+    alter_client_quotas = blocking(AsyncAdmin.alter_client_quotas)
+    describe_features = blocking(AsyncAdmin.describe_features)
+    delete_records = blocking(AsyncAdmin.delete_records)
+    alter_consumer_group_offsets = blocking(AsyncAdmin.alter_consumer_group_offsets)
+    delete_consumer_group_offsets = blocking(AsyncAdmin.delete_consumer_group_offsets)
+    remove_group_members = blocking(AsyncAdmin.remove_group_members)
+    list_config_resources = blocking(AsyncAdmin.list_config_resources)
+    list_transactions = blocking(AsyncAdmin.list_transactions)
+    describe_transactions = blocking(AsyncAdmin.describe_transactions)
+    abort_transaction = blocking(AsyncAdmin.abort_transaction)
+    elect_leaders = blocking(AsyncAdmin.elect_leaders)
+    list_partition_reassignments = blocking(AsyncAdmin.list_partition_reassignments)
+    alter_partition_reassignments = blocking(AsyncAdmin.alter_partition_reassignments)
+    describe_metadata_quorum = blocking(AsyncAdmin.describe_metadata_quorum)
+    update_features = blocking(AsyncAdmin.update_features)

@@ -45,7 +45,7 @@ from .cluster import Cluster
 from .config import ConsumerConfig
 from .consumer_errors import CommitFailedError, FatalGroupError, NoOffsetForPartitionError, StaleCommitError
 from .errors import ClientTimeoutError, IllegalStateError
-from .facade import mirrors
+from .facade import SyncFacade, blocking, mirrors, on_loop
 from .fetcher import Fetcher, isolation_level_code
 from .log_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
 from .loop_thread import LoopThread
@@ -863,7 +863,7 @@ def _settle(reply: asyncio.Future, result: Any, error: BaseException | None) -> 
         reply.set_result(result)
 
 
-class Consumer:
+class Consumer(SyncFacade):
     """The synchronous consumer: ``AsyncConsumer`` run on kwire's background loop thread.
 
     ``poll(timeout)`` returns a batch, ``list[ConsumerRecord]`` (empty when nothing came within
@@ -897,11 +897,9 @@ class Consumer:
     def _run(self, coro, timeout: float | None = None):
         return self._loop.run(coro, timeout)
 
-    def _call(self, fn: Callable, *args, **kwargs):
-        """Run a plain method of the async consumer on the loop thread (its state lives there)."""
-        async def call():
-            return fn(*args, **kwargs)
-        return self._loop.run(call())
+    @property
+    def _twin(self) -> AsyncConsumer:
+        return self._consumer
 
     def _run_commit_callbacks(self) -> None:
         while True:
@@ -912,26 +910,18 @@ class Consumer:
             callback(offsets, error)
 
     # -- subscription -----------------------------------------------------------------------------
-    @mirrors(AsyncConsumer.subscribe)
-    def subscribe(self, topics: Iterable[str] | str | None = None, *, pattern: str | re.Pattern[str] | None = None,
-                  listener: RebalanceListener | None = None) -> None:
-        self._call(self._consumer.subscribe, topics, pattern=pattern, listener=listener)
+    subscribe = on_loop(AsyncConsumer.subscribe)
 
     @mirrors(AsyncConsumer.assign)
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        self._call(self._consumer.assign, _partitions(partitions))
+        self._on_loop(self._consumer.assign, _partitions(partitions))
 
     @mirrors(AsyncConsumer.unsubscribe, blocking=True)
     def unsubscribe(self) -> None:
         self._callbacks.call(self._consumer.unsubscribe())
 
-    @mirrors(AsyncConsumer.subscription)
-    def subscription(self) -> set[str]:
-        return self._call(self._consumer.subscription)
-
-    @mirrors(AsyncConsumer.assignment)
-    def assignment(self) -> set[TopicPartition]:
-        return self._call(self._consumer.assignment)
+    subscription = on_loop(AsyncConsumer.subscription)
+    assignment = on_loop(AsyncConsumer.assignment)
 
     # -- polling ----------------------------------------------------------------------------------
     def poll(self, timeout: float | None = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
@@ -948,70 +938,23 @@ class Consumer:
             self._consumer.getbatches(None if timeout is None else timeout * 1000, max_records))
 
     # -- positions --------------------------------------------------------------------------------
-    @mirrors(AsyncConsumer.seek)
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._call(self._consumer.seek, partition, offset)
-
-    @mirrors(AsyncConsumer.seek_to_beginning)
-    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | TopicPartition | None = None) -> None:
-        self._call(self._consumer.seek_to_beginning, partitions)
-
-    @mirrors(AsyncConsumer.seek_to_end)
-    def seek_to_end(self, partitions: Iterable[TopicPartition] | TopicPartition | None = None) -> None:
-        self._call(self._consumer.seek_to_end, partitions)
-
-    @mirrors(AsyncConsumer.seek_to_timestamp, blocking=True)
-    def seek_to_timestamp(self, timestamp_ms: int,
-                          partitions: Iterable[TopicPartition] | TopicPartition | None = None) -> None:
-        self._run(self._consumer.seek_to_timestamp(timestamp_ms, partitions))
-
-    @mirrors(AsyncConsumer.position, blocking=True)
-    def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
-        return self._run(self._consumer.position(partition, timeout))
-
-    @mirrors(AsyncConsumer.offsets_for_times, blocking=True)
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
-                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        return self._run(self._consumer.offsets_for_times(timestamps))
-
-    @mirrors(AsyncConsumer.beginning_offsets, blocking=True)
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._run(self._consumer.beginning_offsets(partitions))
-
-    @mirrors(AsyncConsumer.end_offsets, blocking=True)
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._run(self._consumer.end_offsets(partitions))
-
-    @mirrors(AsyncConsumer.partitions_for, blocking=True)
-    def partitions_for(self, topic: str) -> list[int]:
-        return self._run(self._consumer.partitions_for(topic))
-
-    @mirrors(AsyncConsumer.pause)
-    def pause(self, partitions: Iterable[TopicPartition] | TopicPartition) -> None:
-        self._call(self._consumer.pause, partitions)
-
-    @mirrors(AsyncConsumer.resume)
-    def resume(self, partitions: Iterable[TopicPartition] | TopicPartition) -> None:
-        self._call(self._consumer.resume, partitions)
-
-    @mirrors(AsyncConsumer.paused)
-    def paused(self) -> set[TopicPartition]:
-        return self._call(self._consumer.paused)
-
-    @mirrors(AsyncConsumer.highwater)
-    def highwater(self, partition: TopicPartition) -> int:
-        return self._call(self._consumer.highwater, partition)
+    seek = on_loop(AsyncConsumer.seek)
+    seek_to_beginning = on_loop(AsyncConsumer.seek_to_beginning)
+    seek_to_end = on_loop(AsyncConsumer.seek_to_end)
+    seek_to_timestamp = blocking(AsyncConsumer.seek_to_timestamp)
+    position = blocking(AsyncConsumer.position)
+    offsets_for_times = blocking(AsyncConsumer.offsets_for_times)
+    beginning_offsets = blocking(AsyncConsumer.beginning_offsets)
+    end_offsets = blocking(AsyncConsumer.end_offsets)
+    partitions_for = blocking(AsyncConsumer.partitions_for)
+    pause = on_loop(AsyncConsumer.pause)
+    resume = on_loop(AsyncConsumer.resume)
+    paused = on_loop(AsyncConsumer.paused)
+    highwater = on_loop(AsyncConsumer.highwater)
 
     # -- commits ----------------------------------------------------------------------------------
-    @mirrors(AsyncConsumer.committed, blocking=True)
-    def committed(self, partitions: Iterable[TopicPartition] | TopicPartition,
-                  timeout: float | None = None) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        return self._run(self._consumer.committed(partitions, timeout))
-
-    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
-        """Group id, generation, member id and group instance id, for a transactional producer's
-        ``send_offsets_to_transaction`` (KIP-447)."""
-        return self._call(self._consumer.consumer_group_metadata)
+    committed = blocking(AsyncConsumer.committed)
+    consumer_group_metadata = on_loop(AsyncConsumer.consumer_group_metadata)
 
     def commit(self, offsets: Offsets | None = None, timeout: float | None = None) -> None:
         """Commit and wait (the current positions when ``offsets`` is None)."""

@@ -41,7 +41,7 @@ from kwire.settings import ConfigError
 from .cluster import Cluster
 from .config import CommonConfig, _choice, _int
 from .errors import IllegalStateError
-from .facade import mirrors
+from .facade import SyncFacade, blocking, mirrors, on_loop
 from .loop_thread import LoopThread
 
 
@@ -389,12 +389,16 @@ class AsyncShareConsumer:
             raise IllegalStateError("the share consumer is closed")
 
 
-class ShareConsumer:
+class ShareConsumer(SyncFacade):
     """The blocking share consumer: ``AsyncShareConsumer`` run on kwire's loop thread."""
 
     def __init__(self, config: ShareConsumerConfig | Mapping[str, Any] | None = None, /, **settings: Any):
         self._loop = LoopThread.get()
         self._async = AsyncShareConsumer(config, **settings)
+
+    @property
+    def _twin(self) -> AsyncShareConsumer:
+        return self._async
 
     def __enter__(self) -> ShareConsumer:
         return self
@@ -402,28 +406,18 @@ class ShareConsumer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @mirrors(AsyncShareConsumer.subscribe)
-    def subscribe(self, topics: Iterable[str]) -> None:
-        async def go():
-            self._async.subscribe(topics)
-        self._loop.run(go())
-
-    @mirrors(AsyncShareConsumer.assignment)
-    def assignment(self) -> dict[str, tuple[int, ...]]:
-        return self._async.assignment()
-
-    @mirrors(AsyncShareConsumer.poll, blocking=True)
-    def poll(self, timeout: float = 1.0) -> list[ShareRecord]:
-        return self._loop.run(self._async.poll(timeout))
+    subscribe = on_loop(AsyncShareConsumer.subscribe)
+    assignment = on_loop(AsyncShareConsumer.assignment)
+    poll = blocking(AsyncShareConsumer.poll)
 
     @mirrors(AsyncShareConsumer.acknowledge)
     def acknowledge(self, record: ShareRecord, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        # Called once per record: it only notes the acknowledgement for the next poll or commit,
+        # so it runs in the caller's thread rather than paying a loop round trip per record.
         self._async.acknowledge(record, ack_type)
 
     @mirrors(AsyncShareConsumer.commit, blocking=True)
     def commit_sync(self) -> dict[tuple[str, int], KafkaError | None]:
         return self._loop.run(self._async.commit())
 
-    @mirrors(AsyncShareConsumer.close, blocking=True)
-    def close(self) -> None:
-        self._loop.run(self._async.close())
+    close = blocking(AsyncShareConsumer.close)
