@@ -11,6 +11,10 @@ Input is read as bytes (kcat's way): records are split at ``-D`` (default a newl
 first ``-K``, and nothing is decoded, so any binary data goes through as it is.  ``-Z`` sends an
 empty key or value as null (a tombstone, for a compacted topic).
 
+Records are batched as kcat batches them (librdkafka's ``batch.size`` of 1,000,000 bytes and
+``batch.num.messages`` of 10,000) unless ``-X`` sets either, and each read of the input (a
+megabyte) goes to the producer in one ``produce_many`` call.
+
 It prints where the records went: for each partition the count and the first and last offsets
 (``--verbose``: every record's partition and offset), or the same as JSON with ``--json``.
 Records that could not be delivered are counted, the first error is shown, and the exit status is 1.
@@ -30,6 +34,8 @@ from .client_options import add_client_options, client_command, client_settings
 from .output import print_json, print_table
 
 ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
+# librdkafka's batch.size and batch.num.messages defaults, which kcat produces with.
+RDKAFKA_BATCHING = {"batch.size": 1_000_000, "batch.num.messages": 10_000}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,24 +73,26 @@ def _header(text: str) -> tuple[str, bytes]:
     return key, value.encode()
 
 
-_READ_SIZE = 1 << 16
+# Input is read this much at a time, and each read's records go to the producer in one
+# produce_many call: a megabyte keeps the calls few without holding a big input in memory.
+_READ_SIZE = 1 << 20
 
 
-def _split(stream: BinaryIO, delim: bytes) -> Iterator[bytes]:
-    """The records of a byte stream ending each at ``delim`` (the last may lack it), read in
-    chunks so that input of any size streams through."""
+def _split(stream: BinaryIO, delim: bytes) -> Iterator[list[bytes]]:
+    """The records of a byte stream ending each at ``delim`` (the last may lack it), a list per
+    read, so that input of any size streams through."""
     read = getattr(stream, "read1", stream.read)  # read1: what is there now, so a pipe streams
     pending = b""
     while True:
         chunk = read(_READ_SIZE)
         if not chunk:
             break
-        pending += chunk
-        parts = pending.split(delim)
+        parts = (pending + chunk).split(delim) if pending else chunk.split(delim)
         pending = parts.pop()
-        yield from parts
+        if parts:
+            yield parts
     if pending:
-        yield pending
+        yield [pending]
 
 
 class _BadLine(ValueError):
@@ -100,7 +108,7 @@ def _shown(data: bytes) -> str:
     return repr(data.decode("utf-8", "backslashreplace"))
 
 
-def _file_records(path: str, delim: bytes) -> Iterator[bytes]:
+def _file_records(path: str, delim: bytes) -> Iterator[list[bytes]]:
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
@@ -109,30 +117,38 @@ def _file_records(path: str, delim: bytes) -> Iterator[bytes]:
         yield from _split(stream, delim)
 
 
-def _records(args: argparse.Namespace) -> Iterator[tuple[bytes | None, bytes | None]]:
+def _batches(args: argparse.Namespace) -> Iterator[tuple[list[bytes | None], list[bytes | None] | None]]:
+    """The input as runs of records: (values, keys), keys None unless -K splits them.  A record
+    -K cannot split ends the input with _BadLine, after the run of the records before it."""
     unit = "line" if args.delimiter == b"\n" else "record"  # how an error names the bad input
     if args.values:
         # Arguments as the shell passed them: os.fsencode gives back undecodable bytes too.
-        source: Iterator[bytes] = (os.fsencode(v) for v in args.values)
+        source: Iterator[list[bytes]] = iter([[os.fsencode(v) for v in args.values]])
         what = "value"
     elif args.file:
         source, what = _file_records(args.file, args.delimiter), f"{args.file}: {unit}"
     else:
         source, what = _split(sys.stdin.buffer, args.delimiter), unit
-    key = os.fsencode(args.key) if args.key is not None else None
-
-    def nullable(data: bytes | None) -> bytes | None:
-        return None if args.null and data == b"" else data
-
-    for number, data in enumerate(source, 1):
+    null = args.null
+    seen = 0
+    for parts in source:
         if args.key_separator:
-            k, sep, v = data.partition(args.key_separator)
-            if not sep:
-                raise _BadLine(f"{what} {number} has no key separator {_shown(args.key_separator)}: "
-                               f"{_shown(data[:60])}")
-            yield nullable(k), nullable(v)
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+            separator = args.key_separator
+            for data in parts:
+                k, sep, v = data.partition(separator)
+                if not sep:
+                    if values:
+                        yield values, keys
+                    raise _BadLine(f"{what} {seen + len(values) + 1} has no key separator {_shown(separator)}: "
+                                   f"{_shown(data[:60])}")
+                keys.append(k or None if null else k)
+                values.append(v or None if null else v)
+            yield values, keys
         else:
-            yield nullable(key), nullable(data)
+            yield ([v or None for v in parts] if null else parts), None
+        seen += len(parts)
 
 
 class _Progress:
@@ -164,76 +180,78 @@ def run(args: argparse.Namespace) -> int:
         settings["compression.type"] = args.compression
     if args.acks:
         settings["acks"] = ACKS[args.acks]
+    if "batch.size" not in settings and "batch.num.messages" not in settings:
+        # kcat's batching (librdkafka's defaults) rather than the Java client's 16 KiB: a file
+        # goes out in few large requests, each of which costs the same whatever its size.
+        settings.update(RDKAFKA_BATCHING)
     headers = [_header(h) for h in args.headers] or None
 
-    results: dict[int, tuple[int, int]] = {}
-    errors: list[BaseException] = []
-
-    def report(index: int):
-        def on_delivery(error, metadata) -> None:
-            if error is not None:
-                errors.append(error)
-            else:
-                results[index] = (metadata.partition, metadata.offset)
-        return on_delivery
-
+    key = os.fsencode(args.key) if args.key is not None else None
+    if args.null and key == b"":
+        key = None
     progress = _Progress()
-    sent = left = 0
+    sent = 0
+    left = 0
+    deliveries: list = []
     bad_line: _BadLine | None = None
     producer = Producer(settings)
     try:
         try:
-            for key, value in _records(args):
-                producer.produce(args.topic, value, key=key, partition=args.partition, headers=headers,
-                                 on_delivery=report(sent))
-                sent += 1
-                if sent % 1000 == 0:
-                    producer.poll(0)
-                    progress.tick(sent, len(results))
+            for values, keys in _batches(args):
+                deliveries.append(producer.produce_many(args.topic, values, keys, key=key, partition=args.partition,
+                                                        headers=headers))
+                sent += len(values)
+                progress.tick(sent, sum(d.delivered for d in deliveries))
         except _BadLine as exc:
             bad_line = exc
         left = producer.flush(args.timeout)
     finally:
         # Not close() with no timeout: it would wait for delivery (up to delivery.timeout.ms)
-        # again.  What flush left undelivered fails now; its callbacks run here.
+        # again.  What flush left undelivered fails now.
         producer.close(0 if left else args.timeout)
     progress.done()
+    delivered_count = sum(d.delivered for d in deliveries)
+    errors = [d.error for d in deliveries if d.error is not None]
     if bad_line is not None:
-        failed = f" ({sent - len(results)} of them failed)" if len(results) < sent else ""
+        failed = f" ({sent - delivered_count} of them failed)" if delivered_count < sent else ""
         print(f"kwire: error: {bad_line}; the {sent} records before it were sent{failed}", file=sys.stderr)
         return 1
-    delivered = [results[i] for i in sorted(results)]
-    summary = _summarise(delivered)
+    summary = _summarise(deliveries)
+    offsets = [o for d in deliveries for o in d.offsets() if o is not None] if args.verbose else []
     if args.json:
-        doc: dict[str, Any] = {"topic": args.topic, "records": sent, "delivered": len(delivered),
-                               "failed": sent - len(delivered), "partitions": summary}
+        doc: dict[str, Any] = {"topic": args.topic, "records": sent, "delivered": delivered_count,
+                               "failed": sent - delivered_count, "partitions": summary}
         if args.verbose:
-            doc["offsets"] = [{"partition": p, "offset": o} for p, o in delivered]
+            doc["offsets"] = [{"partition": p, "offset": o} for p, o in offsets]
         if errors:
             doc["error"] = str(errors[0])
         print_json(doc)
     else:
         if args.verbose:
-            for p, o in delivered:
+            for p, o in offsets:
                 print(f"{args.topic} partition {p} offset {o}")
         print_table(["partition", "records", "first offset", "last offset"],
                     [(s["partition"], s["records"], s["first_offset"], s["last_offset"]) for s in summary],
                     align_right=(0, 1, 2, 3))
-        print(f"{len(delivered)} of {sent} records written to {args.topic}")
-    if len(delivered) < sent:
+        print(f"{delivered_count} of {sent} records written to {args.topic}")
+    if delivered_count < sent:
         first = f"{left} records not delivered within {args.timeout:g} s" if left else str(errors[0])
-        print(f"kwire: error: {sent - len(delivered)} records failed: {first}", file=sys.stderr)
+        print(f"kwire: error: {sent - delivered_count} records failed: {first}", file=sys.stderr)
         return 1
     return 0
 
 
-def _summarise(delivered: list[tuple[int, int]]) -> list[dict[str, int]]:
+def _summarise(deliveries: list) -> list[dict[str, int]]:
     """Per partition: how many records, the first and the last offset (-1 with acks=0)."""
     parts: dict[int, dict[str, int]] = {}
-    for partition, offset in delivered:
-        s = parts.setdefault(partition, {"partition": partition, "records": 0, "first_offset": offset,
-                                         "last_offset": offset})
-        s["records"] += 1
-        s["first_offset"] = min(s["first_offset"], offset)
-        s["last_offset"] = max(s["last_offset"], offset)
+    for delivery in deliveries:
+        for p in delivery.partitions():
+            s = parts.get(p.partition)
+            if s is None:
+                parts[p.partition] = {"partition": p.partition, "records": p.records,
+                                      "first_offset": p.first_offset, "last_offset": p.last_offset}
+            else:
+                s["records"] += p.records
+                s["first_offset"] = min(s["first_offset"], p.first_offset)
+                s["last_offset"] = max(s["last_offset"], p.last_offset)
     return [parts[p] for p in sorted(parts)]

@@ -9,6 +9,11 @@ A batch keeps its records as ``(key, value, timestamp, headers)`` tuples and is 
 it is first sent: one ``RecordBatchBuilder.extend`` call per batch instead of an encoding call per
 record, and the producer id, epoch and sequence go into the header at that point.
 
+The bulk path (``append_many``, behind ``produce_many``) encodes runs of records as they arrive
+instead (``kwire.protocol.records.bulk``): such a batch keeps encoded record sections, its tokens
+are spans of a bulk call's records, and only its header is written when it is sent.  A batch is
+one kind or the other: records of the other kind close it and start the partition's next batch.
+
 Memory: every record counts its estimated encoded size against ``buffer.memory`` from ``send`` until
 its batch completes.  ``send`` waits (FIFO, up to ``max.block.ms``) while the budget is spent.
 """
@@ -22,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder
+from kwire.protocol.records.bulk import encode_records, seal_batch
 
 from .errors import ClientTimeoutError
 from .idempotence import wire_sequence
@@ -49,7 +55,7 @@ class ProducerBatch:
 
     __slots__ = ("tp", "records", "tokens", "size", "created", "deadline", "open", "attempts", "retry_at",
                  "producer_id", "epoch", "sequence", "data", "data_magic", "sent", "ambiguous", "last_error",
-                 "waiter", "completed")
+                 "waiter", "completed", "sections", "count", "base_ts", "max_ts")
 
     def __init__(self, tp: TopicPartition, created: float, deadline: float):
         self.tp = tp
@@ -71,13 +77,18 @@ class ProducerBatch:
         self.last_error: BaseException | None = None
         self.waiter: asyncio.Future | None = None  # made on demand by flush()
         self.completed = False
+        # A bulk batch (append_many): encoded record sections instead of records, ``count``
+        # records in them, their first and greatest timestamps; tokens are spans of bulk calls.
+        self.sections: list[bytes] | None = None
+        self.count = 0
+        self.base_ts = self.max_ts = -1
 
     def __repr__(self) -> str:
-        return f"<ProducerBatch {self.tp} {len(self.records)} records seq {self.sequence}>"
+        return f"<ProducerBatch {self.tp} {self.record_count} records seq {self.sequence}>"
 
     @property
     def record_count(self) -> int:
-        return len(self.records)
+        return self.count if self.sections is not None else len(self.records)
 
     def set_producer_state(self, producer_id: int, epoch: int, sequence: int) -> None:
         self.producer_id = producer_id
@@ -92,6 +103,14 @@ class ProducerBatch:
         ``transactional``: a transactional producer's batch (v2 only; the attribute bit set)."""
         if self.data is None or self.data_magic != magic:
             self.data_magic = magic
+            if self.sections is not None:
+                if magic != 2:
+                    raise ValueError("bulk batches are record batches (magic 2)")
+                self.data = seal_batch(self.sections, self.count, self.base_ts, self.max_ts, compression=compression,
+                                       producer_id=self.producer_id, producer_epoch=self.epoch,
+                                       base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                       transactional=transactional)
+                return self.data
             if magic == 2:
                 builder = RecordBatchBuilder(compression=compression, producer_id=self.producer_id,
                                              producer_epoch=self.epoch,
@@ -145,7 +164,7 @@ class RecordAccumulator:
         if queue:
             batch = queue[-1]
             if batch.open:
-                if batch.size + size <= self.batch_size:
+                if batch.size + size <= self.batch_size and batch.sections is None:
                     batch.records.append(record)
                     batch.tokens.append(token)
                     batch.size += size
@@ -175,6 +194,62 @@ class RecordAccumulator:
         self.wakeup()  # the sender (re)schedules its linger timer
         return True
 
+    def append_many(self, tp: TopicPartition, values, keys, headers: bytes, start: int, stop: int, timestamp: int,
+                    token: Any, max_record: int) -> tuple[int, bool]:
+        """Encode records ``values[start:stop]`` (keys: a list, or one key for all; headers: the
+        encoded headers of every record) into ``tp``'s open bulk batch, or a new one, while they fit.
+
+        Returns ``(next, closed)``: the index of the first record not taken, and whether the batch
+        was closed (full by ``batch.size`` or ``batch.num.messages``).  ``next == start`` and not
+        closed: record ``start`` alone is larger than ``max_record`` (the caller fails it).  The
+        batch's tokens get ``(token, first offset delta, start, next)``.
+        """
+        queue = self.queues.get(tp)
+        batch = queue[-1] if queue else None
+        if batch is not None and (not batch.open or batch.sections is None):
+            if batch.open:
+                batch.open = False  # a batch of single records: the bulk records go in the next one
+                self.wakeup()
+            batch = None
+        limit = self.batch_records or 1 << 31
+        if batch is None:
+            first_delta, room, count_room, ts_delta = 0, self.batch_size - BATCH_OVERHEAD, limit, 0
+        else:
+            first_delta, room, count_room = batch.count, self.batch_size - batch.size, limit - batch.count
+            ts_delta = timestamp - batch.base_ts
+        section, end = encode_records(values, keys, headers, start, stop, first_delta, ts_delta, room, count_room,
+                                      max_record)
+        if end == start:
+            if batch is None:
+                return start, False  # too large to send at all
+            batch.open = False       # full: the next call starts a new batch
+            self.wakeup()
+            return start, True
+        taken = end - start
+        if batch is None:
+            now = time.monotonic()
+            batch = ProducerBatch(tp, now, now + self.delivery_timeout)
+            batch.sections = []
+            batch.base_ts = batch.max_ts = timestamp
+            if queue is None:
+                queue = self.queues[tp] = collections.deque()
+            queue.append(batch)
+            self.incomplete.add(batch)
+            self.buffered += BATCH_OVERHEAD
+        batch.sections.append(section)
+        batch.tokens.append((token, batch.count, start, end))
+        batch.count += taken
+        batch.size += len(section)
+        if timestamp > batch.max_ts:
+            batch.max_ts = timestamp
+        self.buffered += len(section)
+        self.record_count += taken
+        closed = end < stop or batch.size >= self.batch_size or batch.count >= limit
+        if closed:
+            batch.open = False
+        self.wakeup()
+        return end, closed
+
     # -- taking out and putting back --------------------------------------------------------------
     def reenqueue(self, batch: ProducerBatch) -> None:
         """Put a batch to be sent again back in its partition's queue, before every newer batch."""
@@ -196,7 +271,7 @@ class RecordAccumulator:
         batch.completed = True
         self.incomplete.discard(batch)
         self.buffered -= batch.size
-        self.record_count -= len(batch.records)
+        self.record_count -= batch.record_count
         if batch.waiter is not None and not batch.waiter.done():
             batch.waiter.set_result(None)
         if self._memory_waiters:

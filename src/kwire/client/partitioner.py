@@ -145,6 +145,24 @@ class Partitioner:
             return current
         return self._pick(num_partitions, available)
 
+    def partition_many(self, topic: str, keys: Sequence[bytes | None] | None, count: int, num_partitions: int,
+                       available: Sequence[int] | None = None) -> list[int] | None:
+        """Each of ``count`` records' partitions for a bulk call, by the same rules as
+        ``partition``; ``keys`` their keys, or None for keyless records.  None when the records are keyless and the
+        strategy is sticky: the caller then asks ``partition(topic, None, ...)`` once per batch
+        and reports each closed batch with ``on_new_batch``, as the per-record path does."""
+        if keys is None:
+            if self._sticky_keyless:
+                return None
+            keys = [None] * count
+        elif self._hash is java_partition and not self.ignore_keys and num_partitions >= 1:
+            from kwire.protocol.records.bulk import murmur2_partitions
+
+            compiled = murmur2_partitions(keys, num_partitions)  # None: not built, or a key not bytes
+            if compiled is not None:
+                return compiled
+        return [self.partition(topic, key, num_partitions, available) for key in keys]
+
     def on_new_batch(self, topic: str, partition: int) -> None:
         """The producer closed the batch of ``topic``/``partition``: if that is the sticky
         partition, the next keyless record of the topic goes elsewhere (Java's onNewBatch)."""

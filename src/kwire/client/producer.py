@@ -20,6 +20,16 @@ batch (``accumulator``), and the background ``sender`` ships batches to the part
 They wait (``max.block.ms`` at most) only for what they cannot do without: the metadata of a topic
 seen for the first time, or room in ``buffer.memory``.
 
+Many records at once (a file, a data frame's column): ``send_many``/``produce_many`` take a list
+of values (and of keys, or one key for all) and encode them straight into their partitions'
+batches, with no future and no callback per record; a ``BulkDelivery`` counts what was delivered
+and says where it went.  The same batches, sender, partitioner, idempotence and transactions as
+single records::
+
+    delivery = producer.produce_many("lines", [b"a", b"b", b"c"], key=b"k")  # queued
+    producer.flush()
+    delivery.delivered, delivery.failed, delivery.error, delivery.partitions()
+
 Delivery callbacks: ``AsyncProducer`` calls ``on_delivery`` in the event loop as records complete.
 ``Producer`` runs on the shared client loop thread (``LoopThread``) but calls callbacks, like
 confluent-kafka, only from ``poll()``, ``flush()`` and ``close()``, in the thread that calls them:
@@ -49,19 +59,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kwire.protocol import messages
 from kwire.protocol.errors import KafkaError
 from kwire.protocol.records import Compression
+from kwire.protocol.records.bulk import encode_headers, encode_records
 from kwire.settings import ConfigError
 
-from .accumulator import ProducerBatch, RecordAccumulator, record_size
+from .accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator, record_size
 from .cluster import GROUP_COORDINATOR, Cluster
 from .config import ProducerConfig
 from .errors import ClientTimeoutError, IllegalStateError, UnsupportedApiError, is_retriable
@@ -69,6 +81,7 @@ from .facade import mirrors
 from .idempotence import IdempotenceState
 from .loop_thread import LoopThread
 from .partitioner import Partitioner
+from .producer_bulk import BulkDelivery
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
 from .producer_futures import RecordFuture, resolve
 from .retry import retrying
@@ -84,7 +97,7 @@ from .transactions import (
 )
 from .types import OffsetAndMetadata, RecordMetadata, TopicPartition
 
-__all__ = ["AsyncProducer", "Producer", "DeliveryCallback"]
+__all__ = ["AsyncProducer", "BulkDelivery", "Producer", "DeliveryCallback"]
 
 logger = logging.getLogger("kwire.client.producer")
 
@@ -131,6 +144,44 @@ def _headers(headers: Any) -> list[tuple[str, bytes | None]]:
             raise
         raise TypeError(f"headers must be a dict or a list of (name, value) pairs, not {headers!r}") from None
     return result
+
+
+def _bytes_column(column: Any, what: str) -> list | tuple:
+    """A bulk call's values or keys as a list or tuple of bytes or None (str as UTF-8)."""
+    items = column if isinstance(column, (list, tuple)) else list(column)
+    if all(type(item) is bytes or item is None for item in items):
+        return items
+    return [item if item is None or type(item) is bytes else _as_bytes(item, f"{what} {i}")
+            for i, item in enumerate(items)]
+
+
+def _bulk_keys(values: Sequence, keys: Any, key: Any) -> Any:
+    """The keys of a bulk call: a list as long as ``values``, or one key (or None) for all."""
+    if keys is None:
+        return key if key is None or type(key) is bytes else _as_bytes(key, "key")
+    if key is not None:
+        raise ValueError("give keys (one per record) or key (the same for every record), not both")
+    keys = _bytes_column(keys, "key")
+    if len(keys) != len(values):
+        raise ValueError(f"{len(keys)} keys for {len(values)} values")
+    return keys
+
+
+def _complete_bulk(batch: ProducerBatch, base_offset: int, error: BaseException | None) -> None:
+    """A bulk batch's outcome to the ``BulkDelivery`` of each call it holds records of."""
+    partition = batch.tp.partition
+    for (delivery, group), first_delta, start, stop in batch.tokens:
+        delivery._complete(partition, base_offset + first_delta if base_offset >= 0 else -1, group, start, stop, error)
+
+
+def _record_done(delivery: BulkDelivery, index: int, future: Any) -> None:
+    """One record of a bulk call sent record by record (an old broker's message sets)."""
+    error = asyncio.CancelledError() if future.cancelled() else future.exception()
+    if error is None:
+        metadata = future.result()
+        delivery._complete(metadata.partition, metadata.offset, (index,), 0, 1, None)
+    else:
+        delivery._complete(-1, -1, (index,), 0, 1, error)
 
 
 def _timestamp(timestamp_ms: Any) -> int:
@@ -358,6 +409,138 @@ class AsyncProducer:
                                        f"({self._max_request_size})")
         return RecordTooLargeError(f"the record is {size} bytes when encoded, more than buffer.memory "
                                    f"({self._buffer_memory})")
+
+    async def send_many(self, topic: str, values: Sequence[bytes | str | None],
+                        keys: Sequence[bytes | str | None] | None = None, *, key: bytes | str | None = None,
+                        partition: int | None = None, timestamp_ms: int | None = None,
+                        headers: Mapping[str, Any] | list[tuple[str, Any]] | None = None) -> BulkDelivery:
+        """Queue many records at once: ``values[i]`` with ``keys[i]`` (or ``key`` for all; neither:
+        keyless), each with the same ``headers`` and timestamp (default: now).  Returns when every
+        record is in a batch; the ``BulkDelivery`` counts them as they are delivered (``await`` it).
+
+        The records go where ``send`` would put them one by one (``partition``, the key's
+        partition, or sticky batches of keyless records) and are encoded straight into batches,
+        without a future or a callback per record (``on_delivery`` is not called for them).  Waits
+        as ``send`` does (a new topic's metadata, room in ``buffer.memory``) and raises what it
+        raises; records too large to send fail in the delivery with ``RecordTooLargeError``.
+        """
+        if self._state != _RUNNING:
+            self._check_started()
+        if self._txn is not None:
+            self._txn.check_send()
+        values = values if isinstance(values, (list, tuple)) else list(values)
+        keys = _bulk_keys(values, keys, key)
+        header_list = _record_fields(None, None, headers, self._legacy)[2]
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else _timestamp(timestamp_ms)
+        delivery = BulkDelivery(topic, len(values), self._loop)
+        if not values:
+            return delivery
+        route = await self._route(topic, partition)
+        if self._legacy:
+            await self._send_many_singly(topic, route, values, keys, partition, timestamp, delivery)
+            return delivery
+        hdr = encode_headers(header_list) if header_list else b"\x00"
+        count = len(values)
+        partitioner = self._partitioner
+        if partition is not None:
+            groups = [(partition, None, values, keys)]
+        else:
+            parts = partitioner.partition_many(topic, keys if isinstance(keys, (list, tuple)) else
+                                               None if keys is None else [keys] * count,
+                                               count, route.count, route.available)
+            if parts is None:
+                groups = [(None, None, values, keys)]  # keyless and sticky: a partition per batch
+            elif parts.count(parts[0]) == count:
+                groups = [(parts[0], None, values, keys)]
+            else:
+                # A stable sort keeps each partition's records in the order given.
+                order = sorted(range(count), key=parts.__getitem__)
+                groups = []
+                for p, run in itertools.groupby(order, key=parts.__getitem__):
+                    group = list(run)
+                    groups.append((p, group, [values[i] for i in group],
+                                   [keys[i] for i in group] if isinstance(keys, (list, tuple)) else keys))
+        for n, (p, group, vals, ks) in enumerate(groups):
+            try:
+                vals = await self._append_run(topic, route, p, group, vals, ks, hdr, timestamp, delivery)
+            except BaseException as exc:
+                # What was not queued fails with the call's error, so that the delivery completes.
+                done = getattr(exc, "_bulk_queued", 0)
+                delivery._fail(group, done, len(vals), exc)
+                for _, later, later_vals, _ in groups[n + 1:]:
+                    delivery._fail(later, 0, len(later_vals), exc)
+                raise
+        return delivery
+
+    async def _append_run(self, topic: str, route: _TopicRoute, partition: int | None, group: Sequence[int] | None,
+                          values: Sequence, keys: Any, hdr: bytes, timestamp: int, delivery: BulkDelivery) -> Sequence:
+        """Queue ``values`` (records ``group`` of the call, or all of it) for ``partition`` (None:
+        sticky, a partition per batch).  An exception carries how many were queued (``_bulk_queued``)."""
+        acc = self._accumulator
+        partitioner = self._partitioner
+        max_record = min(self._max_request_size, self._buffer_memory) - BATCH_OVERHEAD
+        room = min(acc.batch_size, self._buffer_memory)
+        token = (delivery, group)
+        i, count = 0, len(values)
+        try:
+            while i < count:
+                if not acc.has_room(room):
+                    await acc.wait_for_room(room, self._max_block)
+                    if self._state != _RUNNING:
+                        self._check_started()
+                    if self._txn is not None:
+                        self._txn.check_send()
+                p = partitioner.partition(topic, None, route.count, route.available) if partition is None else partition
+                tp = route.partitions[p]
+                try:
+                    end, closed = acc.append_many(tp, values, keys, hdr, i, count, timestamp, token, max_record)
+                except TypeError:
+                    values = _bytes_column(values, "value")  # str values: as UTF-8 (or a clear TypeError)
+                    end, closed = acc.append_many(tp, values, keys, hdr, i, count, timestamp, token, max_record)
+                if end == i and not closed:
+                    record = encode_records(values, keys, hdr, i, i + 1, 0, 0, 1 << 62, 1, 1 << 62)[0]
+                    error = self._too_large(len(record) + BATCH_OVERHEAD)
+                    if self._txn is not None:
+                        self._txn.fail(error)
+                    delivery._fail(group, i, i + 1, error, p)
+                    end = i + 1
+                elif end > i and self._txn is not None:
+                    self._txn.add_partition(tp)
+                i = end
+                if closed:
+                    if partition is None:
+                        partitioner.on_new_batch(topic, p)
+                    await asyncio.sleep(0)  # the sender ships the full batch while the rest is encoded
+        except BaseException as exc:
+            exc._bulk_queued = i  # type: ignore[attr-defined]
+            raise
+        return values
+
+    async def _send_many_singly(self, topic: str, route: _TopicRoute, values: Sequence, keys: Any,
+                                partition: int | None, timestamp: int, delivery: BulkDelivery) -> None:
+        """``send_many`` to a broker that only takes message sets (Produce v0-2): record by record."""
+        for i, value in enumerate(values):
+            try:
+                record_key = keys[i] if isinstance(keys, (list, tuple)) else keys
+                value = _record_fields(None, value, None, True)[1]
+                size = record_size(record_key, value, None)
+                if size > self._max_request_size or size > self._buffer_memory:
+                    delivery._fail((i,), 0, 1, self._too_large(size))
+                    continue
+                accumulator = self._accumulator
+                if not accumulator.has_room(size):
+                    await accumulator.wait_for_room(size, self._max_block)
+                    self._check_started()
+            except BaseException as exc:
+                delivery._fail(None, i, len(values), exc)
+                raise
+            token = self._record_token()
+            token.add_done_callback(functools.partial(_record_done, delivery, i))
+            self._append(topic, route, partition, record_key, (record_key, value, timestamp, None), token, size)
+
+    def _record_token(self) -> Any:
+        """What ``_complete_batch`` completes for one record: a future of its metadata."""
+        return self._loop.create_future()
 
     def _append(self, topic: str, route: _TopicRoute, partition: int | None, key: bytes | None,
                 record: tuple, token: Any, size: int) -> None:
@@ -690,6 +873,9 @@ class AsyncProducer:
     def _complete_batch(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                         error: BaseException | None) -> None:
         """Complete each record's future (and call on_delivery): the sender's verdict on a batch."""
+        if batch.sections is not None:
+            _complete_bulk(batch, base_offset, error)
+            return
         topic, partition = batch.tp
         callback = self._on_delivery
         offset = base_offset
@@ -830,8 +1016,18 @@ class _SyncCore(AsyncProducer):
             self.callbacks.append((future.on_delivery, error, metadata))
             self.callbacks_ready.set()
 
+    def _record_token(self) -> RecordFuture:
+        return RecordFuture(self.condition)
+
+    async def send_many_all(self, *args: Any, **kwargs: Any) -> BulkDelivery:
+        self.drain_handoff()  # records produced before the call go first
+        return await self.send_many(*args, **kwargs)
+
     def _complete_batch(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                         error: BaseException | None) -> None:
+        if batch.sections is not None:
+            _complete_bulk(batch, base_offset, error)
+            return
         topic, partition = batch.tp
         if base_offset < 0:
             offsets = itertools.repeat(-1)
@@ -938,6 +1134,26 @@ class Producer:
             core.drain_scheduled = True
             self._lt.call_soon(core.drain_handoff)
         return future
+
+    def produce_many(self, topic: str, values: Sequence[bytes | str | None],
+                     keys: Sequence[bytes | str | None] | None = None, *, key: bytes | str | None = None,
+                     partition: int | None = None, timestamp: int | None = None,
+                     headers: Mapping[str, Any] | list[tuple[str, Any]] | None = None) -> BulkDelivery:
+        """Queue many records at once: ``values[i]`` with ``keys[i]`` (or ``key`` for all; neither:
+        keyless), each with the same ``headers`` and ``timestamp`` (default: now).  Returns once
+        every record is in a batch, with a ``BulkDelivery`` that counts them as they are delivered
+        (``flush()``, or ``delivery.result(timeout)``, waits for that).
+
+        The records go where ``produce`` would put them one by one, in order after the records
+        produced before, encoded straight into batches: no future and no ``on_delivery`` callback
+        per record, which makes it many times cheaper per record.  Blocks as ``produce`` does (a
+        new topic's metadata, room in ``buffer.memory``; then ``ClientTimeoutError``); records too
+        large to send fail in the delivery with ``RecordTooLargeError``.
+        """
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        return self._wait(self._core.send_many_all(topic, values, keys, key=key, partition=partition,
+                                                   timestamp_ms=timestamp, headers=headers))
 
     def _check_topic(self, topic: str, partition: int | None) -> None:
         """Wait for the topic's metadata (on the loop) unless the current snapshot has it, and

@@ -284,7 +284,7 @@ class Sender:
         """Fail queued batches past their delivery timeout; the earliest deadline left."""
         acc = self._acc
         for batch in acc.expired(now):
-            self._fail(batch, DeliveryTimeoutError(batch.tp, len(batch.records), self._delivery_timeout_ms,
+            self._fail(batch, DeliveryTimeoutError(batch.tp, batch.record_count, self._delivery_timeout_ms,
                                                    batch.last_error), maybe_written=batch.ambiguous)
         earliest = float("inf")
         for queue in acc.queues.values():
@@ -448,13 +448,13 @@ class Sender:
             return
         now = time.monotonic()
         if now >= batch.deadline:
-            self._fail(batch, DeliveryTimeoutError(batch.tp, len(batch.records), self._delivery_timeout_ms, error),
+            self._fail(batch, DeliveryTimeoutError(batch.tp, batch.record_count, self._delivery_timeout_ms, error),
                        maybe_written=batch.ambiguous)
             return
         if batch.attempts > self._retries:
             self._fail(batch, error, maybe_written=batch.ambiguous)
             return
-        logger.debug("%s: resending %d records after: %s", batch.tp, len(batch.records), error)
+        logger.debug("%s: resending %d records after: %s", batch.tp, batch.record_count, error)
         batch.last_error = error
         batch.retry_at = now + self._cluster.retry_backoff.delay(batch.attempts - 1)
         self._acc.reenqueue(batch)

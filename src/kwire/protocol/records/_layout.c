@@ -773,6 +773,229 @@ static PyObject *md5_digest(PyObject *self, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)out, DIGEST_BYTES);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Encoding: many records into the records section of a v2 batch (the producer's bulk path,
+ * kwire.protocol.records.bulk; that module has the same functions in Python, byte for byte).
+ */
+
+/* Bytes of the zigzag varint of `value`. */
+static inline Py_ssize_t zigzag_size(int64_t value)
+{
+    uint64_t raw = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    Py_ssize_t n = 1;
+    while (raw >= 0x80) {
+        raw >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *put_zigzag(uint8_t *p, int64_t value)
+{
+    uint64_t raw = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (raw >= 0x80) {
+        *p++ = (uint8_t)(raw | 0x80);
+        raw >>= 7;
+    }
+    *p++ = (uint8_t)raw;
+    return p;
+}
+
+/* A key or value: its bytes and length, -1 for None.  0 with TypeError set for anything else. */
+static inline int bytes_of(PyObject *item, const char **at, Py_ssize_t *length, const char *what, Py_ssize_t index)
+{
+    if (item == Py_None) {
+        *at = NULL;
+        *length = -1;
+        return 1;
+    }
+    if (!PyBytes_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "%s %zd is %.100s, not bytes or None", what, index, Py_TYPE(item)->tp_name);
+        return 0;
+    }
+    *at = PyBytes_AS_STRING(item);
+    *length = PyBytes_GET_SIZE(item);
+    return 1;
+}
+
+/* The body of record `delta` (everything after its length prefix) without headers. */
+static inline Py_ssize_t body_size(int64_t ts_delta, int64_t delta, Py_ssize_t key_length, Py_ssize_t value_length)
+{
+    return 1 + zigzag_size(ts_delta) + zigzag_size(delta) + zigzag_size(key_length) + (key_length > 0 ? key_length : 0)
+        + zigzag_size(value_length) + (value_length > 0 ? value_length : 0);
+}
+
+PyDoc_STRVAR(encode_v2_doc,
+"encode_v2(values, keys, headers, start, stop, first_delta, ts_delta, max_bytes, max_count, max_record)\n"
+"    -> (bytes, next)\n\n"
+"Records values[start:stop] (a list or tuple of bytes or None) as v2 records, one after the other:\n"
+"keys a list/tuple of the same length, or one bytes/None key for all; headers the encoded header\n"
+"count and headers every record carries; offset deltas from first_delta, every timestamp delta\n"
+"ts_delta.  Stops before the record that would make the bytes more than max_bytes (the first one\n"
+"is taken anyway when first_delta is 0), after max_count records, and before a record of more\n"
+"than max_record bytes.  next: the index of the first record not taken.");
+
+static PyObject *encode_v2(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *values, *keys;
+    Py_buffer headers;
+    Py_ssize_t start, stop, max_bytes, max_count, max_record;
+    long long first_delta, ts_delta;
+    if (!PyArg_ParseTuple(args, "OOy*nnLLnnn", &values, &keys, &headers, &start, &stop, &first_delta, &ts_delta,
+                          &max_bytes, &max_count, &max_record))
+        return NULL;
+    PyObject *result = NULL, *value_seq = NULL, *key_seq = NULL;
+    value_seq = PySequence_Fast(values, "values must be a list or tuple");
+    if (value_seq == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(value_seq);
+    PyObject **value_items = PySequence_Fast_ITEMS(value_seq);
+    PyObject **key_items = NULL;
+    const char *one_key = NULL;
+    Py_ssize_t one_key_length = -1;
+    if (PyList_Check(keys) || PyTuple_Check(keys)) {
+        key_seq = PySequence_Fast(keys, "keys must be a list or tuple");
+        if (key_seq == NULL)
+            goto done;
+        if (PySequence_Fast_GET_SIZE(key_seq) != n) {
+            PyErr_Format(PyExc_ValueError, "%zd keys for %zd values", PySequence_Fast_GET_SIZE(key_seq), n);
+            goto done;
+        }
+        key_items = PySequence_Fast_ITEMS(key_seq);
+    } else if (!bytes_of(keys, &one_key, &one_key_length, "key", 0)) {
+        goto done;
+    }
+    if (start < 0 || stop > n || start > stop) {
+        PyErr_Format(PyExc_ValueError, "records %zd..%zd of %zd", start, stop, n);
+        goto done;
+    }
+    /* Pass 1: how many records fit, and their bytes. */
+    Py_ssize_t total = 0, i = start;
+    int64_t delta = first_delta;
+    for (; i < stop && i - start < max_count; i++, delta++) {
+        const char *at = NULL;
+        Py_ssize_t key_length = one_key_length, value_length = -1;
+        if (!bytes_of(value_items[i], &at, &value_length, "value", i))
+            goto done;
+        if (key_items != NULL && !bytes_of(key_items[i], &at, &key_length, "key", i))
+            goto done;
+        Py_ssize_t body = body_size(ts_delta, delta, key_length, value_length) + headers.len;
+        Py_ssize_t size = zigzag_size(body) + body;
+        if (size > max_record)
+            break;
+        if (total + size > max_bytes && !(i == start && first_delta == 0))
+            break;
+        total += size;
+    }
+    Py_ssize_t next = i;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        goto done;
+    /* Pass 2: write them. */
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    delta = first_delta;
+    for (i = start; i < next; i++, delta++) {
+        const char *value = NULL, *key = one_key;
+        Py_ssize_t key_length = one_key_length, value_length = -1;
+        bytes_of(value_items[i], &value, &value_length, "value", i);
+        if (key_items != NULL)
+            bytes_of(key_items[i], &key, &key_length, "key", i);
+        Py_ssize_t body = body_size(ts_delta, delta, key_length, value_length) + headers.len;
+        p = put_zigzag(p, body);
+        *p++ = 0;  /* attributes */
+        p = put_zigzag(p, ts_delta);
+        p = put_zigzag(p, delta);
+        p = put_zigzag(p, key_length);
+        if (key_length > 0) {
+            memcpy(p, key, (size_t)key_length);
+            p += key_length;
+        }
+        p = put_zigzag(p, value_length);
+        if (value_length > 0) {
+            memcpy(p, value, (size_t)value_length);
+            p += value_length;
+        }
+        memcpy(p, headers.buf, (size_t)headers.len);
+        p += headers.len;
+    }
+    result = Py_BuildValue("(Nn)", out, next);
+done:
+    Py_XDECREF(value_seq);
+    Py_XDECREF(key_seq);
+    PyBuffer_Release(&headers);
+    return result;
+}
+
+/* Java's Utils.murmur2 (MurmurHash2, seed 0x9747b28c), as an unsigned 32-bit value. */
+static uint32_t murmur2(const uint8_t *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5bd1e995;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t words = length / 4;
+    for (Py_ssize_t i = 0; i < words; i++) {
+        const uint8_t *w = data + 4 * i;
+        uint32_t k = (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 | (uint32_t)w[3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const uint8_t *tail = data + 4 * words;
+    switch (length & 3) {  /* the trailing bytes, as Java's fall-through switch */
+    case 3: h ^= (uint32_t)tail[2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)tail[1] << 8;  /* fall through */
+    case 1: h ^= (uint32_t)tail[0];
+            h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+PyDoc_STRVAR(murmur2_partitions_doc,
+"murmur2_partitions(keys, partitions) -> list[int] | None\n\n"
+"Each key's partition as the Java client gives it: (murmur2(key) & 0x7fffffff) % partitions.\n"
+"None when a key is not bytes (the caller decides what such a key means).");
+
+static PyObject *murmur2_partitions(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *keys;
+    Py_ssize_t partitions;
+    if (!PyArg_ParseTuple(args, "On", &keys, &partitions))
+        return NULL;
+    if (partitions < 1) {
+        PyErr_SetString(PyExc_ValueError, "partitions must be at least 1");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(keys, "keys must be a list or tuple");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(items[i])) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        uint32_t h = murmur2((const uint8_t *)PyBytes_AS_STRING(items[i]), PyBytes_GET_SIZE(items[i]));
+        PyObject *p = PyLong_FromLong((long)((h & 0x7fffffffu) % (uint32_t)partitions));
+        if (p == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, p);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef layout_methods[] = {
     {"scan_v2", scan_v2, METH_VARARGS, scan_v2_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
@@ -782,6 +1005,8 @@ static PyMethodDef layout_methods[] = {
     {"map_rehash", map_rehash, METH_VARARGS, map_rehash_doc},
     {"map_bitmap", map_bitmap, METH_VARARGS, map_bitmap_doc},
     {"key_digest", md5_digest, METH_VARARGS, md5_digest_doc},
+    {"encode_v2", encode_v2, METH_VARARGS, encode_v2_doc},
+    {"murmur2_partitions", murmur2_partitions, METH_VARARGS, murmur2_partitions_doc},
     {NULL, NULL, 0, NULL},
 };
 
