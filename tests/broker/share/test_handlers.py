@@ -288,3 +288,25 @@ def test_delete_groups_deletes_an_empty_share_group_and_its_state(state):
     # Its state is gone for good: a restarted broker does not bring it back.
     from kwire.broker.share import ShareManager
     assert not ShareManager(state).is_share_group("g")
+
+
+def test_describe_share_group_offsets_v1_gives_the_lag(state):
+    """KIP-1226: the records from the start offset to the end not yet done with; -1 where the
+    group has no state (v0 answers have no lag at all)."""
+    tid = setup_group(state, n=10)
+    T = DSO.DescribeShareGroupOffsetsRequestGroup.DescribeShareGroupOffsetsRequestTopic
+    req = DSO(groups=[DSO.DescribeShareGroupOffsetsRequestGroup(group_id="g", topics=[T(topic_name="t",
+                                                                                       partitions=[0, 7])])])
+
+    def lags():
+        [g] = serve(state, req, 1).groups
+        assert g.error_code == 0
+        return {p.partition_index: (p.start_offset, p.lag) for p in g.topics[0].partitions}
+
+    assert lags() == {0: (0, 10), 7: (-1, -1)}  # partition 7 does not exist: no lag
+    assert fetch(state, 0, tid).error_code == 0
+    r = fetch(state, 1, tid, acks=[(0, 1, ACCEPT), (4, 5, ACCEPT)])
+    assert r.responses[0].partitions[0].acknowledge_error_code == 0
+    assert lags()[0] == (2, 6)  # 2-9 are 8 records, 4 and 5 of them done
+    [g] = serve(state, req, 0).groups
+    assert g.topics[0].partitions[0].start_offset == 2

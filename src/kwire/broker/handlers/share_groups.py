@@ -3,8 +3,8 @@ the share-group offsets APIs (DescribeShareGroupOffsets, AlterShareGroupOffsets,
 
 The state lives in ``broker.share`` (kwire.broker.share.manager).  Versions are Kafka 4.3's:
 ShareGroupHeartbeat and ShareGroupDescribe v1, ShareFetch and ShareAcknowledge v1-2 (v0 was
-Kafka 4.0's early access, removed in 4.1), the offsets APIs v0 (DescribeShareGroupOffsets v1 only
-adds the lag, KIP-1226).
+Kafka 4.0's early access, removed in 4.1), the offsets APIs v0 and DescribeShareGroupOffsets v1
+(its lag, KIP-1226).
 
 ShareFetch follows Kafka's SharePartitionManager: the share session epoch is checked first (an
 error there answers the whole request), then the acknowledgements are applied (their errors go in
@@ -393,7 +393,7 @@ def _check_group(ctx, mgr: ShareManager, group_id: str, operation: AclOperation)
 def handle_describe_share_group_offsets(ctx, request):
     """The share-partition start offsets (Kafka's GroupCoordinatorService.describeShareGroupOffsets):
     all the group's initialized share partitions for null Topics, else those asked for, -1 for one
-    not initialized."""
+    not initialized.  v1 (KIP-1226) adds each one's lag, -1 where there is none."""
     R = messages.DescribeShareGroupOffsetsResponse
     G, T, P = R.DescribeShareGroupOffsetsResponseGroup, R.DescribeShareGroupOffsetsResponseGroup.\
         DescribeShareGroupOffsetsResponseTopic, R.DescribeShareGroupOffsetsResponseGroup.\
@@ -405,12 +405,15 @@ def handle_describe_share_group_offsets(ctx, request):
         groups.append(g)
         try:
             _check_group(ctx, mgr, rg.group_id, AclOperation.DESCRIBE)
+            if _loading(ctx, rg.group_id):
+                raise CoordinatorLoadInProgressError("The coordinator is loading.")
             if not mgr.is_share_group(rg.group_id):
                 raise GroupIdNotFoundError(f"Group {rg.group_id} not found.")
         except KafkaError as exc:
             g.error_code, g.error_message = exc.code, exc.message
             continue
         offsets = mgr.start_offsets(rg.group_id)
+        lags = mgr.lags(rg.group_id)
         if rg.topics is None:
             wanted: dict[str, list[int]] = {}
             for (t, p) in sorted(offsets):
@@ -423,6 +426,7 @@ def handle_describe_share_group_offsets(ctx, request):
             g.topics.append(t)
             for p in parts:
                 pr = P(partition_index=p, start_offset=-1, leader_epoch=-1, error_code=0, error_message=None)
+                pr.lag = -1
                 if info is None or not ctx.broker.topics.partition_exists(name, p):
                     pr.error_code, pr.error_message = UnknownTopicOrPartitionError.code, \
                         "This server does not host this topic-partition."
@@ -430,6 +434,7 @@ def handle_describe_share_group_offsets(ctx, request):
                     pr.error_code, pr.error_message = TopicAuthorizationFailedError.code, "Topic authorization failed."
                 elif (name, p) in offsets:
                     pr.start_offset, pr.leader_epoch = offsets[(name, p)], LEADER_EPOCH
+                    pr.lag = lags.get((name, p), -1)
                 t.partitions.append(pr)
     return R(throttle_time_ms=0, groups=groups)
 

@@ -28,7 +28,7 @@ from kwire.protocol.errors import GroupIdNotFoundError, KafkaError, UnknownTopic
 
 from ..storage.batch_header import iter_headers
 from .groups import ShareGroup, ShareGroups, ShareMember
-from .partition import AcquiredRange, SharePartition
+from .partition import AcquiredRange, RecordState, SharePartition
 from .persister import SNAPSHOT_EVERY, PersistedState, SharePersister
 from .records import ShareGroupRecords
 from .sessions import ShareSessionCache
@@ -339,6 +339,30 @@ class ShareManager:
             if g == group_id:
                 out.setdefault((topic, p), st.start_offset)
         return out
+
+    def lags(self, group_id: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> share-partition lag (KIP-1226, DescribeShareGroupOffsets v1): the
+        records from the start offset to the end of what the group may read (the last stable
+        offset for read_committed groups) not yet done with."""
+        committed = self.config(group_id).share_read_committed
+        out = {}
+        for (g, topic, p), sp in self.partitions.items():
+            if g == group_id:
+                out[(topic, p)] = self._lag(topic, p, sp.start_offset, sp.done_in_flight(), committed)
+        for (g, topic, p), st in self._loaded.items():
+            if g == group_id and (topic, p) not in out:
+                done = sum(min(last, 2**62) - max(first, st.start_offset) + 1 for first, last, state, _c in st.batches
+                           if state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED) and last >= st.start_offset)
+                out[(topic, p)] = self._lag(topic, p, st.start_offset, done, committed)
+        return out
+
+    def _lag(self, topic: str, p: int, start: int, done: int, committed: bool) -> int:
+        try:
+            log = self._state.internal_topics.partition_log(topic, p)
+        except KafkaError:
+            return -1  # (Kafka's default: no lag could be computed)
+        end = log.last_stable_offset if committed else log.high_watermark
+        return max(end - start - done, 0)
 
     def is_share_group(self, group_id: str) -> bool:
         return self.groups.group(group_id) is not None or any(k[0] == group_id for k in self.partitions) \
