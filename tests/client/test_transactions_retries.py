@@ -12,7 +12,9 @@ import confluent_kafka
 import pytest
 
 from kwire.broker import EmbeddedBroker
-from kwire.client import ClientTimeoutError, Consumer, IllegalStateError, Producer, TopicPartition
+from kwire.broker.transactions import EndTxnResult
+from kwire.client import Admin, ClientTimeoutError, Consumer, IllegalStateError, Producer, TopicPartition
+from kwire.client.admin_quorum import FeatureUpgrade
 from kwire.client.producer import AsyncProducer
 from kwire.client.transactions import TRANSACTION_COORDINATOR
 from kwire.protocol.errors import ConcurrentTransactionsError, CoordinatorLoadInProgressError
@@ -20,13 +22,14 @@ from kwire.protocol.errors import ConcurrentTransactionsError, CoordinatorLoadIn
 QUIET = {"log_level": 0}
 
 
-def refuse_first(calls: list, code: int, times: int):
-    """Wrap a coordinator method: answer ``code`` the first ``times`` calls, then do the real thing."""
+def refuse_first(calls: list, code: int, times: int, answer=lambda code: code):
+    """Wrap a coordinator method: answer ``code`` (as ``answer`` makes it the method's result) the
+    first ``times`` calls, then do the real thing."""
     def wrap(real):
         def wrapped(*args, **kwargs):
             calls.append(real.__name__)
             if calls.count(real.__name__) <= times:
-                return code
+                return answer(code)
             return real(*args, **kwargs)
         return wrapped
     return wrap
@@ -34,13 +37,17 @@ def refuse_first(calls: list, code: int, times: int):
 
 def test_busy_and_loading_coordinators_are_retried(tmp_path):
     with EmbeddedBroker(tmp_path / "data", default_partitions=2) as broker:
+        # transactions v1, whose AddPartitionsToTxn and AddOffsetsToTxn are counted below (v2:
+        # tests/client/test_transactions_v2.py)
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            admin.update_features({"transaction.version": 1}, upgrade=FeatureUpgrade.SAFE_DOWNGRADE)
         coordinator = broker.state.transactions
         calls: list[str] = []
         busy = refuse_first(calls, ConcurrentTransactionsError.code, 2)
         loading = refuse_first(calls, CoordinatorLoadInProgressError.code, 1)
         coordinator.add_partitions = busy(coordinator.add_partitions)
         coordinator.add_offsets = loading(coordinator.add_offsets)
-        coordinator.end_txn = busy(coordinator.end_txn)
+        coordinator.end_txn = refuse_first(calls, ConcurrentTransactionsError.code, 2, EndTxnResult)(coordinator.end_txn)
         p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "retry-1", "retry.backoff.ms": 10,
                       "retry.backoff.max.ms": 50})
         try:
@@ -126,7 +133,7 @@ def test_a_commit_that_times_out_goes_on_and_is_finished_by_calling_it_again(tmp
 
         def end_txn(*args, **kwargs):
             if time.monotonic() < busy_until:
-                return ConcurrentTransactionsError.code
+                return EndTxnResult(ConcurrentTransactionsError.code)
             return real_end(*args, **kwargs)
 
         coordinator.end_txn = end_txn

@@ -97,8 +97,10 @@ async def update_features(admin: AsyncAdmin, levels: Mapping[str, int], *,
     low = 1 if validate_only or upgrade != FeatureUpgrade.UPGRADE else 0
 
     def build(version: int):
+        # v0 says a downgrade with AllowDowngrade, v1+ with UpgradeType (the other field is not in it).
         return R(timeout_ms=wait_ms, validate_only=validate_only, feature_updates=[R.FeatureUpdateKey(
-            feature=name, max_version_level=level, allow_downgrade=upgrade != FeatureUpgrade.UPGRADE,
+            feature=name, max_version_level=level,
+            allow_downgrade=upgrade != FeatureUpgrade.UPGRADE if version == 0 else False,
             upgrade_type=int(upgrade)) for name, level in levels.items()])
 
     async def attempt() -> None:

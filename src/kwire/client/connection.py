@@ -112,6 +112,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._retiring = False
         # The broker's version range per api key, filled by ApiVersions.
         self.broker_versions: dict[int, VersionRange] = {}
+        # The cluster's finalized feature levels (KIP-584, ApiVersions v3+), e.g. transaction.version,
+        # which a transactional producer reads to choose transactions v2 (KIP-890) as Java's does.
+        self.finalized_features: dict[str, int] = {}
         self._loop = asyncio.get_running_loop()
         # Fetch answers reuse the buffers of earlier ones their records no longer use: a consumer
         # holds at most two answers while it hands out a third and receives a fourth.
@@ -203,6 +206,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 raise BrokerConnectionError(
                     f"{self.host}:{self.port} refused ApiVersions with error code {response.error_code}")
             self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            self.finalized_features = {f.name: f.max_version_level
+                                       for f in getattr(response, "finalized_features", None) or ()}
             return
         raise BrokerConnectionError(f"{self.host}:{self.port} refused every ApiVersions version")
 

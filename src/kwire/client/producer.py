@@ -51,7 +51,10 @@ then begin again.  Being fenced (``ProducerFencedError``: another producer took 
 every later transactional call raises it again.  ``init_transactions``, ``commit_transaction`` and
 ``abort_transaction`` wait ``timeout`` seconds (default ``max.block.ms``); after a
 ``ClientTimeoutError`` the same call may be made again to keep waiting for the operation, which
-goes on meanwhile, as in Java.  See ``transactions`` for the states.
+goes on meanwhile, as in Java.  See ``transactions`` for the states.  On a cluster that finalizes
+transaction.version 2 (Kafka 4.x's default, and kwire's broker) transactions are v2 (KIP-890 part
+2), as Java's: no AddPartitionsToTxn or AddOffsetsToTxn, TxnOffsetCommit v5, and EndTxn v5 bumps
+the epoch, fencing any zombie of the last transaction at its partitions; v1 otherwise.
 """
 
 from __future__ import annotations
@@ -703,6 +706,7 @@ class AsyncProducer:
             if self._idem.bump_needed:
                 # A record failed and left its partition's sequences with a gap: the coordinator
                 # bumps the epoch for this producer id (KIP-360), and every partition restarts at 0.
+                # (A v2 EndTxn bumped it already: the new epoch cleared bump_needed.)
                 producer_id, epoch = await self._init_producer_id((txn.producer_id, txn.epoch), bound)
                 self._idem.set_producer_id(producer_id, epoch)
                 txn.producer_id, txn.epoch = producer_id, epoch
@@ -726,7 +730,8 @@ class AsyncProducer:
                 return  # nothing to commit (Java's no-op)
             txn.started = True
             try:
-                await self._add_offsets(group.group_id, bound)
+                if not txn.v2:  # v2: TxnOffsetCommit v5 adds the group itself
+                    await self._add_offsets(group.group_id, bound)
                 await self._txn_offset_commit(chosen, group, bound)
             except Exception as exc:
                 raise self._txn_failed(exc) from None
@@ -784,6 +789,7 @@ class AsyncProducer:
         request_type = messages.InitProducerIdRequest
 
         def build(conn) -> tuple[Any, int]:
+            self._note_transaction_version(conn)
             # v3+ carries the current id and epoch; v6 adds two-phase commit (KIP-939), not used.
             version = conn.version_for(request_type.API_KEY, 0, 5)
             if current is not None and version < 3:
@@ -810,18 +816,32 @@ class AsyncProducer:
         what = f"EndTxn({'commit' if commit else 'abort'}) for transactional.id {txn.transactional_id!r}"
 
         def build(conn) -> tuple[Any, int]:
-            version = conn.version_for(request_type.API_KEY, 0, 4)  # v5: transactions v2 (KIP-890)
+            self._note_transaction_version(conn)
+            # v5: transactions v2 (KIP-890), the epoch bumped at every end; v0-4 keep it.
+            version = conn.version_for(request_type.API_KEY, 5, 5) if txn.v2 else \
+                conn.version_for(request_type.API_KEY, 0, 4)
             return request_type(transactional_id=txn.transactional_id, producer_id=txn.producer_id,
                                 producer_epoch=txn.epoch, committed=commit), version
 
         def check(response, version: int) -> None:
             if response.error_code:
                 raise KafkaError.for_code(response.error_code)(what)
+            if version >= 5 and response.producer_id >= 0:
+                # The id and epoch of the next transaction (a new id at epoch 0 once the epoch ran
+                # out); every partition's sequence restarts at 0 with them, as in Java.
+                self._idem.set_producer_id(response.producer_id, response.producer_epoch)
+                txn.producer_id, txn.epoch = response.producer_id, response.producer_epoch
 
         try:
             await self._coordinator(build, check, what, bound)
         except Exception as exc:
             raise self._txn_failed(exc) from None
+
+    def _note_transaction_version(self, conn) -> None:
+        """The cluster's transaction.version as the coordinator reports it (KIP-584): the next
+        transaction begun is a v2 one at 2 or more, if the coordinator speaks EndTxn v5."""
+        level = conn.finalized_features.get("transaction.version", 0)
+        self._txn.finalized_tv = level if conn.supports(messages.EndTxnRequest.API_KEY, 5, 5) else min(level, 1)
 
     async def _add_offsets(self, group_id: str, bound: float) -> None:
         txn = self._txn
@@ -852,8 +872,10 @@ class AsyncProducer:
                 committed_metadata=om.metadata))
 
         def build(conn) -> tuple[Any, int]:
-            # v3 adds the member's generation and id (KIP-447); v5 is transactions v2 (KIP-890).
-            version = conn.version_for(request_type.API_KEY, 0, 4)
+            # v3 adds the member's generation and id (KIP-447); v5 is transactions v2 (KIP-890),
+            # which adds the group to the transaction, and only that.
+            version = conn.version_for(request_type.API_KEY, 5, 5) if txn.v2 else \
+                conn.version_for(request_type.API_KEY, 0, 4)
             request = request_type(transactional_id=txn.transactional_id, group_id=group.group_id,
                                    producer_id=txn.producer_id, producer_epoch=txn.epoch,
                                    topics=[topic_type(name=t, partitions=ps) for t, ps in by_topic.items()])

@@ -358,7 +358,8 @@ class Sender:
             version = conn.version_for(PRODUCE, 0, min(2, self._max_version if self._max_version is not None else 2))
             magic = 1 if version == 2 else 0
         else:
-            version = conn.version_for(PRODUCE, FIRST_BATCH_PRODUCE_VERSION, self._max_version)
+            top = self._max_version if self._txn is None else self._txn.produce_ceiling(self._max_version)
+            version = conn.version_for(PRODUCE, FIRST_BATCH_PRODUCE_VERSION, top)
             magic = 2
         metadata = self._cluster.metadata
         if version >= TOPIC_ID_PRODUCE_VERSION:

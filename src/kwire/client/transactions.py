@@ -15,6 +15,13 @@ sent: ``add_partition`` notes a partition when a record for it is queued, the se
 noted ones in one request (``take_pending``), and a partition's batches go out only once it is
 ``in_transaction``.
 
+Transactions v2 (KIP-890 part 2), chosen as Java's TransactionManager chooses it: when the
+cluster finalizes ``transaction.version`` 2 or more (``finalized_tv``, from the coordinator's
+ApiVersions), each transaction begun is a v2 one (``v2``).  Then nothing is added by the client:
+Produce v12+ adds a partition and TxnOffsetCommit v5 a group, EndTxn v5 bumps the epoch and
+answers the one the next transaction uses.  Otherwise (an older broker, or a cluster an admin
+set to 1) transactions v1 as above.
+
 Errors are sorted as Java sorts them (``classify``): the coordinator moved or is busy
 (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS...) is retried; another
 producer took the transactional id (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) or the id is not
@@ -61,6 +68,8 @@ logger = logging.getLogger("kwire.client.producer")
 
 # FindCoordinator's key type for a transactional id (0 is a group).
 TRANSACTION_COORDINATOR = 1
+# The newest Produce version of a transactions v1 producer (KIP-890: v12 adds the partition).
+V1_PRODUCE_CEILING = 11
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,10 @@ class TransactionManager:
         # A request that may have opened the transaction at the coordinator was sent: the
         # transaction must be ended with EndTxn.
         self.started = False
+        # The cluster's transaction.version as the coordinator last reported it (0: unknown), and
+        # whether the current transaction is a v2 one (fixed when it begins, as in Java).
+        self.finalized_tv = 0
+        self.v2 = False
 
     # -- the caller's view ------------------------------------------------------------------------
     def _raise_error_state(self, action: str) -> None:
@@ -177,6 +190,7 @@ class TransactionManager:
         self._raise_error_state("begin_transaction")
         if self.state is TxnState.READY:
             self.state = TxnState.IN_TRANSACTION
+            self.v2 = self.finalized_tv >= 2
             return
         if self.state in (TxnState.UNINITIALIZED, TxnState.INITIALIZING):
             raise IllegalStateError("call init_transactions() before begin_transaction()")
@@ -256,9 +270,21 @@ class TransactionManager:
 
     # -- partitions -------------------------------------------------------------------------------
     def add_partition(self, tp: TopicPartition) -> None:
-        """A record for ``tp`` was queued in the transaction."""
-        if tp not in self.in_transaction and tp not in self._adding:
+        """A record for ``tp`` was queued in the transaction.  In a v2 transaction its Produce
+        adds the partition: it may be sent at once."""
+        if self.v2:
+            self.in_transaction.add(tp)
+            self.started = True
+        elif tp not in self.in_transaction and tp not in self._adding:
             self._pending.add(tp)
+
+    def produce_ceiling(self, top: int | None) -> int | None:
+        """The newest Produce version for this transaction's batches: v11 in a v1 transaction
+        (v12+ would have the partition leader add the partition, which is v2's; Java caps it
+        the same way), ``top`` (the producer's own limit, None: none) otherwise."""
+        if self.v2:
+            return top
+        return V1_PRODUCE_CEILING if top is None else min(top, V1_PRODUCE_CEILING)
 
     def may_send(self, tp: TopicPartition) -> bool:
         """Whether ``tp``'s batches may go out (the coordinator has the partition in the transaction)."""

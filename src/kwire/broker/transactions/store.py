@@ -92,6 +92,8 @@ def _value(txn: TransactionMetadata, level: int) -> bytes:
     version = log_value_version(level)
     if txn.last_producer_id != NO_PRODUCER_ID:
         version = max(version, VALUE_VERSION_WITH_PREVIOUS_ID)
+    if version < 1:  # v0 has none of the tagged fields
+        value.next_producer_id, value.client_transaction_version = NO_PRODUCER_ID, 0
     return encode_value(value, version)
 
 
