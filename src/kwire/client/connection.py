@@ -9,6 +9,11 @@ On open the connection asks ApiVersions (KIP-511: the newest version first; a br
 not know it answers in v0 with its own range, and we ask again) and from then on sends every
 request at the highest version both sides speak, within what the caller's code handles.
 
+The wire rules (framing, correlation ids, pairing, acks=0, SASL v0's bare tokens, reading an
+old broker's ApiVersions refusal) are ``kwire.protocol.connection.ClientConnection``'s: this
+module drives that machine with asyncio, and adds what needs I/O or a clock (timeouts, TLS,
+in-flight limits, closing).
+
 A request that times out closes the connection, as Kafka's clients do: its answer may still
 come, and nothing after it on this stream can be trusted to line up.
 
@@ -21,20 +26,23 @@ request.  A broker that answers in TLS to plain TCP is a ``SecurityProtocolMisma
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import socket
 import ssl
-import struct
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kwire import __version__
 from kwire.protocol import messages
-from kwire.protocol.errors import DecodeError, ProtocolError
-from kwire.protocol.frames import correlation_id_of_response, decode_response, encode_request
-from kwire.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameSplitter
+from kwire.protocol.connection import (
+    ClientConnection,
+    FrameError,
+    SaslTokenReceived,
+    UnawaitedResponse,
+    api_versions_retry,
+)
+from kwire.protocol.errors import DecodeError, ProtocolError, UnsupportedVersionError
+from kwire.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from kwire.protocol.messages import Request, Response
 from kwire.protocol.schema import api_name, api_versions
 
@@ -56,16 +64,11 @@ logger = logging.getLogger("kwire.client.connection")
 
 API_VERSIONS = 18
 FETCH = 1
-UNSUPPORTED_VERSION = 35
 VersionRange = tuple[int, int]
 # A TLS record starts with its content type (0x15 alert, 0x16 handshake) and major version 3; a Kafka
 # response starts with a size, which would then be over 350 MB.
 _TLS_RECORD_TYPES = (0x15, 0x16)
 _HANDSHAKE_APIS = (API_VERSIONS, 17, 36)  # ApiVersions, SaslHandshake, SaslAuthenticate
-# How many unanswered acks=0 correlation ids a connection remembers.  A broker that does answer
-# them answers in order, long before a thousand more are sent; Kafka, which never answers, leaves
-# the oldest to be forgotten.
-_UNAWAITED_KEPT = 1024
 # How long a closing connection with acks=0 requests behind it waits for the broker to close its side.
 _LINGER_SECONDS = 5.0
 
@@ -80,13 +83,14 @@ class SilentCloseError(BrokerConnectionError):
         self.after_tls = after_tls  # the TLS handshake had succeeded
 
 
-@dataclass
 class _Pending:
-    correlation_id: int
-    api_key: int
-    version: int
-    future: asyncio.Future
-    timer: asyncio.TimerHandle | None
+    """The driver's side of a request waiting for its answer (the machine's ``Outstanding.context``)."""
+
+    __slots__ = ("future", "timer")
+
+    def __init__(self, future: asyncio.Future):
+        self.future = future
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class BrokerConnection(asyncio.BufferedProtocol):
@@ -118,16 +122,13 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         # Fetch answers reuse the buffers of earlier ones their records no longer use: a consumer
         # holds at most two answers while it hands out a third and receives a fourth.
-        self._splitter = FrameSplitter(max_frame_size, reuse_frames=4)
+        # Answers to requests sent without waiting (Produce with acks=0; Kafka never answers them,
+        # librdkafka's mock cluster does) are read and dropped, as librdkafka does, instead of being
+        # taken for a broken stream: closing the connection then would lose the acks=0 requests
+        # still in its write buffer.
+        self._wire = ClientConnection(client_id=client_id, max_frame_size=max_frame_size, reuse_frames=4)
         self._first_read: memoryview | None = None
-        self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
-        # Correlation ids of requests sent without waiting for an answer (Produce with acks=0).
-        # Kafka never answers them; librdkafka's mock cluster does.  Such an answer is read and
-        # dropped, as librdkafka does, instead of being taken for a broken stream: closing the
-        # connection then would lose the acks=0 requests still in its write buffer.
-        self._unawaited: dict[int, None] = {}
         self._in_flight = asyncio.Semaphore(max_in_flight)
-        self._next_correlation = 0
         self._transport: asyncio.Transport | None = None
         self._closed: BaseException | None = None
         self._closed_event = asyncio.Event()
@@ -196,11 +197,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
         request = messages.ApiVersionsRequest(client_software_name="kwire", client_software_version=__version__)
         for _ in range(3):
             response = await self.send(request, version=version)
-            if response.error_code == UNSUPPORTED_VERSION and version > 0:
+            retry = api_versions_retry(response, version)
+            if retry is not None:
                 # KIP-511: the broker answered in v0 with the versions it has; ask again in its newest
                 # (or in v0 when its answer could not be read).
-                theirs = {k.api_key: k.max_version for k in response.api_keys}.get(API_VERSIONS, 0)
-                version = min(theirs, version - 1)
+                version = retry
                 continue
             if response.error_code:
                 raise BrokerConnectionError(
@@ -216,13 +217,17 @@ class BrokerConnection(asyncio.BufferedProtocol):
         """Send a bare SASL token (SaslHandshake v0: a 4-byte size and the token, no request header)
         and return the broker's bare answer.  Only while nothing else is in flight (during login)."""
         self._check_open()
-        if self._pending or self._raw is not None:
+        if self._raw is not None:
             raise IllegalStateError("a raw SASL token can only be sent on an idle connection")
+        try:
+            frame = self._wire.send_sasl_token(token)
+        except RuntimeError as exc:
+            raise IllegalStateError(str(exc)) from None
         future = self._loop.create_future()
         self._raw = future
         timer = self._loop.call_later(self.request_timeout, self._time_out_raw)
         try:
-            self._transport.write(struct.pack(">i", len(token)) + token)
+            self._transport.write(frame)
             return await future
         finally:
             timer.cancel()
@@ -287,12 +292,12 @@ class BrokerConnection(asyncio.BufferedProtocol):
     def retire(self) -> None:
         """Take no new requests; close once the requests in flight are answered."""
         self._retiring = True
-        if not self._pending and self._raw is None:
+        if not self._wire.in_flight and self._raw is None:
             self.close()
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return self._wire.in_flight
 
     async def send(self, request: Request, *, version: int | None = None, low: int = 0, high: int | None = None,
                    expect_response: bool = True, timeout: float | None = None) -> Response | None:
@@ -308,17 +313,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
         await self._in_flight.acquire()
         try:
             self._check_open()
-            self._next_correlation = (self._next_correlation + 1) & 0x7FFFFFFF
-            correlation_id = self._next_correlation
-            frame = encode_request(request, version, correlation_id, self.client_id)
-            if expect_response:
+            pending = _Pending(frame_future) if expect_response else None
+            frame = self._wire.send_request(request, version, expect_response=expect_response, context=pending)
+            if pending is not None:
                 wait = self.request_timeout if timeout is None else timeout
-                timer = self._loop.call_later(wait, self._time_out, correlation_id, wait)
-                self._pending[correlation_id] = _Pending(correlation_id, request.API_KEY, version, frame_future, timer)
-            else:
-                self._unawaited[correlation_id] = None
-                if len(self._unawaited) > _UNAWAITED_KEPT:
-                    del self._unawaited[next(iter(self._unawaited))]
+                pending.timer = self._loop.call_later(wait, self._time_out, request.API_KEY, version, wait)
             self._transport.write(frame)
             if self._write_paused:
                 await self._drain()
@@ -339,12 +338,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 raise self._closed  # what the caller must see (and Cluster count), not a generic "closed"
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed}")
 
-    def _time_out(self, correlation_id: int, wait: float) -> None:
-        pending = self._pending.get(correlation_id)
-        if pending is not None:
-            self.close(ClientTimeoutError(
-                f"{api_name(pending.api_key)} v{pending.version} to {self.host}:{self.port} "
-                f"got no answer in {wait:g} s"))
+    def _time_out(self, api_key: int, version: int, wait: float) -> None:
+        # (Its timer is cancelled when the answer comes or the connection closes.)
+        self.close(ClientTimeoutError(f"{api_name(api_key)} v{version} to {self.host}:{self.port} "
+                                      f"got no answer in {wait:g} s"))
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -356,7 +353,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         # The splitter's buffers: a large response (a Fetch) is received straight into a buffer
         # of its own and never copied after the kernel wrote it.
-        view = self._splitter.get_buffer(sizehint)
+        view = self._wire.framing.get_buffer(sizehint)
         if not self._bytes_received:
             self._first_read = view  # for the TLS check of the first bytes
         return view
@@ -372,7 +369,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 return
         self._bytes_received += nbytes
         try:
-            frames = self._splitter.buffer_updated(nbytes)
+            frames = self._wire.framing.buffer_updated(nbytes)
         except ProtocolError as exc:
             self.close(BrokerConnectionError(f"bad response frame from {self.host}:{self.port}: {exc}"))
             return
@@ -380,37 +377,32 @@ class BrokerConnection(asyncio.BufferedProtocol):
             if not self._complete(frame):
                 return
 
-    def _complete(self, frame: bytes) -> bool:
-        if self._raw is not None:  # SaslHandshake v0: a bare token, no response header
-            if not self._raw.done():
-                self._raw.set_result(bytes(frame))
-            return True
-        try:
-            correlation_id = correlation_id_of_response(frame)
-        except DecodeError as exc:
-            self.close(BrokerConnectionError(f"bad response from {self.host}:{self.port}: {exc}"))
+    def _complete(self, frame) -> bool:
+        event = self._wire.response_event(frame)
+        kind = event.__class__
+        if kind is FrameError:
+            self.close(BrokerConnectionError(f"{self.host}:{self.port} sent a bad response: {event.error}"))
             return False
-        if correlation_id in self._unawaited:
-            del self._unawaited[correlation_id]
+        if kind is SaslTokenReceived:  # SaslHandshake v0: a bare token, no response header
+            if self._raw is not None and not self._raw.done():
+                self._raw.set_result(bytes(event.token))
+            return True
+        if kind is UnawaitedResponse:
             logger.debug("%s:%d answered request %d, sent without waiting for an answer; dropped",
-                         self.host, self.port, correlation_id)
+                         self.host, self.port, event.correlation_id)
             return True
-        if not self._pending or next(iter(self._pending)) != correlation_id:
-            self.close(BrokerConnectionError(
-                f"{self.host}:{self.port} answered correlation id {correlation_id}, "
-                f"expected {next(iter(self._pending), None)}"))
-            return False
-        pending = self._pending.pop(correlation_id)
-        if pending.api_key not in _HANDSHAKE_APIS:
+        out = event.outstanding
+        pending = out.context
+        if out.api_key not in _HANDSHAKE_APIS:
             self._served += 1
         if pending.timer is not None:
             pending.timer.cancel()
-        if self._retiring and not self._pending:
+        if self._retiring and not self._wire.in_flight:
             self._loop.call_soon(self.close)  # after this answer is handed over
         if pending.future.done():  # the caller was cancelled; the answer still had to be read
             return True
         try:
-            response = self._decode(frame, pending)
+            response = self._decode(event)
         except ProtocolError as exc:
             pending.future.set_exception(exc)
         else:
@@ -418,27 +410,19 @@ class BrokerConnection(asyncio.BufferedProtocol):
         return True
 
     @staticmethod
-    def _decode(frame: bytes, pending: _Pending) -> Response:
-        if pending.api_key == API_VERSIONS and pending.version > 0:
-            # A broker that lacks our ApiVersions version answers in v0 (KIP-511).
+    def _decode(event) -> Response:
+        if event.api_key == API_VERSIONS and event.api_version > 0:
+            # A broker that lacks our ApiVersions version answers in v0 (KIP-511): the machine reads it.
             try:
-                _, response = decode_response(frame, API_VERSIONS, pending.version)
+                return event.decode()
             except DecodeError:
-                response = None
-            if response is None or response.error_code == UNSUPPORTED_VERSION:
-                try:
-                    _, response = decode_response(frame, API_VERSIONS, 0)
-                except DecodeError:
-                    # Not even v0 (librdkafka's mock writes its refusal in neither layout): treat it
-                    # as a refusal that names no versions, so the next attempt is v0.
-                    response = messages.ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=[])
-            return response
+                # Not even v0 (librdkafka's mock writes its refusal in neither layout): treat it
+                # as a refusal that names no versions, so the next attempt is v0.
+                return messages.ApiVersionsResponse(error_code=UnsupportedVersionError.code, api_keys=[])
         # Fetch: the record batches stay views of the received frame (no copy of the bulk of it).
         # One reading of every answer, whichever part of the client asked: lenient about what
         # real peers send (bytes after the known fields, librdkafka's mock's forbidden null arrays).
-        _, response = decode_response(frame, pending.api_key, pending.version, strict=False,
-                                      record_views=pending.api_key == FETCH, forgive_null_arrays=True)
-        return response
+        return event.decode(strict=False, record_views=event.api_key == FETCH, forgive_null_arrays=True)
 
     def connection_lost(self, exc) -> None:
         if self._linger is not None:
@@ -456,7 +440,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         elif not self._bytes_received:
             reason = SilentCloseError(f"{where} closed the connection without answering: is it a TLS listener? "
                                       f"security.protocol is {self.protocol}")
-        elif not self._served and self._pending and (self.security is None or self.security.sasl is None):
+        elif not self._served and self._wire.in_flight and (self.security is None or self.security.sasl is None):
             # ApiVersions answered, then the first real request dropped: what a SASL listener does
             # to a client that has not logged in.
             reason = SilentCloseError(f"{where} closed the connection at the first request after ApiVersions: "
@@ -500,7 +484,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             self._closed_event.set()
         elif reason is not None:
             self._transport.abort()
-        elif self._unawaited and self._transport.can_write_eof():
+        elif self._wire.awaiting_unawaited and self._transport.can_write_eof():
             # acks=0 requests may still be on their way.  A close with an answer unread (librdkafka's
             # mock answers them) makes the kernel reset the connection and drop what it has not sent
             # yet, so half-close: the broker reads to our end, closes its side, and we read its
@@ -516,8 +500,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
     def _fail_all(self, exc: BaseException) -> None:
         if self._raw is not None and not self._raw.done():
             self._raw.set_exception(exc)
-        pending, self._pending = self._pending, collections.OrderedDict()
-        for item in pending.values():
+        for out in self._wire.forget_outstanding():
+            item = out.context
             if item.timer is not None:
                 item.timer.cancel()
             if not item.future.done():

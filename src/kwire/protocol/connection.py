@@ -458,6 +458,13 @@ class ClientConnection(_Framing):
         """The requests waiting for their response, oldest first."""
         return list(self._pending.values())
 
+    def forget_outstanding(self) -> list[Outstanding]:
+        """The connection is given up: the requests still waiting, oldest first, now forgotten
+        (an answer to one of them would be out of order)."""
+        pending = list(self._pending.values())
+        self._pending.clear()
+        return pending
+
     def send_request(self, request: Request, version: int, *, expect_response: bool | None = None,
                      context: Any = None) -> bytes:
         """The frame of ``request`` at ``version`` with the next correlation id.  ``expect_response``
