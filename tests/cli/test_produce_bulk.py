@@ -1,0 +1,73 @@
+"""``kwire produce`` of input larger than one read: every record lands once and in order across
+the reads (each read is one ``produce_many`` call), batches are kcat's (librdkafka's batch.size and
+batch.num.messages) unless -X says otherwise, a bad line in a later read is numbered from the start
+of the input, and records that fail are counted with the first error."""
+
+from __future__ import annotations
+
+import pytest
+
+from kwire.broker import EmbeddedBroker
+from kwire.cli import produce_cmd
+from kwire.protocol.records import iter_batches
+
+from .test_produce_cmd import kwire, ok, one_line_error
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker(default_partitions=1) as b:
+        yield b
+
+
+@pytest.fixture
+def topic(request) -> str:
+    return request.node.name.replace("[", "-").replace("]", "")
+
+
+def stored(broker: EmbeddedBroker, topic: str) -> list:
+    """The topic's batches as the broker stored them (its one partition's log files)."""
+    directory = broker.data_dir / f"{topic}-0"
+    return list(iter_batches(b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))))
+
+
+def test_input_of_many_reads_lands_in_order_in_kcats_batches(broker, topic, tmp_path):
+    lines = [b"%07d" % i + b"." * (i % 50) for i in range(70_000)]   # ~2.3 MB: three reads
+    data = tmp_path / "lines.txt"
+    data.write_bytes(b"\n".join(lines) + b"\n")
+    assert data.stat().st_size > 2 * produce_cmd._READ_SIZE
+    out = ok("produce", topic, "-f", str(data), "-b", broker.bootstrap)
+    assert "70000 of 70000 records written" in out
+    batches = stored(broker, topic)
+    assert [r.value for b in batches for r in b] == lines
+    limit = produce_cmd.RDKAFKA_BATCHING["batch.num.messages"]
+    assert max(b.record_count for b in batches) == limit       # librdkafka's batch.num.messages
+    assert max(b.size_in_bytes for b in batches) <= produce_cmd.RDKAFKA_BATCHING["batch.size"]
+
+
+def test_x_batch_size_replaces_kcats_batching(broker, topic):
+    stdin = "".join(f"record {i}\n" for i in range(500))
+    ok("produce", topic, "-X", "batch.size=1000", "-b", broker.bootstrap, stdin=stdin)
+    batches = stored(broker, topic)
+    assert sum(b.record_count for b in batches) == 500
+    assert max(b.size_in_bytes for b in batches) <= 1000 and len(batches) >= 8
+
+
+def test_a_bad_line_in_a_later_read_is_numbered_from_the_start(broker, topic, tmp_path):
+    good = [b"k%d:v%d" % (i, i) for i in range(150_000)]             # ~2 MB before the bad line
+    data = tmp_path / "keyed.txt"
+    data.write_bytes(b"\n".join(good) + b"\nno separator here\nk:v\n")
+    result = kwire("produce", topic, "-f", str(data), "-K", ":", "-b", broker.bootstrap)
+    assert f"{data}: line 150001 has no key separator ':'" in one_line_error(result)
+    assert "the 150000 records before it were sent" in result.stderr
+    records = [r for b in stored(broker, topic) for r in b]
+    assert [(r.key, r.value) for r in records] == [tuple(g.split(b":")) for g in good]
+
+
+def test_records_too_large_are_counted_with_the_first_error(broker, topic):
+    stdin = "small\n" + "x" * 5000 + "\nsmall again\n" + "y" * 6000 + "\n"
+    result = kwire("produce", topic, "-X", "max.request.size=2000", "-b", broker.bootstrap, stdin=stdin)
+    line = one_line_error(result)
+    assert "2 records failed" in line and "max.request.size (2000)" in line
+    assert "2 of 4 records written" in result.stdout
+    assert [r.value for b in stored(broker, topic) for r in b] == [b"small", b"small again"]
