@@ -15,15 +15,23 @@ locked, acknowledged, and the share-partition state is written to ``__share_grou
 
     python benchmarks/bench_share.py [--messages 50000] [--partitions 3] [--batch 500]
 
+``--refs A,B`` compares commits of kwire in one run: each ref's ``src`` (``git archive``, its
+compiled helper built) runs its own broker with its own copy of the records, and every reader runs
+against each broker in turn (alternated, so a load change on the machine hits both alike).
+
 Progress goes to stderr; the table goes to stdout (and by hand to benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from bench_broker import KwireBroker  # same directory
 from confluent_kafka import Consumer, Producer, ShareConsumer
@@ -109,32 +117,64 @@ def share(bootstrap: str, topic: str, n: int, members: int, group: str) -> float
     return n / elapsed
 
 
+def source_tree(ref: str, into: Path) -> Path:
+    """kwire's ``src`` at git ``ref`` in ``into``, with its compiled helper built (optional)."""
+    repo = Path(__file__).resolve().parent.parent
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", ref, "src", "setup.py", "pyproject.toml",
+                              "README.md"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=into, capture_output=True)
+    return into / "src"
+
+
+def broker_of(src: Path | None) -> KwireBroker:
+    if src is None:
+        return KwireBroker("never")
+    run = f"import runpy, sys; sys.path.insert(0, {str(src)!r}); runpy.run_module('kwire.cli.main', run_name='__main__')"
+    return KwireBroker("never", entry=["-c", run])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--members", default="1,2,4", help="share-group sizes to run, comma-separated (default 1,2,4)")
+    ap.add_argument("--refs", default="", help="git refs of kwire to compare, comma-separated (default: the "
+                    "installed kwire alone)")
     args = ap.parse_args()
     sizes = [int(m) for m in args.members.split(",")]
-    broker = KwireBroker("never")
+    refs = args.refs.split(",") if args.refs else [None]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-share-src-"))
+    brokers: dict = {}
+    topic = "bench-share"
+    rows: dict[str, dict] = {}
     try:
-        topic = "bench-share"
-        log(f"producing {args.messages} records to {args.partitions} partitions")
-        setup(broker.bootstrap, topic, args.partitions, args.messages, args.batch)
-        log("classic consumer")
-        base = classic(broker.bootstrap, topic, args.messages)
-        rows = [("classic group, 1 consumer", base)]
+        for ref in refs:
+            brokers[ref] = broker_of(None if ref is None else source_tree(ref, tmp / ref.replace("/", "_")))
+            log(f"{ref or 'installed kwire'}: producing {args.messages} records to {args.partitions} partitions")
+            setup(brokers[ref].bootstrap, topic, args.partitions, args.messages, args.batch)
+        for ref, b in brokers.items():
+            log(f"{ref or 'kwire'}: classic consumer")
+            rows.setdefault("classic group, 1 consumer", {})[ref] = classic(b.bootstrap, topic, args.messages)
         for members in sizes:
-            log(f"share group, {members} consumer(s)")
-            rows.append((f"share group, {members} consumer(s)", share(broker.bootstrap, topic, args.messages, members,
-                                                                      f"bench-share-{members}")))
+            for ref, b in brokers.items():
+                log(f"{ref or 'kwire'}: share group, {members} consumer(s)")
+                rows.setdefault(f"share group, {members} consumer(s)", {})[ref] = share(
+                    b.bootstrap, topic, args.messages, members, f"bench-share-{members}")
     finally:
-        broker.stop()
+        for b in brokers.values():
+            b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"draining {args.messages} x 100 B records, {args.partitions} partitions, kwire broker (fsync never); "
           "records/s from first poll to last record (one run)")
-    for name, rate in rows:
-        print(f"{name:28} {rate:10,.0f} rec/s  ({rate / base:.2f}x classic)")
+    base = rows["classic group, 1 consumer"]
+    print(f"{'':28} " + "  ".join(f"{ref or 'kwire':>30}" for ref in refs))
+    for name, by_ref in rows.items():
+        cells = [f"{by_ref[ref]:12,.0f} rec/s ({by_ref[ref] / base[ref]:.2f}x classic)" for ref in refs]
+        extra = f"   {by_ref[refs[-1]] / by_ref[refs[0]]:.2f}x {refs[0]}" if len(refs) > 1 else ""
+        print(f"{name:28} " + "  ".join(f"{c:>30}" for c in cells) + extra)
 
 
 if __name__ == "__main__":
