@@ -15,9 +15,10 @@ writes its OffsetCommit records in a transactional batch of the producer (id, ep
 transaction coordinator's COMMIT marker in that partition makes them the group's, an ABORT marker
 drops them (Kafka's OffsetMetadataManager.replayEndTransactionMarker).  Loading replays every
 partition that exists on disk in offset order: the newest record of a key wins, tombstones
-delete, transactional offsets wait for their marker.  A record of a type this broker does not
-use (KIP-848 or share groups, written by a Kafka) is skipped, and so is an unreadable one, each
-with a warning: the log keeps them.
+delete, transactional offsets wait for their marker.  KIP-848 consumer groups' and KIP-932 share
+groups' records are kept per group for their coordinators (``StoredGroup.consumer``,
+``share_groups``).  A record of a type this broker does not use is skipped, and so is an
+unreadable one, each with a warning: the log keeps them.
 
 Durability follows the broker's ``fsync`` policy, as the journal it replaces: "always" flushes
 the partition before a write returns (unless the caller defers it: ``fsync=False`` and a later
