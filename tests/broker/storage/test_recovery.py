@@ -9,6 +9,7 @@ import pytest
 
 from kwire.broker.storage import LogManager, PartitionLog
 from kwire.broker.storage.checkpoint import CHECKPOINT_NAME, read_checkpoint
+from kwire.protocol.records import RecordBatchBuilder
 
 from .helpers import SMALL, batch_offsets, fill, log_files, make_batch, read_all, stored_form
 
@@ -207,3 +208,33 @@ def test_a_clean_restart_leaves_the_checkpoint_file_alone(tmp_path):
         assert manager.clean_shutdown
     assert path.stat().st_ino != before
     assert read_checkpoint(tmp_path / "t-0").recovery_point == 15
+
+
+def test_a_clean_open_lists_the_directory_once_and_syncs_nothing(tmp_path, monkeypatch):
+    """After a clean shutdown, opening a log lists its directory once (the producer snapshots
+    are found in that listing too) and fsyncs nothing: not the checkpoint, not a .txnindex
+    holding an abort (whose entries were made durable before the shutdown)."""
+    log = PartitionLog(tmp_path / "t-0", SMALL)
+    fill(log, 20)
+    txn = RecordBatchBuilder(producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    txn.append(b"k", b"aborted", 1_000)
+    log.append(txn.build(), now_ms=1_000)
+    log.append_marker(7, 0, commit=False, now_ms=1_000)
+    fill(log, 20)
+    expected = read_all(log)
+    log.close()
+    listings: list = []
+    syncs: list = []
+    real_scandir, real_listdir, real_fsync = os.scandir, os.listdir, os.fsync
+    monkeypatch.setattr(os, "scandir", lambda path=".": listings.append(path) or real_scandir(path))
+    monkeypatch.setattr(os, "listdir", lambda path=".": listings.append(path) or real_listdir(path))
+    monkeypatch.setattr(os, "fsync", lambda fd: syncs.append(fd) or real_fsync(fd))
+    reopened = PartitionLog(tmp_path / "t-0", SMALL, clean_shutdown=True)
+    monkeypatch.undo()
+    try:
+        assert len(listings) == 1 and syncs == []
+        assert len(reopened.segments) > 3 and reopened.load_findings == []
+        assert [t.producer_id for s in reopened.segments for t in s.txn_index.entries] == [7]
+        assert read_all(reopened) == expected and reopened.last_stable_offset == reopened.log_end_offset
+    finally:
+        reopened.close()

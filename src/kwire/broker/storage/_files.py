@@ -10,7 +10,7 @@ from kwire.protocol.errors import KafkaStorageError
 __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "TXNINDEX_SUFFIX", "DELETED_SUFFIX", "CLEANED_SUFFIX",
     "SWAP_SUFFIX", "STRAY_SUFFIXES",
-    "segment_path", "offset_from_name", "fsync_dir", "atomic_write", "pread_exact",
+    "segment_path", "offset_from_filename", "fsync_dir", "atomic_write", "pread_exact",
 ]
 
 LOG_SUFFIX = ".log"
@@ -32,9 +32,9 @@ def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
     return directory / f"{base_offset:020d}{suffix}"
 
 
-def offset_from_name(path: Path) -> int | None:
+def offset_from_filename(name: str) -> int | None:
     """The base offset in a segment file name, or None if the stem is not 20 digits."""
-    stem = path.name.split(".", 1)[0]
+    stem = name.split(".", 1)[0]
     return int(stem) if len(stem) == 20 and stem.isdigit() else None
 
 

@@ -28,9 +28,14 @@ class _IndexFile:
     def __init__(self, path: Path, base_offset: int):
         self.path = path
         self.base_offset = base_offset
-        self.existed = path.exists()
-        # O_APPEND: entries only ever go at the end; truncation uses ftruncate.
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # O_APPEND: entries only ever go at the end; truncation uses ftruncate.  Opened without
+        # O_CREAT first, which tells whether it existed (no stat of its own).
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            self.existed = True
+        except FileNotFoundError:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            self.existed = False
         raw = _read_all(self._fd)
         # A torn trailing entry is ignored here and reported by sanity_check().
         self._torn_bytes = len(raw) % self._ENTRY.size

@@ -15,6 +15,10 @@
   ends the log: later segments are deleted, as Kafka does, since their offsets would follow
   a hole.
 * The log start offset comes from the checkpoint (never below the first segment).
+* The directory is listed once (Kafka's LogLoader lists it once too) and that listing serves
+  every step, the producer state's snapshots included; only completing a swap lists it again.
+  After a clean shutdown an open is then: the listing, the checkpoint, each segment's files
+  opened with a look at its tail, and the newest producer snapshot.
 
 Everything changed is returned as human-readable findings and logged at WARNING.
 """
@@ -34,7 +38,7 @@ from ._files import (
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     fsync_dir,
-    offset_from_name,
+    offset_from_filename,
     segment_path,
 )
 from .checkpoint import CorruptCheckpointError, PartitionCheckpoint, read_checkpoint, write_checkpoint
@@ -52,20 +56,29 @@ class LoadedLog:
     log_start_offset: int
     recovery_point: int
     findings: list[str] = field(default_factory=list)
+    # The directory's file names once loading was done (the producer state's snapshots are
+    # among them), so that nothing after the loader needs to list it again.
+    file_names: frozenset[str] = frozenset()
 
 
 def load_partition(directory: Path, config: LogConfig, *, clean_shutdown: bool) -> LoadedLog:
     """Load (and if needed recover) the partition in ``directory``; creates it if missing."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        files = _list_files(directory)
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        files = {}
     findings: list[str] = []
 
     def report(message: str) -> None:
         findings.append(message)
         logger.warning("%s: %s", directory.name, message)
 
-    _complete_swaps(directory, config, report)
-    _remove_strays(directory, report)
+    if any(name.endswith(LOG_SUFFIX + SWAP_SUFFIX) for name in files):
+        _complete_swaps(directory, config, report, files)
+        files = _list_files(directory)  # renamed and deleted files: the one case listed again
+    files = _remove_strays(directory, report, files)
 
     try:
         checkpoint = read_checkpoint(directory)
@@ -77,8 +90,7 @@ def load_partition(directory: Path, config: LogConfig, *, clean_shutdown: bool) 
 
     segments: list[LogSegment] = []
     try:
-        bases = sorted(b for p in directory.iterdir()
-                       if p.suffix == LOG_SUFFIX and (b := offset_from_name(p)) is not None)
+        bases = sorted(b for name in files if name.endswith(LOG_SUFFIX) and (b := offset_from_filename(name)) is not None)
         # Segments that recovery will rebuild anyway need no separate index check.
         first_unflushed = _first_unflushed(bases, recovery_point) if not clean_shutdown else len(bases)
         for i, base in enumerate(bases):
@@ -109,6 +121,7 @@ def load_partition(directory: Path, config: LogConfig, *, clean_shutdown: bool) 
             for segment in segments:
                 segment.delete()
             segments = []
+            files = _list_files(directory)
     if not segments:
         segments.append(LogSegment(directory, log_start, index_interval_bytes=config.index_interval_bytes))
     log_end = segments[-1].next_offset
@@ -120,7 +133,14 @@ def load_partition(directory: Path, config: LogConfig, *, clean_shutdown: bool) 
         # Only a change is written: after a clean shutdown the file already says this, and its
         # two fsyncs per partition were most of a restart's time with many partitions open.
         write_checkpoint(directory, loaded)
-    return LoadedLog(segments, log_start, recovery_point, findings)
+    return LoadedLog(segments, log_start, recovery_point, findings, frozenset(files))
+
+
+def _list_files(directory: Path) -> dict[str, bool]:
+    """The directory's entries: name -> whether it is a regular file (from the listing itself,
+    no stat per entry on the file systems that say so)."""
+    with os.scandir(directory) as entries:
+        return {entry.name: entry.is_file() for entry in entries}
 
 
 def _first_unflushed(bases: list[int], recovery_point: int) -> int:
@@ -152,7 +172,7 @@ def _recover_unflushed(segments: list[LogSegment], first: int, report) -> None:
 _SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX)
 
 
-def _complete_swaps(directory: Path, config: LogConfig, report) -> None:
+def _complete_swaps(directory: Path, config: LogConfig, report, files: dict[str, bool]) -> None:
     """Finish the cleaner's swaps a crash interrupted (see ``PartitionLog.replace_segments``).
 
     The ``.log.swap`` rename is the clean's commit point: its indexes were renamed to ``.swap``
@@ -160,8 +180,8 @@ def _complete_swaps(directory: Path, config: LogConfig, report) -> None:
     already have their final names.  The swap segment is validated and its offset and time
     indexes rebuilt; it ends where the old segments it replaces ended (the cleaner makes sure),
     so every ``.log`` whose base is in ``[base, end)`` is an old one."""
-    swaps = sorted(b for p in directory.iterdir()
-                   if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and (b := offset_from_name(p)) is not None)
+    swaps = sorted(b for name in files
+                   if name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and (b := offset_from_filename(name)) is not None)
     for base in swaps:
         had_swap = {suffix: segment_path(directory, base, suffix + SWAP_SUFFIX).exists() for suffix in _SEGMENT_SUFFIXES}
         swap = LogSegment(directory, base, index_interval_bytes=config.index_interval_bytes, file_suffix=SWAP_SUFFIX)
@@ -177,7 +197,7 @@ def _complete_swaps(directory: Path, config: LogConfig, report) -> None:
             report(f"removed {base:020d}.log.swap: it holds no batch")
             continue
         replaced = sorted(b for p in directory.iterdir()
-                          if p.name.endswith(LOG_SUFFIX) and (b := offset_from_name(p)) is not None and base <= b < end)
+                          if p.name.endswith(LOG_SUFFIX) and (b := offset_from_filename(p.name)) is not None and base <= b < end)
         for old in replaced:
             for suffix in _SEGMENT_SUFFIXES:
                 if old == base and suffix == TXNINDEX_SUFFIX and not had_swap[suffix]:
@@ -195,20 +215,23 @@ def _complete_swaps(directory: Path, config: LogConfig, report) -> None:
                f"{len(replaced)} old segment(s)")
 
 
-def _remove_strays(directory: Path, report) -> None:
-    removed = False
-    logs = {p.name[:-len(LOG_SUFFIX)] for p in directory.iterdir() if p.name.endswith(LOG_SUFFIX)}
-    for path in sorted(directory.iterdir()):
-        if not path.is_file():
+def _remove_strays(directory: Path, report, files: dict[str, bool]) -> dict[str, bool]:
+    """Remove what interrupted work left (see the module's doc); returns ``files`` without it."""
+    removed = []
+    logs = {name[:-len(LOG_SUFFIX)] for name in files if name.endswith(LOG_SUFFIX)}
+    for name in sorted(files):
+        if not files[name]:
             continue
-        if path.name.endswith(STRAY_SUFFIXES + (SWAP_SUFFIX,)):  # swaps are complete by now
-            report(f"removed leftover file {path.name}")
-        elif path.suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX) and offset_from_name(path) is not None \
-                and path.name[:-len(path.suffix)] not in logs:
-            report(f"removed orphaned index {path.name} (no .log file)")
+        if name.endswith(STRAY_SUFFIXES + (SWAP_SUFFIX,)):  # swaps are complete by now
+            report(f"removed leftover file {name}")
+        elif (suffix := os.path.splitext(name)[1]) in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX) \
+                and offset_from_filename(name) is not None and name[:-len(suffix)] not in logs:
+            report(f"removed orphaned index {name} (no .log file)")
         else:
             continue
-        os.unlink(path)
-        removed = True
-    if removed:
-        fsync_dir(directory)
+        os.unlink(directory / name)
+        removed.append(name)
+    if not removed:
+        return files
+    fsync_dir(directory)
+    return {name: is_file for name, is_file in files.items() if name not in removed}

@@ -112,7 +112,7 @@ class PartitionLog:
         self.load_findings: list[str] = loaded.findings
         self.producer_state = ProducerStateManager(self.dir)
         try:
-            self._load_producer_state()
+            self._load_producer_state(loaded.file_names)
         except BaseException:
             for segment in self._segments:
                 segment.close()
@@ -121,14 +121,15 @@ class PartitionLog:
         self._closed = False
         self._dropped = False
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, file_names: frozenset[str] | None = None) -> None:
         # Only snapshots at or below the recovery point: the batches they count were fsynced
         # (and, after a crash, checked again by the loader), so none of them can have been lost.
         # A later one (a roll without flush_on_roll) is passed over and the log replayed instead.
         # A segment whose .txnindex is missing or unreadable has it emptied; the replay then
         # starts at or before that segment and fills it again.
         rebuild_from = None
-        if self.producer_state.predates_transactions(self._segments):
+        # ``file_names``: the loader's listing of the directory, when just opened.
+        if self.producer_state.predates_transactions(self._segments, file_names):
             # Written by a kwire without transactions (which refused transactional batches):
             # there is no abort to index, and every transactional batch since is newer than any
             # snapshot it left, so the usual replay covers them.  No rebuild, no warnings.
@@ -143,7 +144,8 @@ class PartitionLog:
                 if rebuild_from is None:
                     rebuild_from = segment.base_offset
         self.load_findings += self.producer_state.load(self._segments, snapshot_limit=self._recovery_point,
-                                                       now_ms=_now_ms(), txn_rebuild_from=rebuild_from)
+                                                       now_ms=_now_ms(), txn_rebuild_from=rebuild_from,
+                                                       file_names=file_names)
 
     # -- offsets ----------------------------------------------------------------------------
     @property

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -381,7 +381,7 @@ class ProducerStateManager:
 
     # -- loading ----------------------------------------------------------------------------
     def load(self, segments: Sequence[LogSegment], *, snapshot_limit: int, now_ms: int,
-             txn_rebuild_from: int | None = None) -> list[str]:
+             txn_rebuild_from: int | None = None, file_names: Iterable[str] | None = None) -> list[str]:
         """Rebuild the state of ``segments`` (the whole log): the newest readable snapshot at or
         below ``snapshot_limit`` (the recovery point: every batch below it was fsynced and then
         checked by the loader) and above the first segment's base, then the headers after it.
@@ -390,6 +390,7 @@ class ProducerStateManager:
         dropped and made again by the replay, so an index never holds an abort the log lost
         or misses one it has.  ``txn_rebuild_from``: the base of the first segment whose index
         must be made whole again (missing, unreadable): the replay starts at or before it.
+        ``file_names``: the directory's listing if the caller has it (see ``snapshot_files``).
 
         Removes snapshots above the log end (they describe batches that are gone) and below the
         first segment (batches deleted since then could be missing from them).  Returns findings.
@@ -401,7 +402,7 @@ class ProducerStateManager:
         self._ongoing = {}
         start = first_base
         usable = []
-        for offset, path in self.snapshot_files():
+        for offset, path in self.snapshot_files(file_names):
             if offset > log_end:
                 # Follows from a cut the loader already reported: a log message is enough.
                 logger.info("%s: deleted producer snapshot %s above the log end offset %d",
@@ -427,12 +428,13 @@ class ProducerStateManager:
             index = segment.txn_index
             before = len(index)
             index.truncate_to(start)
+            kept = len(index)
             if segment.next_offset > start:
                 for raw in segment.batch_headers(start):
                     aborted = self.replay(read_header(raw), now_ms, raw)
                     if aborted is not None:
                         index.append(aborted)
-            if len(index) or before:
+            if kept != before or len(index) != kept:  # changed (an untouched index needs no fsync)
                 rebuilt.append(index)
         for index in rebuilt:
             # Entries below the recovery point must be as durable as the log they describe.
@@ -443,13 +445,13 @@ class ProducerStateManager:
         return findings
 
     # -- snapshots --------------------------------------------------------------------------
-    def predates_transactions(self, segments: Sequence[LogSegment]) -> bool:
+    def predates_transactions(self, segments: Sequence[LogSegment], file_names: Iterable[str] | None = None) -> bool:
         """Whether the partition was last written by a kwire without transactions: data but no
         ``.txnindex`` file at all, and no snapshot of version 2 or later (a kwire with
         transactions writes one on every roll and close)."""
         if not any(s.size for s in segments) or any(s.txn_index.existed for s in segments):
             return False
-        for _, path in self.snapshot_files():
+        for _, path in self.snapshot_files(file_names):
             try:
                 with open(path, "rb") as f:
                     head = f.read(_FILE_HEAD.size)
@@ -459,13 +461,14 @@ class ProducerStateManager:
                 return False
         return True
 
-    def snapshot_files(self) -> list[tuple[int, Path]]:
-        """(offset, path) of every snapshot file, oldest first."""
+    def snapshot_files(self, file_names: Iterable[str] | None = None) -> list[tuple[int, Path]]:
+        """(offset, path) of every snapshot file, oldest first; from ``file_names`` (the
+        directory's listing, when the caller has just made one) or else a listing made here."""
         found = []
-        for path in self.dir.iterdir():
-            stem = path.name[:-len(SNAPSHOT_SUFFIX)]
-            if path.name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 20 and stem.isdigit():
-                found.append((int(stem), path))
+        for name in os.listdir(self.dir) if file_names is None else file_names:
+            stem = name[:-len(SNAPSHOT_SUFFIX)]
+            if name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+                found.append((int(stem), self.dir / name))
         return sorted(found)
 
     def snapshot_path(self, offset: int) -> Path:
