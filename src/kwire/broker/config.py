@@ -81,6 +81,9 @@ class BrokerConfig:
     transaction_state_log_num_partitions: int = 50
     # KIP-932's share-group state topic (Kafka's share.coordinator.state.topic.num.partitions).
     share_coordinator_state_topic_num_partitions: int = 50
+    # ShareUpdate records written between two ShareSnapshots of a share partition's state
+    # (Kafka's share.coordinator.snapshot.update.records.per.snapshot).
+    share_coordinator_snapshot_update_records_per_snapshot: int = 500
     # The log cleaner (Kafka's log.cleaner.*): compacts topics whose cleanup.policy holds "compact".
     log_cleaner_enable: bool = True
     log_cleaner_threads: int = 1
@@ -147,6 +150,8 @@ class BrokerConfig:
             raise ConfigError("offsets_topic_num_partitions and transaction_state_log_num_partitions must be >= 1")
         if self.share_coordinator_state_topic_num_partitions < 1:
             raise ConfigError("share_coordinator_state_topic_num_partitions must be >= 1")
+        if self.share_coordinator_snapshot_update_records_per_snapshot < 1:
+            raise ConfigError("share_coordinator_snapshot_update_records_per_snapshot must be >= 1")
         if self.log_cleaner_threads < 1 or self.log_cleaner_backoff_ms < 1 or self.log_cleaner_io_buffer_size < 1:
             raise ConfigError("log_cleaner_threads, log_cleaner_backoff_ms and log_cleaner_io_buffer_size must be >= 1")
         if self.log_cleaner_io_max_bytes_per_second <= 0:

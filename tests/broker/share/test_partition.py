@@ -168,3 +168,37 @@ def test_the_in_flight_window_counts_from_the_start_offset():
     assert offsets(sp.acquire("a", [(2, 9)], 100, LOCK, now_ms=0)) == [2, 3]
     sp.acknowledge("a", 0, 0, [A.ACCEPT], LOCK, now_ms=0)  # start moves to 2
     assert offsets(sp.acquire("a", [(2, 9)], 100, LOCK, now_ms=0)) == [4, 5]
+
+
+def test_offsets_between_batches_are_archived_so_the_start_offset_passes_them():
+    """A compacted log leaves holes between batches: nothing there is ever delivered."""
+    sp = SharePartition(0)
+    got = sp.acquire("a", [(0, 1), (5, 6)], 10, LOCK, now_ms=0)
+    assert offsets(got) == [0, 1, 5, 6] and sp.state_of(3) == S.ARCHIVED
+    sp.acknowledge("a", 0, 1, [A.ACCEPT], LOCK, now_ms=0)
+    assert sp.start_offset == 5
+    sp.acknowledge("a", 5, 6, [A.ACCEPT], LOCK, now_ms=0)
+    assert sp.start_offset == 7 and sp.state_batches() == []
+
+
+def test_loaded_state_with_holes_offers_them_as_never_delivered():
+    """Offsets a persisted state leaves out (Kafka writes only what changed) were never delivered."""
+    sp = SharePartition(0)
+    sp.load(10, [(12, 13, S.ARCHIVED, 1), (16, 16, S.AVAILABLE, 2)])
+    assert sp.end == 17 and [sp.state_of(o) for o in (10, 11, 14, 15)] == [S.AVAILABLE] * 4
+    got = sp.acquire("a", [(10, 16)], 100, LOCK, now_ms=0)
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in got] == [(10, 11, 1), (14, 15, 1), (16, 16, 3)]
+
+
+def test_many_acknowledgements_of_one_batch_keep_few_ranges():
+    sp = SharePartition(0)
+    sp.acquire("a", [(0, 999)], 1000, LOCK, now_ms=0)
+    for first in range(0, 1000, 10):  # a member acknowledging in small pieces, in order
+        sp.acknowledge("a", first, first + 9, [A.ACCEPT], LOCK, now_ms=0)
+        assert len(sp._runs) <= 1
+    assert sp.start_offset == 1000
+    sp.acquire("a", [(1000, 1999)], 1000, LOCK, now_ms=0)
+    sp.acknowledge("a", 1000, 1999, [A.RELEASE if o % 2 else A.ACCEPT for o in range(1000, 2000)], LOCK, now_ms=0)
+    assert sp.start_offset == 1001 and sp.in_flight() == 500  # every other one offered again
+    got = sp.acquire("b", [(1000, 1999)], 1000, LOCK, now_ms=0)
+    assert len(got) == 500 and all(r.delivery_count == 2 for r in got)

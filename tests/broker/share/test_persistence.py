@@ -216,3 +216,31 @@ def test_an_unknown_member_after_a_restart_is_told_so(state):
         assert describe(state).error_code == 0  # the broker keeps serving the group
     finally:
         state.close()
+
+
+def test_the_snapshot_cadence_is_a_broker_config(tmp_path):
+    from kwire.broker.config import ConfigError
+    with pytest.raises(ConfigError, match="share_coordinator_snapshot_update_records_per_snapshot"):
+        load_config(None, data_dir=tmp_path / "x", share_coordinator_snapshot_update_records_per_snapshot=0)
+    state = BrokerState(load_config(None, data_dir=tmp_path / "data", port=9092,
+                                    share_coordinator_snapshot_update_records_per_snapshot=2))
+    try:
+        assert share_of(state).persister.snapshot_every == 2
+    finally:
+        state.close()
+
+
+def test_an_update_without_its_snapshot_is_taken_as_the_state(state):
+    """What Kafka's shard does with a ShareUpdate whose ShareSnapshot is gone (compacted)."""
+    persister = SharePersister(state.internal_topics)
+    tid = uuid.uuid4()
+    out: dict = {}
+    key = encode_key(messages.ShareUpdateKey(group_id="g", topic_id=tid, partition=0), version=1)
+    V = messages.ShareUpdateValue
+    from kwire.protocol.coordinator_records import encode_value
+    value = encode_value(V(snapshot_epoch=0, leader_epoch=0, start_offset=4, state_batches=[
+        V.StateBatch(first_offset=2, last_offset=6, delivery_state=int(S.ARCHIVED), delivery_count=1)]), version=0)
+    persister.apply(out, key, value)
+    assert out[("g", tid, 0)].start_offset == 4 and out[("g", tid, 0)].batches == [(4, 6, S.ARCHIVED, 1)]
+    persister.apply(out, key.replace(b"\x00\x01", b"\x00\x00", 1), None)  # a snapshot tombstone
+    assert ("g", tid, 0) not in out

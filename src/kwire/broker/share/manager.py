@@ -47,14 +47,16 @@ class FetchedPartition:
 
 
 class ShareManager:
-    def __init__(self, state, *, now_ms: Callable[[], int] | None = None,
-                 snapshot_every: int = SNAPSHOT_EVERY) -> None:
+    def __init__(self, state, *, now_ms: Callable[[], int] | None = None, snapshot_every: int | None = None) -> None:
         self._state = state
         self.now_ms = now_ms or (lambda: time.monotonic_ns() // 1_000_000)
         self.groups = ShareGroups(self._partitions_of, self._member_expired, self._load_group)
         self.sessions = ShareSessionCache()
         self.partitions: dict[Key, SharePartition] = {}
         self._topic_ids: dict[Key, uuid.UUID] = {}  # the topic id each share partition belongs to
+        if snapshot_every is None:
+            snapshot_every = getattr(state.config, "share_coordinator_snapshot_update_records_per_snapshot",
+                                     SNAPSHOT_EVERY)
         self.persister = SharePersister(state.internal_topics, snapshot_every=snapshot_every)
         store = getattr(getattr(state, "coordinator", None), "store", None)
         self.records = None if store is None else ShareGroupRecords(
