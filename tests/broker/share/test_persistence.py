@@ -244,3 +244,29 @@ def test_an_update_without_its_snapshot_is_taken_as_the_state(state):
     assert out[("g", tid, 0)].start_offset == 4 and out[("g", tid, 0)].batches == [(4, 6, S.ARCHIVED, 1)]
     persister.apply(out, key.replace(b"\x00\x01", b"\x00\x00", 1), None)  # a snapshot tombstone
     assert ("g", tid, 0) not in out
+
+
+def test_while_the_groups_partition_loads_the_group_answers_load_in_progress(state):
+    """As Kafka's coordinator runtime: COORDINATOR_LOAD_IN_PROGRESS (retriable) until the
+    ``__consumer_offsets`` partition holding the group is loaded, then the group as it was."""
+    from kwire.protocol.errors import CoordinatorLoadInProgressError
+
+    from ..coordinator.test_loading import HeldExecutor
+    setup_group(state)
+    epoch = describe(state).group_epoch
+    path = state.data_dir
+    state.close()
+    state = BrokerState(load_config(None, data_dir=path, port=9092), load_coordinators=False)
+    executor = HeldExecutor()
+    state.start_loading(post=lambda fn: fn(), executor=executor)
+    try:
+        r = serve(state, HB(group_id="g", member_id="m1", member_epoch=epoch, rack_id=None,
+                            subscribed_topic_names=None), 1)
+        assert r.error_code == CoordinatorLoadInProgressError.code
+        assert describe(state).error_code == CoordinatorLoadInProgressError.code
+        executor.run_all()
+        r = serve(state, HB(group_id="g", member_id="m1", member_epoch=epoch, rack_id=None,
+                            subscribed_topic_names=None), 1)
+        assert r.error_code == 0 and r.member_epoch == epoch
+    finally:
+        state.close()
