@@ -270,3 +270,27 @@ def test_while_the_groups_partition_loads_the_group_answers_load_in_progress(sta
         assert r.error_code == 0 and r.member_epoch == epoch
     finally:
         state.close()
+
+
+def test_bad_share_group_records_in_the_offsets_topic_are_skipped(state):
+    """An unreadable ShareGroup* value is noted and skipped; member records without their group's
+    ShareGroupMetadata make no group; the good group loads and the broker serves."""
+    from kwire.protocol.coordinator_records import encode_value
+    setup_group(state)
+    store = state.coordinator.store
+    member = messages.ShareGroupMemberMetadataValue(rack_id=None, client_id="c", client_host="/h",
+                                                    subscribed_topic_names=["t"])
+    store.append_records("orphan", [(encode_key(messages.ShareGroupMemberMetadataKey(group_id="orphan",
+                                                                                    member_id="x")),
+                                     encode_value(member, 0))])
+    store.append_records("broken", [(encode_key(messages.ShareGroupMetadataKey(group_id="broken")), b"\xff\xff")])
+    state = reopen(state)
+    try:
+        listed = serve(state, messages.ListGroupsRequest(states_filter=[], types_filter=[]), 5).groups
+        assert [(g.group_id, g.group_type) for g in listed] == [("g", "share")]
+        [orphan] = serve(state, DESC(group_ids=["orphan"], include_authorized_operations=False), 1).groups
+        assert orphan.error_code != 0
+        assert len(state.coordinator.store.findings) == 1  # the unreadable value, noted
+        assert describe(state).error_code == 0 and [m.member_id for m in describe(state).members] == ["m1"]
+    finally:
+        state.close()
