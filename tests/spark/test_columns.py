@@ -5,7 +5,8 @@
 byte varints, 10-byte timestamp deltas), nulls, headers, codecs, timestamp types and ranges,
 and refuse corrupt batches with the per-record decoder's error.  Every test runs twice: with the
 compiled helper that reads the records' fields (``kwire.protocol.records._layout``, built by
-``pip install``) and with the Python walk that stands in for it where it is not built.
+``pip install``) and with the record walk's Python fallback and numpy copies that stand in for
+it where it is not built.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from kwire.client.types import ConsumerRecord
 from kwire.protocol.errors import CorruptRecordError
-from kwire.protocol.records import iter_batches
+from kwire.protocol.records import iter_batches, walk
 from kwire.protocol.records.batch import RecordBatch, RecordBatchBuilder
 from kwire.spark import columns
 from kwire.spark.columns import batches_to_arrow
@@ -35,7 +36,11 @@ def field_reader(request, monkeypatch) -> str:
         # failed would otherwise leave the compiled path untested.
         assert columns._layout is not None, "kwire.protocol.records._layout was not built (needs gcc and Python's headers)"
     else:
+        # Both halves of the compiled helper: the protocol's record walk falls back to Python
+        # (its one-time warning is not the subject here), the column copies to numpy and Arrow.
         monkeypatch.setattr(columns, "_layout", None)
+        monkeypatch.setattr(walk, "_layout", None)
+        monkeypatch.setattr(walk, "_warned", True)
     return request.param
 
 

@@ -5,19 +5,19 @@ The per-record decoder builds a tuple, two bytes objects and two ints for every 
 Spark spends on the row itself.  Here the records of many batches become Spark's Kafka columns
 with one compiled pass and a handful of numpy and Arrow calls:
 
-1. The compiled helper ``kwire.protocol.records._layout`` (setup.py; about 20 ns a record) walks
-   the records of each batch and reads every record's fields on the way: where the key, value
-   and headers lie, their lengths, the timestamp and offset deltas, where the record ends.  It
-   then copies the keys of the rows one after the other into the column's data buffer, and the
-   values too; or, when the caller gives up the fetch answer the batches lie in (``in_place``),
-   moves the values down inside it so that they follow each other, and the values column is
-   that part of the answer's buffer: no copy into new memory.
-2. Where the helper is not built (no C compiler at install, kwire shipped to Spark executors as
-   a zip), the same in Python and numpy: one Python pass over the record length prefixes (the
-   only field that says where the next record starts; about 90 ns a record), every other field
-   read for all records at once with numpy, and keys and values gathered by an Arrow filter over
-   an array laid on the records' own bytes that alternates each key (value) with the bytes
-   between it and the next.  The tests hold both paths to the per-record decoder's rows.
+1. The protocol's record walk (``kwire.protocol.records.walk``; compiled, about 20 ns a record)
+   walks the records of each batch and reads every record's fields on the way: where the key,
+   value and headers lie, their lengths, the timestamp and offset deltas, where the record ends.
+2. The compiled helper beside it (``_layout.gather``/``pack``) then copies the keys of the rows
+   one after the other into the column's data buffer, and the values too; or, when the caller
+   gives up the fetch answer the batches lie in (``in_place``), moves the values down inside it
+   so that they follow each other, and the values column is that part of the answer's buffer:
+   no copy into new memory.
+3. Where the compiled helper is not built (no C compiler at install, kwire shipped to Spark
+   executors as a zip), the walk is its Python fallback (it warns once) and keys and values are
+   gathered by an Arrow filter over an array laid on the records' own bytes that alternates each
+   key (value) with the bytes between it and the next.  The tests hold both paths to the
+   per-record decoder's rows.
 
 Null (negative length) keys and values come out null.  Records with headers get their headers
 parsed in Python (only those records).  A batch whose fields do not add up (a record overrunning
@@ -33,33 +33,28 @@ import numpy as np
 import pyarrow as pa
 
 from kwire.protocol.errors import CorruptRecordError
+from kwire.protocol.records import walk
 from kwire.protocol.records.batch import RecordBatch
 
 from .schema import arrow_schema
 
-try:  # the optional compiled helper (setup.py); without it the same work is done in Python
+try:  # the compiled copies of the columns (beside the walk's accelerator); else numpy and Arrow copy
     from kwire.protocol.records import _layout
 except ImportError:  # not built (no C compiler at install), or kwire imported from a zip
     _layout = None
 
 __all__ = ["batches_to_arrow", "has_compiled_reader"]
 
-# A record's length prefix and body in bytes, by the prefix's first byte (1-byte prefixes) or by
-# its two bytes (``b + 128 * c``, 2-byte prefixes: up to 8 KiB records).  A negative length
-# (corrupt) is made one no buffer holds, so the walk needs no comparison of its own for it.
+# A varint that is too long or cut off reads as a length past any buffer, caught by the caller.
 _BAD_LENGTH = 1 << 40
-_STEP_1 = [1 + v if v >= 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n in range(128))]
-_STEP_2 = [0] * 128 + [2 + v if v >= 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n in range(16384))]
-_SHIFTS = np.arange(0, 70, 7, dtype=np.uint64)     # bit position of each of a varint's 10 bytes
 _INT32_MAX = 2**31 - 1
-# The smallest record: a one-byte length, attributes, timestamp delta, offset delta, key length,
-# value length and header count.
-_MIN_RECORD_SIZE = 7
+_MIN_RECORD_SIZE = walk.MIN_RECORD_SIZE
 
 
 def has_compiled_reader() -> bool:
-    """Whether the compiled helper is there (else its Python stand-in does the work)."""
-    return _layout is not None
+    """Whether the compiled helper is there: the record walk's accelerator and the column copies
+    beside it (else the walk's Python fallback and numpy do the work)."""
+    return walk.accelerated() and _layout is not None
 
 
 def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int, include_headers: bool,
@@ -81,7 +76,7 @@ def batches_to_arrow(batches: Sequence[RecordBatch], topic: str, partition: int,
             raise CorruptRecordError(f"a record count of {count} cannot fit in the batch's {stop - first} "
                                      f"bytes of records", what="RecordBatch")
     n = sum(counts)
-    fields = (_scan_native if _layout is not None else _scan_python)(buf, sections, n)
+    fields = _scan(buf, sections, n)
     per_batch = [(batch.base_offset, append_time, batch.base_timestamp) for batch, _, _, append_time in sections]
     ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at, ends_a = fields
 
@@ -145,13 +140,15 @@ def _sections(batches: Sequence[RecordBatch]) -> tuple:
     return b"".join(joined), placed
 
 
-def _scan_native(buf, sections: list, n: int) -> tuple:
-    """Every record's fields (see ``_scan_python``) by the compiled helper, one pass per batch."""
+def _scan(buf, sections: list, n: int) -> tuple:
+    """Every record's fields as arrays (the rows of ``walk.FIELDS``: timestamp delta, offset
+    delta, key position and length, value position and length, header count, headers position,
+    end; positions in ``buf``), by the protocol's record walk, one call per batch."""
     out = np.empty((9, n), dtype=np.int64)
     row = 0
     for batch, first, stop, _ in sections:
         count = batch.record_count
-        bad = _layout.scan_v2(buf, first, stop, count, out, row)
+        bad = walk.scan_records(buf, first, stop, count, out, row)
         if bad >= 0:
             _raise_decode_error([batch])
             what = "end short of" if bad == count else "overrun"
@@ -159,54 +156,6 @@ def _scan_native(buf, sections: list, n: int) -> tuple:
                                      f"{stop - first} bytes of records", what="RecordBatch")
         row += count
     return tuple(out)
-
-
-def _scan_python(buf, sections: list, n: int) -> tuple:
-    """Every record's fields as arrays: timestamp delta, offset delta, key position and length,
-    value position and length, header count, headers position, end (positions in ``buf``).
-
-    A Python walk over the length prefixes finds where the records start; numpy reads the rest
-    for all records at once."""
-    starts: list[int] = []  # where each record's length prefix is
-    add = starts.append
-    step_1, step_2 = _STEP_1, _STEP_2
-    stops = []
-    for batch, pos, stop, _ in sections:
-        count = batch.record_count
-        try:
-            for _ in range(count):
-                add(pos)
-                b = buf[pos]
-                if b < 128:
-                    pos += step_1[b]
-                    continue
-                c = buf[pos + 1]
-                if c < 128:
-                    pos += step_2[b + 128 * c]
-                    continue
-                length, after = _varint(buf, pos)
-                pos = after + (length if length >= 0 else _BAD_LENGTH)
-        except IndexError:
-            pos = -1
-        if pos != stop:  # a length ran past the section or ended short of it
-            _raise_decode_error([batch])
-            raise CorruptRecordError(f"the lengths of {count} records do not add up to the "
-                                     f"{stop - (pos if pos >= 0 else stop)} bytes of the batch's records",
-                                     what="RecordBatch")
-        stops.append((count, stop))
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    starts_a = np.array(starts, dtype=np.int64)
-    # A record ends where the next one starts, the last of each batch where its batch does.
-    ends = np.empty(n, dtype=np.int64)
-    ends[:-1] = starts_a[1:]
-    if n:
-        ends[np.cumsum([c for c, _ in stops]) - 1] = [stop for _, stop in stops]
-    firsts = _varints(u8, starts_a, 5)[1]  # past the length prefixes the walk checked
-    fields = _fields(u8, firsts + 1, n)  # + 1: the attributes byte, unused since Kafka 0.11
-    if fields is None or not _consistent(fields, ends):
-        _raise_decode_error([batch for batch, _, _, _ in sections])
-        raise CorruptRecordError("record fields do not add up to their lengths", what="RecordBatch")
-    return (*fields, ends)
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:
@@ -221,73 +170,6 @@ def _varint(buf, pos: int) -> tuple[int, int]:
             return (raw >> 1) ^ -(raw & 1), pos + i + 1
         shift += 7
     return _BAD_LENGTH, pos + 5  # too long or cut off: a length past any buffer, caught by the caller
-
-
-def _varints(u8: np.ndarray, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The zigzag varints at positions ``at`` (at most ``width`` bytes each): (values, positions
-    after them); None if one is longer or runs off the buffer."""
-    if not len(at):
-        return np.zeros(0, np.int64), at
-    last = len(u8) - 1
-    one = u8[np.minimum(at, last)].astype(np.int64)
-    more = one >= 0x80
-    if not more.any():  # every varint is one byte: the common case for small fields
-        return (one >> 1) ^ -(one & 1), at + 1
-    two = u8[np.minimum(at + 1, last)].astype(np.int64)
-    if not (more & (two >= 0x80)).any():  # none longer than two bytes (up to 8191)
-        raw = np.where(more, (one & 0x7F) | (two << 7), one)
-        return (raw >> 1) ^ -(raw & 1), at + 1 + more
-    idx = at[:, None] + np.arange(width)
-    if int(at.max()) > last:
-        return None
-    np.minimum(idx, last, out=idx)
-    b = u8[idx]
-    stops = b < 0x80
-    if not stops.any(axis=1).all():
-        return None
-    length = stops.argmax(axis=1) + 1
-    if int((at + length).max()) > last + 1:
-        return None
-    keep = np.arange(width) < length[:, None]
-    raw = np.where(keep, (b & 0x7F).astype(np.uint64) << _SHIFTS[:width], np.uint64(0)).sum(axis=1, dtype=np.uint64)
-    values = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
-    return values, at + length
-
-
-def _fields(u8: np.ndarray, at: np.ndarray, n: int) -> tuple | None:
-    got = _varints(u8, at, 10)  # timestamp delta: a varlong
-    if got is None:
-        return None
-    ts_delta, at = got
-    got = _varints(u8, at, 5)
-    if got is None:
-        return None
-    off_delta, at = got
-    got = _varints(u8, at, 5)
-    if got is None:
-        return None
-    key_len, key_at = got
-    got = _varints(u8, key_at + np.maximum(key_len, 0), 5)
-    if got is None:
-        return None
-    value_len, value_at = got
-    got = _varints(u8, value_at + np.maximum(value_len, 0), 5)
-    if got is None:
-        return None
-    header_count, header_at = got
-    return ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at
-
-
-def _consistent(fields: tuple, ends: np.ndarray) -> bool:
-    """Whether every record's fields end where its length says (exactly, for a record without
-    headers; within it for one with headers, whose headers are checked when parsed)."""
-    header_count, header_at = fields[6], fields[7]
-    if (header_count < 0).any():
-        return False
-    no_headers = header_count == 0
-    if not np.array_equal(header_at[no_headers], ends[no_headers]):
-        return False
-    return bool((header_at[~no_headers] <= ends[~no_headers]).all())
 
 
 def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int, *, in_place: bool = False) -> pa.Array:

@@ -15,6 +15,12 @@ The v2 header on its own (no validation; the broker's storage reads and stamps i
     rewrite_base_offset(buf, offset, partition_leader_epoch=epoch, pos=pos)
     set_log_append_time(buf, now_ms, pos=pos) # and the CRC it covers
 
+Where every field of a batch's records lies, for readers that build columns rather than a
+``Record`` per record (``walk.scan_records``: compiled when ``_layout`` is built, else Python)::
+
+    buf, start, end, _ = batch.records_section()
+    walk.scan_records(buf, start, end, batch.record_count, out, 0)   # out: int64 (9, N)
+
 Writing::
 
     builder = RecordBatchBuilder(compression=Compression.LZ4)
