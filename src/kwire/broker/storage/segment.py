@@ -240,23 +240,29 @@ class LogSegment:
         self._txn_index_lost = False
 
     def _scan_tail(self) -> str | None:
-        """Walk headers from the last offset-index entry to the end of the file."""
+        """Walk headers from the last offset-index entry to the end of the file.  Read in chunks
+        as ``_scan`` does (after a clean shutdown the tail is at most index.interval.bytes and a
+        batch: usually one read), not one read per header."""
         fd = self._fd()
         pos = self.offset_index.last_position
         next_offset = self.base_offset
+        buf, buf_start, chunk = b"", pos, _HEADER_READ
         while pos < self._size:
-            header = os.pread(fd, HEADER_SIZE, pos)
-            if len(header) < HEADER_SIZE:
-                return f"{self.log_path.name}: {self._size - pos} bytes at position {pos} are not a whole batch"
-            base, length = _read_prefix(header)
+            off = pos - buf_start
+            if off + HEADER_SIZE > len(buf):
+                buf, buf_start, off = os.pread(fd, min(max(chunk, HEADER_SIZE), self._size - pos), pos), pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return f"{self.log_path.name}: {self._size - pos} bytes at position {pos} are not a whole batch"
+            base, length = _read_prefix(buf, off)
             size = length + _PREFIX_SIZE
-            if size < _MIN_BATCH_SIZE or size > self._size - pos or base < next_offset or header[v2.MAGIC_AT] != 2:
+            if size < _MIN_BATCH_SIZE or size > self._size - pos or base < next_offset or buf[off + v2.MAGIC_AT] != 2:
                 return f"{self.log_path.name}: bad batch header at position {pos} (offset {base}, length {length})"
-            next_offset = base + v2.read_last_offset_delta(header) + 1
-            max_ts = v2.read_max_timestamp(header)
+            next_offset = base + v2.read_last_offset_delta(buf, off) + 1
+            max_ts = v2.read_max_timestamp(buf, off)
             if max_ts > self._max_timestamp:
                 self._max_timestamp, self._offset_of_max_timestamp = max_ts, base
             pos += size
+            chunk = _WALK_CHUNK if size < _WALK_CHUNK // 4 else _HEADER_READ
         if self._size:
             self._next_offset = next_offset
         return None
