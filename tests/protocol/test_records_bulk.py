@@ -9,7 +9,7 @@ import random
 import pytest
 
 from kwire.client.partitioner import java_partition
-from kwire.protocol.records import Compression, RecordBatch, RecordBatchBuilder, bulk
+from kwire.protocol.records import Compression, RecordBatch, RecordBatchBuilder, bulk, crc
 
 compiled_only = pytest.mark.skipif(not bulk.compiled(), reason="the compiled helper _layout is not built")
 
@@ -106,3 +106,17 @@ def test_compiled_murmur2_is_javas():
     for partitions in (1, 3, 7, 100):
         assert bulk.murmur2_partitions(keys, partitions) == [java_partition(k, partitions) for k in keys]
     assert bulk.murmur2_partitions([b"a", None], 3) is None  # the partitioner decides about None
+
+
+@pytest.mark.skipif(not crc.compiled(), reason="no compiled crc32c here (not built, or no SSE4.2)")
+def test_compiled_crc32c_is_the_packages():
+    import crc32c as package
+
+    rng = random.Random(11)
+    for n in (0, 1, 7, 8, 9, 63, 4097, 70_001, 1_000_003):
+        data = rng.randbytes(n)
+        seed = rng.randrange(2**32)
+        assert crc.crc32c(data) == package.crc32c(data)
+        assert crc.crc32c(data, seed) == package.crc32c(data, seed)
+        assert crc.crc32c(memoryview(data)[3:]) == package.crc32c(data[3:])
+    assert crc.crc32c(b"b", crc.crc32c(b"a")) == crc.crc32c(b"ab")

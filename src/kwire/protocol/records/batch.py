@@ -22,8 +22,6 @@ import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from crc32c import crc32c
-
 from ..errors import CorruptRecordError, DecodeError, EncodeError
 from ..primitives import (
     UINT32,
@@ -52,6 +50,7 @@ from .batch_header import (
     rewrite_base_offset,
 )
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
+from .crc import crc32c
 from .record import ControlRecord, ControlRecordType, Record, TimestampType, control_key, end_txn_marker_value
 
 __all__ = [

@@ -25,9 +25,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from ..errors import CorruptRecordError, EncodeError
+from .crc import crc32c
 
 __all__ = [
     "ATTRIBUTES_AT",

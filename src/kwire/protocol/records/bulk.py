@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from crc32c import crc32c
-
 from ..errors import EncodeError
 from ..primitives import UINT32
 from . import HEADER_SIZE, HEADER_STRUCT, Compression, compress
+from .crc import crc32c
 
 try:
     from . import _layout
