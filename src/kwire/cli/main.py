@@ -42,13 +42,35 @@ def build_parser(only: Iterable[str] | None = None) -> argparse.ArgumentParser:
         prog="kwire",
         description="Kafka's wire protocol in Python: codec, client, broker, analyzer.",
     )
-    parser.add_argument("--version", action="version", version=f"kwire {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     wanted = COMMANDS if only is None else [name for name in COMMANDS if name in set(only)]
     for name in wanted:
         importlib.import_module(f"{__package__}.{COMMANDS[name]}").register(sub)
     return parser
+
+
+def version_text() -> str:
+    """What ``kwire --version`` prints: the version, and a line when the compiled record walk
+    (kwire.protocol.records._layout) is not built, a slowdown otherwise silent."""
+    from kwire.protocol.records import walk  # only for --version: the codec takes a while to import
+
+    if walk.accelerated():
+        return f"kwire {__version__}"
+    return f"kwire {__version__}\n{walk.accelerator_status()}"
+
+
+class _VersionAction(argparse.Action):
+    """argparse's "version" action, with the text made only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show kwire's version (and whether its compiled record walk is built) and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())  # stdout, as argparse's own version action
+        parser.exit()
 
 
 def _commands_needed(argv: list[str]) -> list[str] | None:
