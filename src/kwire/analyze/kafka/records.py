@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from kwire.protocol import ProtocolError
 from kwire.protocol.records import HEADER_SIZE, decompress, iter_batches
+from kwire.protocol.records.batch_header import COMPRESSION_MASK
+from kwire.protocol.records.walk import MIN_RECORD_SIZE
 
 from ..exchange import Exchange
 
@@ -26,15 +28,13 @@ def _summarize_records(data) -> tuple[int, int, int, str | None]:
     records = raw = mask = 0
     try:
         for batch in iter_batches(data):
-            codec = batch.attributes & 7
+            codec = batch.attributes & COMPRESSION_MASK  # the same bits in every format
             mask |= 1 << codec
             if batch.magic == 2:
                 count = batch.record_count
-                if codec:
-                    payload = len(decompress(codec, batch.raw_records()))
-                else:
-                    payload = batch.size_in_bytes - HEADER_SIZE
-                if count < 0 or count * 7 > payload:  # 7 bytes: the smallest record
+                _, start, end, _ = batch.records_section()  # decompressed if the batch is
+                payload = end - start
+                if count < 0 or count * MIN_RECORD_SIZE > payload:
                     return records, raw, mask, f"batch at offset {batch.base_offset} claims {count} records " \
                                                f"in {payload} bytes"
                 raw += HEADER_SIZE + payload
