@@ -294,3 +294,16 @@ def test_bad_share_group_records_in_the_offsets_topic_are_skipped(state):
         assert describe(state).error_code == 0 and [m.member_id for m in describe(state).members] == ["m1"]
     finally:
         state.close()
+
+
+def test_a_state_record_with_an_unknown_delivery_state_is_refused(state):
+    persister = SharePersister(state.internal_topics)
+    tid = uuid.uuid4()
+    V = messages.ShareSnapshotValue
+    from kwire.protocol.coordinator_records import encode_value
+    key = encode_key(messages.ShareSnapshotKey(group_id="g", topic_id=tid, partition=0), version=0)
+    for first, last, st in ((0, 4, 3), (5, 1, 0)):
+        value = encode_value(V(snapshot_epoch=0, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[
+            V.StateBatch(first_offset=first, last_offset=last, delivery_state=st, delivery_count=1)]), version=0)
+        with pytest.raises(ValueError, match="not one Kafka writes"):
+            persister.apply({}, key, value)

@@ -43,6 +43,7 @@ from kwire.protocol.errors import DecodeError
 from kwire.protocol.records import RecordBatchBuilder
 
 from ..internal_topics import log_batches
+from .partition import RecordState
 
 __all__ = ["PersistedState", "SharePersister", "coordinator_key", "combine", "SNAPSHOT_EVERY"]
 
@@ -53,6 +54,7 @@ SNAPSHOT_KEY_VERSION, UPDATE_KEY_VERSION, VALUE_VERSION = 0, 1, 0
 # Kafka's share.coordinator.snapshot.update.records.per.snapshot default.
 SNAPSHOT_EVERY = 500
 _SNAPSHOT_EPOCH_WRAP = 65536  # SnapshotEpoch is a uint16
+_DELIVERY_STATES = frozenset(int(s) for s in RecordState)
 
 Ident = tuple[str, uuid.UUID, int]
 Batch = tuple[int, int, int, int]  # (first, last, delivery state, delivery count)
@@ -200,6 +202,10 @@ class SharePersister:
             self._updates.pop(ident, None)
             return
         batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in v.state_batches]
+        for first, last, state, count in batches:
+            if state not in _DELIVERY_STATES or last < first or first < 0 or count < 0:
+                raise ValueError(f"state batch {first}-{last} (delivery state {state}, count {count}) of "
+                                 f"{coordinator_key(*ident)} is not one Kafka writes")
         if isinstance(k, messages.ShareSnapshotKey):
             self._snapshot_epochs[ident] = v.snapshot_epoch
             self._updates[ident] = 0
