@@ -50,7 +50,7 @@ def test_cluster_describe_and_alter(state):
     assert elect.error_code == DENIED and elect.replica_election_results[0].partition_result[0].error_code == DENIED
     U = M.UpdateFeaturesRequest.FeatureUpdateKey
     upd = M.UpdateFeaturesRequest(timeout_ms=10, validate_only=True,
-                                  feature_updates=[U(feature="transaction.version", max_version_level=1, upgrade_type=1)])
+                                  feature_updates=[U(feature="transaction.version", max_version_level=2, upgrade_type=1)])
     assert call(state, "User:ops", upd, 1).error_code == DENIED
     assert call(state, "User:admin", upd, 1).error_code == 0
     A = M.AlterUserScramCredentialsRequest

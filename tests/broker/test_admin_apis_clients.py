@@ -135,9 +135,9 @@ def test_kafka_python_describe_metadata_quorum(kp):
 def test_kafka_python_features(kp):
     features = kp.describe_features()
     assert features["metadata.version"]["finalized"] == (30, 30)
-    assert features["transaction.version"]["finalized"] == (1, 1)
+    assert features["transaction.version"]["finalized"] == (2, 2)  # KIP-890 part 2, Kafka 4.3's default
     assert features["group.version"]["finalized"] == (1, 1)  # KIP-848 consumer groups
-    assert kp.update_features({"transaction.version": 1}, validate_only=True) == {"transaction.version": "OK"}
+    assert kp.update_features({"transaction.version": 2}, validate_only=True) == {"transaction.version": "OK"}
     with pytest.raises(Exception) as err:  # noqa: B017
         kp.update_features({"group.version": 2})
     assert "INVALID_UPDATE_VERSION" in repr(err.value) or "InvalidUpdateVersion" in repr(err.value)
@@ -248,4 +248,4 @@ def test_kwire_admin_log_dirs_producers_scram_features(broker):
         with pytest.raises(NotFound):
             admin.alter_user_scram_credentials([ScramDeletion("kw-user", "SCRAM-SHA-256")])
         features = admin.describe_features()
-        assert features.finalized["metadata.version"] == 30 and features.supported["transaction.version"] == (0, 1)
+        assert features.finalized["metadata.version"] == 30 and features.supported["transaction.version"] == (0, 2)

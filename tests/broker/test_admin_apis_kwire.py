@@ -154,7 +154,7 @@ def test_describe_metadata_quorum_and_update_features(admin):
     assert quorum.leader_id == 1 and [v.replica_id for v in quorum.voters] == [1] and quorum.observers == ()
     assert quorum.voters[0].log_end_offset == quorum.high_watermark > 0
     assert list(quorum.nodes) == [1]
-    admin.update_features({"transaction.version": 1}, validate_only=True)
+    admin.update_features({"transaction.version": 2}, validate_only=True)
     with pytest.raises(InvalidUpdateVersionError):
         admin.update_features({"group.version": 2})
     assert admin.describe_features().finalized["metadata.version"] == 30
