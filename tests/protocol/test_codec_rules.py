@@ -67,8 +67,10 @@ def test_nullable_struct_is_a_marker_byte_then_the_struct():
 def test_uint32_and_every_fixed_width_primitive():
     # No message of Kafka 4.3 uses UINT32 yet; a spec made here exercises it with the others.
     import uuid
+    from operator import attrgetter
 
     from kwire.protocol.compiler import codec
+    from kwire.protocol.messages import Data
     from kwire.protocol.schema import MessageSpec
 
     fields = [{"name": n, "type": t, "versions": (0, 1)} for n, t in (
@@ -76,7 +78,19 @@ def test_uint32_and_every_fixed_width_primitive():
         ("U32", "uint32"), ("I64", "int64"), ("F64", "float64"), ("Id", "uuid"))]
     spec = MessageSpec({"name": "PrimitivesProbe", "type": "data", "validVersions": (0, 1),
                         "flexibleVersions": (1, 1), "fields": fields})
-    cls = spec.struct.python_class()
+    attrs = tuple(f.attr for f in spec.struct.fields)
+
+    class PrimitivesProbe(Data):  # what the generator would write for this schema
+        __slots__ = (*attrs, "unknown_tags")
+        _attrs = attrs
+        _values = attrgetter(*attrs)
+
+        def __init__(self, **values):
+            for f in spec.struct.fields:
+                setattr(self, f.attr, values.pop(f.attr, f.default()))
+            self.unknown_tags = None
+
+    spec.struct._class = cls = PrimitivesProbe
     value = cls(b=True, i8=-128, i16=-32768, u16=65535, i32=-2**31, u32=2**32 - 1, i64=-2**63, f64=1.5,
                 id=uuid.UUID(int=2**128 - 1))
     data = codec(spec, 0).encode(value)

@@ -7,7 +7,7 @@ or typed messages out.
     frame = encode_request(messages.ApiVersionsRequest(), version=3, correlation_id=1)
     ...
     for body in splitter.feed(received):
-        header, response = decode_response(body, api_key=18, version=3)
+        header, response = decode_response(body, api_key=ApiKey.API_VERSIONS, version=3)
 """
 
 from . import messages
@@ -15,6 +15,7 @@ from .errors import (
     CorruptRecordError,
     DecodeError,
     EncodeError,
+    ErrorCode,
     FrameTooLargeError,
     KafkaError,
     ProtocolError,
@@ -36,16 +37,21 @@ from .frames import (
     response_header_version,
 )
 from .framing import DEFAULT_MAX_FRAME_SIZE, FrameSplitter
+from .generated.api_keys import API_INFO, ApiInfo, ApiKey
 from .messages import Message, Request, Response, message_class, request_class, response_class
 from .schema import API_KEYS, api_key_for, api_name, api_versions
 from .splice import SplicedBytes
 
 __all__ = [
+    "API_INFO",
     "API_KEYS",
+    "ApiInfo",
+    "ApiKey",
     "DEFAULT_MAX_FRAME_SIZE",
     "CorruptRecordError",
     "DecodeError",
     "EncodeError",
+    "ErrorCode",
     "FrameSplitter",
     "FrameTooLargeError",
     "KafkaError",

@@ -5,9 +5,11 @@ shared/kafka-protocol/SOURCE.md).
 Version ranges are (lo, hi) with hi == 32767 meaning "and every later version".
 """
 
+from typing import Any
+
 TOP = 32767
 
-MESSAGES = {'ConsumerProtocolAssignment': {'name': 'ConsumerProtocolAssignment',
+MESSAGES: dict[str, dict[str, Any]] = {'ConsumerProtocolAssignment': {'name': 'ConsumerProtocolAssignment',
                                 'type': 'data',
                                 'validVersions': (0, 3),
                                 'flexibleVersions': None,
@@ -6380,7 +6382,7 @@ MESSAGES = {'ConsumerProtocolAssignment': {'name': 'ConsumerProtocolAssignment',
                                      'tag': 2,
                                      'default': '0'}]}}
 
-ERRORS = [(-1, 'UNKNOWN_SERVER_ERROR', False), (0, 'NONE', False), (1, 'OFFSET_OUT_OF_RANGE', False),
+ERRORS: list[tuple[int, str, bool]] = [(-1, 'UNKNOWN_SERVER_ERROR', False), (0, 'NONE', False), (1, 'OFFSET_OUT_OF_RANGE', False),
  (2, 'CORRUPT_MESSAGE', True), (3, 'UNKNOWN_TOPIC_OR_PARTITION', True), (4, 'INVALID_FETCH_SIZE', False),
  (5, 'LEADER_NOT_AVAILABLE', True), (6, 'NOT_LEADER_OR_FOLLOWER', True), (7, 'REQUEST_TIMED_OUT', True),
  (8, 'BROKER_NOT_AVAILABLE', False), (9, 'REPLICA_NOT_AVAILABLE', True), (10, 'MESSAGE_TOO_LARGE', False),

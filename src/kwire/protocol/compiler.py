@@ -1,4 +1,4 @@
-"""Compile message specs into Python classes and version-specialised encode/decode functions.
+"""Compile message specs into version-specialised encode/decode functions.
 
 An interpreter that walks the schema for every field of every message is slow in Python.  Instead,
 for each (message, version) pair this module writes the Python source of straight-line functions
@@ -15,7 +15,6 @@ from __future__ import annotations
 import struct
 import uuid
 from functools import cache
-from operator import attrgetter
 from typing import Any
 
 from .errors import DecodeError, EncodeError, ProtocolError
@@ -26,8 +25,6 @@ from .splice import splice_records
 _DECODE_FAILURES = (struct.error, IndexError, ValueError, OverflowError, TypeError, KeyError, MemoryError)
 _ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, OverflowError, KeyError)
 
-_MISSING: Any = object()
-
 # Unpackers of primitive arrays by element count: building the format string and looking it up
 # in struct's cache for every array costs more than decoding a short array.
 _CACHED_ARRAY_LEN = 64
@@ -37,115 +34,6 @@ _ARRAY_UNPACKERS = {fmt: [struct.Struct(f">{n}{fmt}").unpack_from for n in range
 
 def _array_unpacker(fmt: str, n: int):
     return struct.Struct(f">{n}{fmt}").unpack_from
-
-
-class Struct:
-    """Base of every generated message and struct class."""
-
-    __slots__ = ()
-    _spec: StructSpec
-    _attrs: tuple[str, ...]
-
-    def __eq__(self, other: object) -> bool:
-        if type(self) is not type(other):
-            return NotImplemented
-        # _values reads every field at once (an attrgetter): encoders compare each field that a
-        # version lacks with its default, so this runs for every struct of many responses.
-        return self._values(self) == other._values(other) and (  # type: ignore[attr-defined]
-            (self.unknown_tags or None) == (other.unknown_tags or None)  # type: ignore[attr-defined]
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # mutable
-
-    def __repr__(self) -> str:
-        parts = ", ".join(f"{a}={getattr(self, a)!r}" for a in self._attrs)
-        return f"{type(self).__name__}({parts})"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain Python values: nested structs become dicts, lists stay lists."""
-        out = {a: _plain(getattr(self, a)) for a in self._attrs}
-        if self.unknown_tags:  # type: ignore[attr-defined]
-            out["unknown_tags"] = dict(self.unknown_tags)  # type: ignore[attr-defined]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]):
-        """The inverse of ``to_dict`` (missing keys take their defaults; unknown keys are an error)."""
-        fields = {f.attr: f for f in cls._spec.fields}
-        kwargs = {}
-        for key, value in data.items():
-            if key == "unknown_tags":
-                kwargs[key] = {int(t): bytes(v) for t, v in value.items()} if value else None
-                continue
-            f = fields.get(key)
-            if f is None:
-                raise ValueError(f"{cls.__name__} has no field {key!r}")
-            if f.struct is not None and value is not None:
-                sub = f.struct.python_class()
-                value = [sub.from_dict(x) for x in value] if f.is_array else sub.from_dict(value)
-            elif f.element == "uuid" and isinstance(value, str):
-                value = uuid.UUID(value)
-            kwargs[key] = value
-        return cls(**kwargs)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Struct):
-        return value.to_dict()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _no_values(_obj) -> tuple:
-    return ()
-
-
-def build_struct_class(spec: StructSpec, base: type = Struct, extra: dict | None = None) -> type:
-    """A ``__slots__`` class with a keyword-only ``__init__`` giving every field its default."""
-    attrs = tuple(f.attr for f in spec.fields)
-    for a in attrs:
-        if hasattr(base, a):
-            raise ValueError(f"{spec.owner}.{spec.name}: field {a!r} shadows a method of {base.__name__}")
-    ns: dict[str, Any] = {"_MISSING": _MISSING}
-    params, body = [], []
-    for i, f in enumerate(spec.fields):
-        if f.is_array or f.struct is not None:
-            default = f.default()
-            if default is None:
-                params.append(f"{f.attr}=None")
-                body.append(f"    self.{f.attr} = {f.attr}")
-            else:
-                params.append(f"{f.attr}=_MISSING")
-                maker = "list" if f.is_array else f"_cls{i}"
-                if not f.is_array:
-                    ns[f"_cls{i}"] = f.struct.python_class()
-                body.append(f"    self.{f.attr} = {maker}() if {f.attr} is _MISSING else {f.attr}")
-        else:
-            ns[f"_d{i}"] = f.default()
-            params.append(f"{f.attr}=_d{i}")
-            body.append(f"    self.{f.attr} = {f.attr}")
-    params.append("unknown_tags=None")
-    body.append("    self.unknown_tags = unknown_tags")
-    src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-    exec(compile(src, f"<kwire {spec.name}.__init__>", "exec"), ns)
-    members: dict[str, Any] = {
-        "__slots__": (*attrs, "unknown_tags"),
-        "__init__": ns["__init__"],
-        "_spec": spec,
-        "_attrs": attrs,
-        # The field values (a tuple; a bare value for one field, which compares the same way).
-        "_values": attrgetter(*attrs) if attrs else staticmethod(_no_values),
-        "__module__": "kwire.protocol.messages",
-        "__qualname__": spec.name,
-    }
-    if extra:
-        members.update(extra)
-    cls = type(spec.name, (base,), members)
-    for f in spec.fields:
-        if f.struct is not None and not hasattr(cls, f.struct.name):
-            setattr(cls, f.struct.name, f.struct.python_class())
-    return cls
 
 
 def _decode_failure(exc: Exception, field, pos: int, blen: int) -> DecodeError:
@@ -383,7 +271,7 @@ class _Writer:
         out = [f"def {name}(buf, pos):", "    blen = len(buf)", f"    o = _new({cls})", "    field = None", "    try:"]
         ind = "        "
         regular = [f for f in spec.fields if f.present(v) and not f.is_tagged(v)]
-        tagged = sorted((f for f in spec.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag)
+        tagged = sorted((f for f in spec.fields if f.present(v) and f.is_tagged(v)), key=_tag_of)
         # Fields this version lacks get their defaults, so every slot is set.
         wire = {f.attr for f in regular} | ({f.attr for f in tagged} if self.flexible else set())
         for f in spec.fields:
@@ -567,7 +455,7 @@ class _Writer:
                 out.append(f"{ind}    raise EncodeError('has a value other than its default but is not in this "
                            f"version (it is in versions {f.versions[0]}-{f.versions[1]})')")
         regular = [f for f in spec.fields if f.present(v) and not f.is_tagged(v)]
-        tagged = sorted((f for f in spec.fields if f.present(v) and f.is_tagged(v)), key=lambda f: f.tag)
+        tagged = sorted((f for f in spec.fields if f.present(v) and f.is_tagged(v)), key=_tag_of)
         for run in _fixed_runs(regular):
             f = run[0]
             if _is_fixed(f):
@@ -591,7 +479,7 @@ class _Writer:
         if self.flexible:
             out.append(f"{ind}field = '(tagged fields)'")
             out.append(f"{ind}ut = o.unknown_tags")
-            known = tuple(sorted(f.tag for f in tagged))
+            known = tuple(sorted(_tag_of(f) for f in tagged))
             if known:
                 out.append(f"{ind}if ut and not {self.const(frozenset(known))}.isdisjoint(ut):")
                 out.append(f"{ind}    raise EncodeError('unknown tagged field %s has the tag of a known field' % "
@@ -640,6 +528,11 @@ class _Writer:
             self.lines.extend(self.decoder(spec, names[0]))
             self.lines.extend(self.encoder(spec, names[1]))
         return self.done[key]
+
+
+def _tag_of(f: FieldSpec) -> int:
+    assert f.tag is not None  # a field in its tagged versions has a tag
+    return f.tag
 
 
 class _ElementSpec:
@@ -734,3 +627,13 @@ class Codec:
 def codec(message: MessageSpec, version: int) -> Codec:
     """The compiled codec for a message at a version (compiled once, then cached)."""
     return Codec(message, version)
+
+
+def __getattr__(name: str) -> Any:
+    # ``Struct``, the base of the message classes, lived here before the classes were generated
+    # source; it is in message_base now (which imports this module, hence the lazy lookup).
+    if name == "Struct":
+        from .message_base import Struct
+
+        return Struct
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

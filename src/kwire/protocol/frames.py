@@ -3,7 +3,8 @@
 The header version follows from (api key, api version): flexible versions use request header v2
 and response header v1, others v1 and v0.  Two exceptions, as in Kafka: ApiVersions responses
 always use response header v0 (a client must read the error before it knows what the broker
-speaks), and ControlledShutdown v0 uses request header v0 (no client id).
+speaks), and ControlledShutdown v0 uses request header v0 (no client id).  The generator writes
+each API's header versions into ``ApiInfo``; this module reads them from there.
 
 Frame bodies passed to the decoders exclude the 4-byte size prefix (what ``FrameSplitter`` yields);
 the encoders return complete frames including it.
@@ -15,32 +16,38 @@ import struct
 from functools import lru_cache
 
 from .errors import DecodeError, ProtocolError, UnknownApiVersionError
-from .messages import Request, Response, message_class, request_class, response_class
+from .generated.api_keys import API_INFO, ApiInfo
+from .generated.headers import RequestHeader, ResponseHeader
+from .message_base import Request, Response, request_class, response_class
 from .schema import REQUEST_NAMES
 from .splice import SpliceBuffer, SplicedBytes
-
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
 
 _SIZE = struct.Struct(">i")
 _HEADER_V1_FIXED = struct.Struct(">hhi")
 
-RequestHeader = message_class("RequestHeader")
-ResponseHeader = message_class("ResponseHeader")
+
+def _api_info(api_key: int) -> ApiInfo:
+    try:
+        return API_INFO[api_key]  # type: ignore[index]
+    except KeyError:
+        raise UnknownApiVersionError(f"unknown api key {api_key}") from None
+
+
+def _header_version(spans: tuple[tuple[int, int, int], ...], api_version: int, not_flexible: int) -> int:
+    for first, last, header_version in spans:
+        if first <= api_version <= last:
+            return header_version
+    return not_flexible  # a version kwire lacks is read as not flexible
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
     """The request header version a request of this api key and version carries."""
-    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
-        return 0
-    return 2 if request_class(api_key).SPEC.is_flexible(api_version) else 1
+    return _header_version(_api_info(api_key).request_header_versions, api_version, 1)
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
     """The response header version a response of this api key and version carries."""
-    if api_key == API_VERSIONS_KEY:
-        return 0
-    return 1 if response_class(api_key).SPEC.is_flexible(api_version) else 0
+    return _header_version(_api_info(api_key).response_header_versions, api_version, 0)
 
 
 def encode_request(request: Request, version: int, correlation_id: int, client_id: str | None = "kwire") -> bytes:

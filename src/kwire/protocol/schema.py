@@ -2,7 +2,9 @@
 
 The generated ``_schema`` module is plain data; this module gives it shape (version checks,
 Python attribute names, parsed defaults) for the codec compiler and for ``kwire protocol show``.
-Specs are built lazily, one message at a time, so importing kwire stays cheap.
+Specs are built lazily, one message at a time, and ``_schema`` is only read when the first one is,
+so importing kwire stays cheap.  The per-API facts (names, versions) come from the generated
+``ApiKey`` table.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import keyword
 import re
 import uuid
 from functools import cache
+from typing import Any
 
-from ._schema import MESSAGES
+from .generated.api_keys import API_INFO
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -51,7 +54,7 @@ class FieldSpec:
                  "default_text", "map_key", "flexible_override", "has_flexible_override",
                  "struct", "is_array", "element")
 
-    def __init__(self, d: dict, owner: str):
+    def __init__(self, d: dict, owner: str, parent: StructSpec | None = None):
         self.name: str = d["name"]
         self.attr: str = snake_case(self.name)
         self.type: str = d["type"]
@@ -69,7 +72,7 @@ class FieldSpec:
         self.element: str = self.type[2:] if self.is_array else self.type
         self.struct: StructSpec | None = None
         if "fields" in d:
-            self.struct = StructSpec(self.element, d["fields"], owner)
+            self.struct = StructSpec(self.element, d["fields"], owner, parent)
         elif self.element not in PRIMITIVE_TYPES:
             raise ValueError(f"{owner}.{self.name}: unknown type {self.type}")
 
@@ -126,23 +129,28 @@ def parse_default(type_name: str, text: str | None):
 class StructSpec:
     """A named group of fields: a message body or a nested struct."""
 
-    __slots__ = ("name", "fields", "owner", "_class")
+    __slots__ = ("name", "fields", "owner", "parent", "_class")
 
-    def __init__(self, name: str, fields: list[dict], owner: str):
+    def __init__(self, name: str, fields: list[dict], owner: str, parent: StructSpec | None = None):
         self.name = name
         self.owner = owner
-        self.fields = [FieldSpec(f, owner) for f in fields]
-        self._class = None
+        self.parent = parent  # the struct whose field this is (None for a message body)
+        self.fields = [FieldSpec(f, owner, self) for f in fields]
+        self._class: type | None = None
         attrs = [f.attr for f in self.fields]
         if len(set(attrs)) != len(attrs):
             raise ValueError(f"{owner}.{name}: two fields map to one attribute name")
 
-    def python_class(self):
-        """The generated Python class for this struct (built on first use)."""
+    def python_class(self) -> type[Any]:
+        """The generated Python class of this struct: the message's class, or the class nested in
+        its parent's class by the struct's name (``MetadataRequest.MetadataRequestTopic``)."""
         if self._class is None:
-            from .compiler import build_struct_class
+            if self.parent is None:
+                from .message_base import message_class
 
-            self._class = build_struct_class(self)
+                self._class = message_class(self.owner)
+            else:
+                self._class = getattr(self.parent.python_class(), self.name)
         return self._class
 
     def walk(self):
@@ -185,31 +193,25 @@ class MessageSpec:
 @cache
 def message_spec(name: str) -> MessageSpec:
     """The spec of a message by its Kafka name, e.g. ``MetadataRequest``."""
+    from ._schema import MESSAGES  # 475 KB of data: read when the first codec is compiled
+
     return MessageSpec(MESSAGES[name])
 
 
-def _index() -> tuple[dict[int, str], dict[int, str]]:
-    requests, responses = {}, {}
-    for name, d in MESSAGES.items():
-        if d["type"] == "request":
-            requests[d["apiKey"]] = name
-        elif d["type"] == "response":
-            responses[d["apiKey"]] = name
-    return requests, responses
-
-
-REQUEST_NAMES, RESPONSE_NAMES = _index()
+REQUEST_NAMES: dict[int, str] = {int(k): info.name + "Request" for k, info in API_INFO.items()}
+RESPONSE_NAMES: dict[int, str] = {int(k): info.name + "Response" for k, info in API_INFO.items()}
 API_KEYS: tuple[int, ...] = tuple(sorted(REQUEST_NAMES))
 
 
 def api_name(api_key: int) -> str:
     """Kafka's API name for a key, e.g. 3 -> ``Metadata``."""
-    return REQUEST_NAMES[api_key][: -len("Request")]
+    return API_INFO[api_key].name  # type: ignore[index]
 
 
 def api_versions(api_key: int) -> Range:
     """(min, max) versions kwire speaks for an API key."""
-    return tuple(MESSAGES[REQUEST_NAMES[api_key]]["validVersions"])
+    info = API_INFO[api_key]  # type: ignore[index]
+    return (info.min_version, info.max_version)
 
 
 def api_key_for(name: str) -> int:
