@@ -23,10 +23,25 @@ from __future__ import annotations
 
 import warnings
 
-try:  # numpy (kwire's spark extra) lets the fallback read fields for all records at once
-    import numpy as _np
-except ImportError:
-    _np = None
+# numpy (kwire's spark extra) lets the fallback read fields for all records at once.  It is
+# imported the first time the fallback could use it, not with this module: every command line
+# imports the record layer, and numpy's import takes longer than a one-record produce.
+_np = None
+_numpy_tried = False
+
+
+def _numpy():
+    """numpy, or None where it is not installed (imported once, on first use)."""
+    global _np, _numpy_tried
+    if not _numpy_tried:
+        _numpy_tried = True
+        try:
+            import numpy
+        except ImportError:
+            return None
+        _np = numpy
+    return _np
+
 
 try:  # the optional compiled accelerator (setup.py)
     from . import _layout
@@ -137,7 +152,7 @@ def scan_records_python(buf, pos: int, stop: int, count: int, out, row: int) -> 
         raise ValueError(f"{count} records from column {row} do not fit in {stride} columns")
     if not stride:
         return -1 if pos == stop else 0  # no columns, so no records (count is 0): as the accelerator
-    if _np is not None and count >= _VECTOR_MIN and _scan_vectorized(buf, pos, stop, count, view, stride, row):
+    if count >= _VECTOR_MIN and _numpy() is not None and _scan_vectorized(buf, pos, stop, count, view, stride, row):
         return -1
     return _scan_exact(buf, pos, stop, count, view.cast("B").cast("q"), stride, row)
 
