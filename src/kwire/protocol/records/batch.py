@@ -52,6 +52,7 @@ from .batch_header import (
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .crc import crc32c
 from .record import ControlRecord, ControlRecordType, Record, TimestampType, control_key, end_txn_marker_value
+from .walk import MIN_RECORD_SIZE
 
 __all__ = [
     "RecordBatch",
@@ -81,9 +82,8 @@ _TRANSACTIONAL_BIT = TRANSACTIONAL_BIT
 _CONTROL_BIT = CONTROL_BIT
 _DELETE_HORIZON_BIT = DELETE_HORIZON_BIT
 
-# The smallest record: 1-byte length and six 1-byte fields (attributes, timestamp delta,
-# offset delta, key length, value length, header count).  Bounds a forged record count.
-_MIN_RECORD_SIZE = 7
+# The smallest record (the walk's): bounds a forged record count.
+_MIN_RECORD_SIZE = MIN_RECORD_SIZE
 
 # Zigzag varint encodings of 0..16383 (lengths and deltas; most records need nothing else).
 # The hot loops write the bound as the literal 16384 (a constant load is cheaper than a global).
