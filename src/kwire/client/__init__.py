@@ -17,7 +17,7 @@ from typing import Any
 
 # public name -> module (relative to kwire.client) that defines it
 _EXPORTS = {
-    "AsyncProducer": "producer", "Producer": "producer",
+    "AsyncProducer": "producer", "Producer": "producer", "BulkDelivery": "producer_bulk",
     "AsyncConsumer": "consumer", "Consumer": "consumer", "RebalanceListener": "consumer",
     "AsyncAdmin": "admin", "Admin": "admin", "NewTopic": "admin",
     "ProducerConfig": "config", "ConsumerConfig": "config", "AdminConfig": "config",
