@@ -1,22 +1,15 @@
-"""The findings rules, on table rows built from synthetic exchanges (tables.* are the contract)."""
+"""The findings rules (``rules``, run here by DuckDB as ``kwire analyze`` runs them), on table rows
+built from synthetic exchanges (tables.* are the contract).  test_spark_job checks that Spark SQL
+gives the same findings from the same rows."""
 
 from __future__ import annotations
 
 import random
 import socket
 
+from kwire.analyze.engines import local_findings
 from kwire.analyze.exchange import ANSWERED, ORPHAN_RESPONSE, UNANSWERED, UNDECODABLE, Exchange, PartitionInfo
-from kwire.analyze.findings import (
-    FINDINGS_SCHEMA,
-    MAX_FRAMES,
-    ExchangeFindings,
-    Finding,
-    Thresholds,
-    all_findings,
-    commit_findings,
-    connection_findings,
-    group_findings,
-)
+from kwire.analyze.findings import FINDINGS_SCHEMA, MAX_FRAMES, Finding, Thresholds
 from kwire.analyze.tables import commit_rows, connection_row, exchange_row, group_event_row
 from kwire.analyze.tcp import Connection
 
@@ -91,6 +84,33 @@ def seed_story() -> tuple[list[dict], list[dict]]:
                *commit(38, 16, B, 2, 1, 80), *commit(40, 17, A, 2, 1, 50),
                *commit(42, 17.5, A, 2, 0, 12)]
     return commits, events
+
+
+COMMIT_KINDS = {"offset_backwards", "stale_offset_recommit", "partition_committed_by_two_members",
+                "commit_after_partition_lost"}
+
+
+def commit_findings(commits: list[dict], events: list[dict] = (), thresholds: Thresholds | None = None
+                    ) -> list[Finding]:
+    """Rules 1-4: those of the commits (and the SyncGroups of ``events``)."""
+    return [f for f in local_findings(commits=commits, group_events=events, thresholds=thresholds)
+            if f.kind in COMMIT_KINDS]
+
+
+def group_findings(events: list[dict], thresholds: Thresholds | None = None) -> list[Finding]:
+    """Rule 5 (the only rule over group events alone)."""
+    return local_findings(group_events=events, thresholds=thresholds)
+
+
+def connection_findings(connections: list[dict], thresholds: Thresholds | None = None,
+                        exchanges: list[dict] = ()) -> list[Finding]:
+    """Rule 10 (connections, with the client ids of their exchanges)."""
+    return local_findings(exchanges=exchanges, connections=connections, thresholds=thresholds)
+
+
+def exchange_results(rows: list[dict], thresholds: Thresholds | None = None) -> list[Finding]:
+    """Rules 6-9, 11 and 12 (exchanges alone)."""
+    return local_findings(exchanges=rows, thresholds=thresholds)
 
 
 def by_kind(findings: list[Finding]) -> dict[str, list[Finding]]:
@@ -326,14 +346,42 @@ def test_answered_connections_are_no_reconnect_storm():
     assert (f.count, f.protocol, f.frames) == (10, "other", frames(*range(1000, 1091, 10)))
 
 
+def failed_attempt(cid: int, client_id: str | None, port: int, at_s: float) -> tuple[dict, dict | None]:
+    """A connection from 10.0.0.5 the server never answered: with a client id, the client sent its
+    first request (ApiVersions) and got nothing back before the connection ended."""
+    row = connection(cid, "10.0.0.5", port, at_s)
+    if client_id is None:
+        return row, None
+    request = xrow("ApiVersions", cid * 10, round(at_s * S), status=UNANSWERED, client_id=client_id,
+                   details={"unanswered_by": "connection_end"})
+    request["conn"] = cid
+    return row, request
+
+
+def test_reconnect_storm_is_one_client_not_one_host():
+    """Two clients on one host, 6 failed connections each within a minute: two clients retrying, not a
+    storm of one (10 needed).  One of them failing 10 times is its storm, named by its client id."""
+    attempts = [failed_attempt(i, f"cli-{i % 2}", 40000 + i, i) for i in range(1, 13)]
+    conns, requests = [c for c, _ in attempts], [r for _, r in attempts]
+    assert [f for f in connection_findings(conns, exchanges=requests) if f.kind == "reconnect_storm"] == []
+    looping = [failed_attempt(20 + i, "cli-0", 41000 + i, 100 + i) for i in range(10)]  # a minute later
+    conns += [c for c, _ in looping]
+    requests += [r for _, r in looping]
+    (f,) = [f for f in connection_findings(conns, exchanges=requests) if f.kind == "reconnect_storm"]
+    assert (f.client, f.count) == ("10.0.0.5", 10)
+    assert f.message.startswith("10.0.0.5 (client 'cli-0') opened 10 connections")
+    assert f.frames == frames(*range(200, 291, 10))  # the loop's ten, not cli-0's earlier six
+
+
+def test_refused_connections_of_one_host_are_one_client():
+    """A refused connection carries no request: those of one host are counted together, apart from
+    the connections whose client id is known."""
+    refused = [failed_attempt(i, None, 40000 + i, i)[0] for i in range(1, 11)]
+    (f,) = connection_findings(refused)
+    assert f.count == 10 and "(no request sent)" in f.message
+
+
 # -- exchange rules --------------------------------------------------------------------------------
-
-def exchange_results(rows: list[dict], thresholds: Thresholds | None = None) -> list[Finding]:
-    acc = ExchangeFindings(thresholds)
-    for row in rows:
-        acc.add(row)
-    return acc.results()
-
 
 def test_error_responses_by_severity():
     rows = [xrow("Fetch", 1, error="NOT_LEADER_OR_FOLLOWER", error_code=6),
@@ -445,29 +493,28 @@ def test_exchange_findings_do_not_depend_on_row_order():
     assert [(f.key(), f.message, f.first_ts_ns, f.last_ts_ns) for f in exchange_results(rows)] == expected
 
 
-def test_exchange_keys_are_bounded():
-    acc = ExchangeFindings(max_keys=2)
-    for i, name in enumerate(("E1", "E2", "E3", "E1")):
-        acc.add(xrow("Fetch", i * 2 + 1, error=name, error_code=1))
-    assert [(f.error, f.count) for f in acc.results()] == [("E1", 2), ("E2", 1)]
-    assert acc.untracked_rows == 1
+def test_every_exchange_key_is_kept():
+    """DuckDB keeps every key (the engine holds a few columns per exchange, not a tally per key):
+    many distinct error names are each a finding, none left out."""
+    rows = [xrow("Fetch", i * 2 + 1, error=f"E{i % 40}", error_code=1) for i in range(120)]
+    found = exchange_results(rows)
+    assert sorted((f.error, f.count) for f in found) == sorted((f"E{i}", 3) for i in range(40))
 
 
 # -- all findings -----------------------------------------------------------------------------------
 
 def test_all_findings_order_and_rows():
     commits, events = seed_story()
-    acc = ExchangeFindings()
-    for row in (xrow("Produce", 100, throttle_ms=5), xrow("Fetch", 102, status=ORPHAN_RESPONSE),
-                xrow("Fetch", 104, error="NOT_COORDINATOR", error_code=16)):
-        acc.add(row)
+    rows = [xrow("Produce", 100, throttle_ms=5), xrow("Fetch", 102, status=ORPHAN_RESPONSE),
+            xrow("Fetch", 104, error="NOT_COORDINATOR", error_code=16)]
     conns = [connection(i, "10.0.0.5", 40000 + i, i) for i in range(1, 11)]
-    found = all_findings(acc, commits, events, conns)
+    found = local_findings(rows, commits, events, conns)
     assert [(f.severity, f.kind) for f in found] == [
         ("error", "commit_after_partition_lost"), ("error", "offset_backwards"), ("error", "stale_offset_recommit"),
         ("warning", "error_response"), ("warning", "partition_committed_by_two_members"),
         ("warning", "reconnect_storm"), ("info", "orphan_response"), ("info", "throttled")]
-    assert [f.key() for f in all_findings(acc.results(), commits, events, conns)] == [f.key() for f in found]
+    random.Random(5).shuffle(conns)
+    assert [f.key() for f in local_findings(rows[::-1], commits[::-1], events[::-1], conns)] == [f.key() for f in found]
     for f in found:
         row = f.to_row()
         assert list(row) == list(FINDINGS_SCHEMA)

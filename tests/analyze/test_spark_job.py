@@ -20,11 +20,11 @@ from contextlib import redirect_stdout
 import pytest
 
 from kwire.analyze.analyzer import AnalyzeOptions, decode_captures
-from kwire.analyze.findings import ExchangeFindings, Thresholds, all_findings
+from kwire.analyze.engines import local_findings, spark_findings
+from kwire.analyze.findings import Thresholds
 from kwire.analyze.packets import ACK, FIN, PSH, RST
 from kwire.analyze.pcapwrite import PcapWriter, TcpConversation
 from kwire.analyze.session import analyze_captures
-from kwire.analyze.spark_findings import spark_findings
 from kwire.analyze.spark_job import expand_captures, make_session, run_spark_analysis, spark_schema
 from kwire.analyze.tables import SCHEMAS, exchange_row
 from kwire.cli.analyze_cmd import run_spark
@@ -396,7 +396,8 @@ def random_tables(rng: random.Random, n: int = 200) -> dict[str, list[dict]]:
     for _ in range(4 * n):
         row = dict.fromkeys(SCHEMAS["exchanges"])
         row.update(
-            capture=pick("c1", "c2", None), protocol=pick("kafka", "kafka", "mongodb", None),
+            capture=pick("c1", "c2", None), conn=pick(1, 2, 3, None),  # reconnect_storm reads the client ids
+            protocol=pick("kafka", "kafka", "mongodb", None),
             api=pick("Fetch", "ApiVersions"), api_version=pick(0, 3, None),
             status=pick("answered", "answered", "answered", "unanswered", "orphan_response", "undecodable",
                         "no_response"),
@@ -413,20 +414,34 @@ def random_tables(rng: random.Random, n: int = 200) -> dict[str, list[dict]]:
             "connections": connections}
 
 
-def test_the_rules_on_spark_equal_the_rules_in_python(spark):
+def test_the_rules_on_spark_equal_the_rules_on_duckdb(spark):
+    """One SQL text per rule, two engines: the same findings, messages included, from the same rows."""
     tables = random_tables(random.Random(1))
     thresholds = Thresholds(storm_window_s=3, storm_joins=4, storm_generations=3, storm_rebalance_errors=3,
                             reconnect_window_s=2.5, reconnect_connections=3, stale_repeats=2, slow_kafka_ms=1000,
                             slow_mongodb_ms=100)
-    expected = all_findings(ExchangeFindings(thresholds).add_all(tables["exchanges"]), tables["offset_commits"],
-                            tables["group_events"], tables["connections"], thresholds)
+    expected = local_findings(tables["exchanges"], tables["offset_commits"], tables["group_events"],
+                              tables["connections"], thresholds)
     frames = {name: spark.createDataFrame(rows, spark_schema(SCHEMAS[name])) for name, rows in tables.items()}
     spark.conf.set("spark.sql.shuffle.partitions", "1")  # as run_spark_analysis runs the rules (small tables)
     try:
-        got = spark_findings(frames["exchanges"], frames["offset_commits"], frames["group_events"],
-                             frames["connections"], thresholds)
+        got = spark_findings(spark, frames, thresholds)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "4")
     assert len({f.kind for f in expected}) == 14  # the draw makes every rule fire
     assert max(f.count for f in expected) > 20  # and some finding lists only the smallest frames
     assert [f.to_row() for f in got] == [f.to_row() for f in expected]
+
+
+@pytest.mark.parametrize("capture", sorted(p.name for p in DEEPFLOW.glob("*/*.pcap")))
+def test_both_engines_give_the_same_findings_on_each_real_capture(spark, capture):
+    """Every real capture, alone: its tables as ``kwire analyze`` makes them, the rules run by DuckDB
+    (what ``kwire analyze`` reports) and by Spark SQL (``--spark``) on those same rows."""
+    (path,) = DEEPFLOW.glob(f"*/{capture}")
+    single = analyze_captures([path])
+    exchanges, _ = decode_captures([path], AnalyzeOptions())
+    tables = {"exchanges": [exchange_row(e) for e in exchanges], "offset_commits": single.commits,
+              "group_events": single.group_events, "connections": single.connections}
+    assert tables["exchanges"] and tables["connections"]
+    frames = {name: spark.createDataFrame(rows, spark_schema(SCHEMAS[name])) for name, rows in tables.items()}
+    assert [f.to_row() for f in spark_findings(spark, frames)] == [f.to_row() for f in single.findings]

@@ -424,7 +424,7 @@ def _overview(analysis) -> str:
 
 
 def _findings_section(analysis) -> str:
-    findings = analysis.findings  # already most severe first (findings.all_findings)
+    findings = analysis.findings  # already most severe first (findings.finding_order)
     if not findings:
         return "<p>No findings.</p>"
     rows = []

@@ -1,11 +1,13 @@
 """One analysis run: capture files in, the summary, the small tables and the findings out.
 
 ``analyze_captures(paths, options)`` decodes each capture with ``analyzer.CaptureDecoder`` and
-passes every exchange once through everything that needs it - the ``Summary``, the exchange
-rules of the findings, the ``offset_commits`` / ``group_events`` tables, and the optional JSON
-lines and Parquet writers - then drops it.  Memory is bounded by the open connections, the
-summary's counters and the two group tables (one row per committed partition and per group
-request: small next to the exchanges), never by the number of exchanges.
+passes every exchange once through everything that needs it - the ``Summary``, the
+``exchanges`` table the findings read (``engines.LocalTables``: the dozen columns the rules use,
+in Arrow batches), the ``offset_commits`` / ``group_events`` tables, and the optional JSON lines
+and Parquet writers - then drops it.  The findings are then computed by DuckDB over the tables
+(``rules``, the same SQL ``kwire analyze --spark`` runs).  Memory is bounded by the open
+connections, the summary's counters, the group tables (one row per committed partition and per
+group request) and those few columns per exchange, never by the exchanges' decoded messages.
 
 A file that cannot be read as a capture (missing, unreadable, not pcap/pcapng) becomes a
 warning naming it, listed in ``Analysis.unreadable``, and the other files are still analysed.
@@ -21,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from .analyzer import AnalyzeOptions, CaptureDecoder
+from .engines import LocalTables
 from .exchange import WarningLog
 from .export import JsonLines, ParquetTables
-from .findings import ExchangeFindings, Thresholds, all_findings
+from .findings import Thresholds
 from .pcap import NotACaptureError
 from .summary import Summary
 from .tables import commit_rows, exchange_row, group_event_row
@@ -69,7 +72,7 @@ def analyze_captures(paths: Sequence[str | os.PathLike], options: AnalyzeOptions
     started = time.monotonic()
     decoder = CaptureDecoder(options)
     summary = Summary()
-    exchange_rules = ExchangeFindings(thresholds)
+    rule_tables = LocalTables()
     commits: list[dict] = []
     group_events: list[dict] = []
     lines = JsonLines(json_out, record_values=options.record_values) if json_out is not None else None
@@ -84,7 +87,7 @@ def analyze_captures(paths: Sequence[str | os.PathLike], options: AnalyzeOptions
         analysis.exchanges += 1
         summary.add(ex)
         row = exchange_row(ex)  # built once: the findings and the Parquet table share it
-        exchange_rules.add(row)
+        rule_tables.add_exchange(row)
         committed = commit_rows(ex)
         if committed:
             commits.extend(committed)
@@ -130,11 +133,7 @@ def analyze_captures(paths: Sequence[str | os.PathLike], options: AnalyzeOptions
                 take(ex)
             done_before += read
             analysis.bytes_read += read
-        analysis.findings = all_findings(exchange_rules, commits, group_events, decoder.connections, thresholds)
-        if exchange_rules.untracked_rows:
-            decoder.warnings("", 0, 0, "findings",
-                             f"{exchange_rules.untracked_rows} exchanges were left out of the findings: too many "
-                             f"distinct (api, client id, error) keys, the traffic looks like garbage")
+        analysis.findings = rule_tables.findings(commits, group_events, decoder.connections, thresholds)
         if tables is not None:
             tables.write_many("connections", decoder.connections)
             tables.write_many("findings", (f.to_row() for f in analysis.findings))

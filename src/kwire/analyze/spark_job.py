@@ -2,7 +2,7 @@
 
     kwire analyze --spark 'captures/*.pcap' --master 'local[4]' --parquet tables/
 
-The stages (the worker side is ``spark_segments``, the findings ``spark_findings``):
+The stages (the worker side is ``spark_segments``, the findings ``rules``):
 
 1. Segments: the capture paths (globs expanded on the driver) become one task per file, which
    reads it with ``PcapReader`` + ``PacketDecoder`` and emits Arrow batches of TCP segments
@@ -15,8 +15,8 @@ The stages (the worker side is ``spark_segments``, the findings ``spark_findings
    Connections are then renumbered in the order of their first packet, as the single-machine path
    numbers them, and the flows whose protocol decision another flow's knowledge changes are decoded
    again (see ``spark_segments``).
-3. Findings: ``spark_findings`` computes ``findings.py``'s rules with window functions over the
-   tables.
+3. Findings: ``engines.spark_findings`` runs the rules (``rules``: the SQL ``kwire analyze`` runs
+   in DuckDB) in Spark SQL over the tables.
 4. Output: with an output directory, the tables ``exchanges``, ``offset_commits``,
    ``group_events``, ``connections`` and ``findings`` as Parquet datasets ``DIR/<table>`` (readable by
    ``spark.read.parquet``, DuckDB, pandas), and a short summary on the driver.
@@ -24,8 +24,7 @@ The stages (the worker side is ``spark_segments``, the findings ``spark_findings
 The tables and findings are those of ``session.analyze_captures`` on the same files.  What differs:
 which warnings are kept when there are more than ``warning_limit`` (here the first by capture and
 frame; every warning is counted either way); a file that fails part way through is a warning here,
-not an unreadable file; ``ExchangeFindings.max_keys`` has no counterpart (Spark tracks every key);
-and ``--json`` / ``--html`` are not offered (they need every exchange, or the summary, on one
+not an unreadable file; and ``--json`` / ``--html`` are not offered (they need every exchange, or the summary, on one
 machine).
 
 ``run_spark_analysis(spark, paths, ...)`` runs it in a session the caller owns (tests, notebooks);
@@ -137,7 +136,7 @@ def run_spark_analysis(spark, paths: Sequence[str], options: AnalyzeOptions | No
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from .spark_findings import spark_findings
+    from .engines import spark_findings
 
     started = time.monotonic()
     options = options or AnalyzeOptions()
@@ -167,15 +166,14 @@ def run_spark_analysis(spark, paths: Sequence[str], options: AnalyzeOptions | No
     cached.append(ids)
     tables = _tables(decoded, ids)
     stats, warnings, unreadable = _counters(decoded, ids, files, options.warning_limit)
-    # No rule reads ``conn``: the findings take the rows as the flows made them.  Their tables are
-    # small next to the segments (an exchange reaches a shuffle only when it is evidence), and their
-    # plans shuffle a dozen times: fewer partitions there save more in tasks than they cost.
-    raw = _tables(decoded)
+    # The findings read the tables as the single-machine path numbers them (reconnect_storm joins
+    # connections to their exchanges by ``conn``).  Their tables are small next to the segments (an
+    # exchange reaches a shuffle only when it is evidence), and their plans shuffle a dozen times:
+    # fewer partitions there save more in tasks than they cost.
     conf = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", str(max(1, partitions // 4)))
     try:
-        found = spark_findings(raw["exchanges"], raw["offset_commits"], raw["group_events"], raw["connections"],
-                               thresholds)
+        found = spark_findings(spark, tables, thresholds)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", conf)
     tables["findings"] = spark.createDataFrame([f.to_row() for f in found], spark_schema(FINDINGS_SCHEMA))

@@ -493,7 +493,7 @@ def _render_findings(findings: list, out: TextIO, width: int, several: bool) -> 
         print("none", file=out)
         return
     wrap = textwrap.TextWrapper(width=max(width, 40), subsequent_indent="    ")
-    for f in findings:  # in findings.all_findings' order: most severe first
+    for f in findings:  # in findings.finding_order: most severe first
         where = [f"{label} {value}" for label, value in finding_place(f)]
         if f.count and f.count > 1:
             where.append(f"{f.count} times")

@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"--parquet {args.parquet}: {e.strerror or e}")
 
     from kwire.analyze.analyzer import AnalyzeOptions
+    from kwire.analyze.engines import EngineUnavailable
     from kwire.analyze.findings import Thresholds
     from kwire.analyze.session import analyze_captures
     from kwire.analyze.summary import render_text
@@ -206,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
                                     parquet_dir=args.parquet, progress=progress)
     except BrokenPipeError:
         raise  # stdout closed by the reader (| head): main() ends quietly
+    except EngineUnavailable as e:  # DuckDB or pyarrow missing: one line saying what to install
+        return fail(str(e))
     except OSError as e:  # writing an output failed (reading a capture is reported per capture)
         where = e.filename or args.json or args.parquet or "output"
         return fail(f"writing {where}: {e.strerror or e}")

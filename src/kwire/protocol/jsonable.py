@@ -9,7 +9,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .compiler import Struct
+try:  # the typed codec's home of the structs' base class
+    from .message_base import Struct
+except ImportError:  # before it: the compiler's
+    from .compiler import Struct
 
 __all__ = ["to_jsonable"]
 
