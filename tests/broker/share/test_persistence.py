@@ -307,3 +307,19 @@ def test_a_state_record_with_an_unknown_delivery_state_is_refused(state):
             V.StateBatch(first_offset=first, last_offset=last, delivery_state=st, delivery_count=1)]), version=0)
         with pytest.raises(ValueError, match="not one Kafka writes"):
             persister.apply({}, key, value)
+
+
+def test_steady_heartbeats_write_nothing_and_a_change_writes_only_what_changed(state):
+    from kwire.protocol.coordinator_records import OFFSETS_TOPIC
+    setup_group(state)
+    log = state.internal_topics.partition_log(OFFSETS_TOPIC, state.coordinator.store.partition_of("g"))
+    epoch = describe(state).members[0].member_epoch
+    end = log.log_end_offset
+    for _ in range(3):
+        r = serve(state, HB(group_id="g", member_id="m1", member_epoch=epoch, rack_id=None,
+                            subscribed_topic_names=None), 1)
+        assert r.error_code == 0
+    assert log.log_end_offset == end
+    r = serve(state, HB(group_id="g", member_id="m1", member_epoch=epoch, rack_id="r9",
+                        subscribed_topic_names=None), 1)
+    assert r.error_code == 0 and log.log_end_offset == end + 1  # its ShareGroupMemberMetadata alone

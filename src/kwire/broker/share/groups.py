@@ -148,7 +148,8 @@ class ShareGroups:
             return None, False
         if g is None:
             g = self.groups[group_id] = ShareGroup(group_id)
-        self._changed.add(group_id)
+            self._changed.add(group_id)
+        start_epochs = (g.group_epoch, g.assignment_epoch)
         m = g.members.get(member_id)
         joined = False
         if member_epoch == 0:
@@ -166,6 +167,7 @@ class ShareGroups:
                                          f"({member_epoch}) than the one known by the group coordinator "
                                          f"({m.member_epoch}).")
         m.deadline_ms = now_ms + session_timeout_ms
+        details = (m.client_id, m.client_host, m.rack_id)
         m.client_id, m.client_host = client_id, client_host
         if rack_id is not None:
             m.rack_id = rack_id
@@ -184,6 +186,10 @@ class ShareGroups:
             m.previous_member_epoch, m.member_epoch = m.member_epoch, g.group_epoch
             send = True
         g.assignment_epoch = g.group_epoch
+        # Only a heartbeat that changed what the group's records say has them written again.
+        if joined or send or start_epochs != (g.group_epoch, g.assignment_epoch) \
+                or details != (m.client_id, m.client_host, m.rack_id):
+            self._changed.add(group_id)
         return m, send
 
     def delete(self, group_id: str) -> None:
