@@ -109,3 +109,20 @@ def test_a_kwire_share_consumer_resumes_after_a_restart_and_the_empty_group_is_l
             assert total(poll_all([c], lambda g: False, timeout=2)) == 0
         finally:
             c.close()
+
+
+def test_with_fsync_always_what_a_member_accepted_is_on_disk_when_it_is_answered(tmp_path):
+    data, topic, group = tmp_path / "data", "ledger", "auditors"
+    with EmbeddedBroker(data, default_partitions=1, fsync="always") as b:
+        create_topic(b.bootstrap, topic)
+        set_group_configs(b.bootstrap, group, share_auto_offset_reset="earliest")
+        produce(b.bootstrap, topic, 20, per_batch=10)
+        flushes = b.broker.state.durability.flushes
+        assert sorted(kwire_consume(b.bootstrap, group, topic, 20)) == list(range(20))
+        assert b.broker.state.durability.flushes > flushes  # the acknowledgements' group commits
+    with EmbeddedBroker(data, default_partitions=1) as b:
+        c = share_consumer(b.bootstrap, group, [topic])
+        try:
+            assert total(poll_all([c], lambda g: False, timeout=2)) == 0  # nothing redelivered
+        finally:
+            c.close()
