@@ -7,6 +7,10 @@ What a user of kcat compares: the wall time of one command from exec to exit.
 - one record: produce one, consume one (``-o beginning -c 1``);
 - 100,000 records of 100 B and of 1 KiB: produce from a file, consume to the end (``-e``).
 
+Beside the wall times, each command's CPU time (user + system, from the kernel's accounting of
+the child process) is shown: on a machine shared with other work the wall time of a short
+command is mostly waiting for a core, while its CPU time is what it costs.
+
 Each case runs against kwire's broker (``kwire broker`` in a subprocess, its data in a temp dir)
 and against librdkafka's mock cluster (one broker, started in this process), the kwire and kcat
 commands alternating, ``--runs`` times each (the median is shown, the best beside it).  Topics are
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -45,14 +50,20 @@ def _env() -> dict[str, str]:
     return env
 
 
-def timed(cmd: list[str], *, stdin: bytes | None = None, timeout: float = 600) -> float:
-    """Wall seconds from exec to exit; an error if the command failed."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], *, stdin: bytes | None = None, timeout: float = 600) -> tuple[float, float]:
+    """Wall seconds from exec to exit and the CPU seconds the command used; an error if it failed."""
+    cpu = _children_cpu()
     start = time.perf_counter()
     result = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, env=_env())
     took = time.perf_counter() - start
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:6])}... exited {result.returncode}: {result.stderr[-400:]!r}")
-    return took
+    return took, _children_cpu() - cpu
 
 
 class KwireBrokerProcess:
@@ -96,18 +107,22 @@ def _records_file(directory: Path, count: int, size: int) -> Path:
 
 def _pair(name: str, runs: int, kwire_cmd: Callable[[], list[str]], kcat_cmd: Callable[[], list[str]],
           *, stdin: bytes | None = None) -> dict:
-    """Run the two commands alternately; medians, bests and the ratio kwire/kcat."""
+    """Run the two commands alternately; medians, bests and the ratio kwire/kcat (wall and CPU)."""
     times: dict[str, list[float]] = {"kwire": [], "kcat": []}
+    cpus: dict[str, list[float]] = {"kwire": [], "kcat": []}
     for i in range(runs):
         order = [("kwire", kwire_cmd), ("kcat", kcat_cmd)]
         if i % 2:
             order.reverse()
         for who, make in order:
-            times[who].append(timed(make(), stdin=stdin))
+            wall, cpu = timed(make(), stdin=stdin)
+            times[who].append(wall)
+            cpus[who].append(cpu)
     row = {"case": name}
     for who, values in times.items():
         row[f"{who}_median_s"] = statistics.median(values)
         row[f"{who}_best_s"] = min(values)
+        row[f"{who}_cpu_s"] = statistics.median(cpus[who])
     row["ratio"] = row["kwire_median_s"] / row["kcat_median_s"]
     return row
 
@@ -174,10 +189,11 @@ def main() -> int:
           f"{os.cpu_count()} CPUs, load average {load:.1f} at the end")
     width = max(len(r["case"]) for r in rows)
     print(f"{'case':<{width}}  {'kwire med s':>11}  {'kwire best':>10}  {'kcat med s':>10}  {'kcat best':>9}  "
-          f"{'kwire/kcat':>10}")
+          f"{'kwire/kcat':>10}  {'kwire cpu':>9}  {'kcat cpu':>8}")
     for r in rows:
         print(f"{r['case']:<{width}}  {r['kwire_median_s']:>11.3f}  {r['kwire_best_s']:>10.3f}  "
-              f"{r['kcat_median_s']:>10.3f}  {r['kcat_best_s']:>9.3f}  {r['ratio']:>9.2f}x")
+              f"{r['kcat_median_s']:>10.3f}  {r['kcat_best_s']:>9.3f}  {r['ratio']:>9.2f}x  "
+              f"{r['kwire_cpu_s']:>9.3f}  {r['kcat_cpu_s']:>8.3f}")
     return 0
 
 
