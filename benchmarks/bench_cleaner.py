@@ -27,6 +27,13 @@ Three cases, each printed with its ratio:
    the worker process (``Cleaner(worker=...)``: the thread only waits and swaps), (c) no clean
    (the thread sleeps as long).  Alternated, ``--repeat`` each.  This is the broker's share of
    the produce-latency goal without its I/O and locks: the GIL the cleaner holds.
+5. **Appends to the partition being cleaned** (``--only append``; not in the default run).  In
+   this process, a thread appends one batch of 5 keyed 1 KiB records every ms to a compacted log
+   (case 2's dirty topic: 1 MiB segments, ``--dirty-keys`` keys) and times each
+   ``PartitionLog.append``, while the main thread cleans that log over and over, or sleeps as long;
+   ``--repeat`` alternated slices of ``--append-seconds`` each.  What a swap costs the appends
+   that wait for the partition lock (the event loop's appends in the broker), without the network
+   and the clients of case 2: robust to a loaded machine, where case 2's p50 is not.
 3. **1,000 keys rewritten N times.**  confluent-kafka writes ``--rewrites`` records cycling over
    ``--rewrite-keys`` keys to a compacted topic of a ``kwire broker`` subprocess; its VmRSS is
    sampled every 100 ms.  At the end (after waiting for the cleaner to catch up, bounded): the
@@ -36,7 +43,7 @@ Three cases, each printed with its ratio:
     python benchmarks/bench_cleaner.py                       # about 2-3 minutes; progress on stderr
     python benchmarks/bench_cleaner.py --json                # every figure as JSON on stdout
     python benchmarks/bench_cleaner.py --log-mb 256 --repeat 5 --slices 6 --rewrites 1000000
-    python benchmarks/bench_cleaner.py --only cleaner        # one case: cleaner, produce, rewrite, lag
+    python benchmarks/bench_cleaner.py --only cleaner        # one case: cleaner, produce, rewrite, lag, append
 
 MB = 10^6 bytes.  Progress goes to stderr.  Figures and the command go to benchmarks/RESULTS.md.
 """
@@ -863,6 +870,17 @@ def print_report(meta: dict, results: dict) -> None:
             r = lg[name]
             print(f"  {labels[name]:<34}{r['clean_seconds']:>9.2f}{r['wakeups']:>10,}{r['p50_ms']:>9.3f}"
                   f"{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.3f}")
+    ap = results.get("append")
+    if ap:
+        print(f"\nappends to the partition being cleaned: one batch of 5 x 1 KiB a ms from a thread, time of "
+              f"PartitionLog.append ({len(ap['runs']['idle'])} alternated slices each)")
+        print(f"  {'':<26}{'appends':>9}{'cleans':>8}{'swapped':>9}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}")
+        for name, label in (("cleaning", "cleaner cleaning the log"), ("idle", "no clean")):
+            r = ap[name]
+            print(f"  {label:<26}{r['appends']:>9,}{r['cleans']:>8}{r['segments_written']:>9}{r['p50_ms']:>9.3f}"
+                  f"{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.1f}")
+        print(f"  ratio no clean/cleaning: p50 {ap['idle']['p50_ms'] / ap['cleaning']['p50_ms']:.2f}x, "
+              f"p99 {ap['idle']['p99_ms'] / ap['cleaning']['p99_ms']:.2f}x")
     rw = results.get("rewrite")
     if rw:
         f = rw["files"]
@@ -888,6 +906,88 @@ def print_report(meta: dict, results: dict) -> None:
     problems = results.get("problems", [])
     print("\nchecks: " + ("; ".join(problems) if problems else
                           "every message acknowledged, every key's last value read back, no broker errors"))
+
+
+# -- 5. appends to the partition being cleaned -----------------------------------------------------
+def append_slice(plog: PartitionLog, cleaning: bool, seconds: float, keys: int, rng: random.Random) -> dict:
+    """One slice: a thread appends a batch every ms and times it, while this thread cleans
+    ``plog`` over and over (``cleaning``) or sleeps."""
+    value = os.urandom(1024)
+    stop = threading.Event()
+    took: list[float] = []
+
+    def appender() -> None:
+        nxt = time.perf_counter()
+        while not stop.is_set():
+            b = RecordBatchBuilder()
+            for _ in range(5):
+                b.append(b"key-%06d" % rng.randrange(keys), value, int(time.time() * 1000))
+            data = b.build()
+            t0 = time.perf_counter()
+            plog.append(data)
+            took.append((time.perf_counter() - t0) * 1000)
+            nxt += 0.001
+            delay = nxt - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                nxt = time.perf_counter()
+
+    thread = threading.Thread(target=appender, name="appender")
+    cleans = segments = 0
+    thread.start()
+    try:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            if not cleaning:
+                time.sleep(deadline - time.perf_counter())
+                break
+            result = Cleaner(CleanerConfig()).clean(plog, now_ms=int(time.time() * 1000))
+            if result is not None:
+                cleans += 1
+                segments += result.segments_after
+            else:
+                time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join()
+    took.sort()
+    return {"appends": len(took), "cleans": cleans, "segments_written": segments, "lat_ms": took}
+
+
+def case_append(args, work: Path) -> dict:
+    directory = work / "append" / "dirty-0"
+    config = LogConfig(segment_bytes=MIB, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    plog = PartitionLog(directory, config)
+    rng = random.Random(3)
+    value = os.urandom(1024)
+    lat: dict[str, list[float]] = {"cleaning": [], "idle": []}
+    runs: dict[str, list[dict]] = {name: [] for name in lat}
+    try:
+        for k in range(args.dirty_keys // 5):  # every key once, as case 2's fill
+            b = RecordBatchBuilder()
+            for i in range(5):
+                b.append(b"key-%06d" % (5 * k + i), value, int(time.time() * 1000))
+            plog.append(b.build())
+        for i in range(args.repeat):
+            for name in (["cleaning", "idle"] if i % 2 == 0 else ["idle", "cleaning"]):
+                r = append_slice(plog, name == "cleaning", args.append_seconds, args.dirty_keys, rng)
+                t = r.pop("lat_ms")
+                lat[name] += t
+                runs[name].append(r)
+                log(f"append: slice {i + 1}/{args.repeat} {name}: {r['appends']} appends, p50 {t[len(t) // 2]:.3f} ms, "
+                    f"p99 {t[len(t) * 99 // 100]:.3f} ms, max {t[-1]:.1f} ms, {r['cleans']} cleans "
+                    f"({r['segments_written']} segments swapped in), load {os.getloadavg()[0]:.1f}")
+    finally:
+        plog.close()
+    out: dict = {"runs": runs}
+    for name, t in lat.items():
+        t.sort()
+        out[name] = {"appends": len(t), "p50_ms": t[len(t) // 2], "p90_ms": t[len(t) * 9 // 10],
+                     "p99_ms": t[len(t) * 99 // 100], "max_ms": t[-1],
+                     "cleans": sum(r["cleans"] for r in runs[name]),
+                     "segments_written": sum(r["segments_written"] for r in runs[name])}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -918,6 +1018,8 @@ def main(argv: list[str] | None = None) -> int:
                                                               "(default 50)")
     g = parser.add_argument_group("4. the event loop's lag during a clean (--only lag)")
     g.add_argument("--lag-log-mb", type=float, default=16, help="size of the log cleaned (default 16 MB)")
+    g = parser.add_argument_group("5. appends to the partition being cleaned (--only append; --repeat slices each)")
+    g.add_argument("--append-seconds", type=float, default=3, help="seconds per slice (default 3)")
     g = parser.add_argument_group("3. keys rewritten many times")
     g.add_argument("--rewrites", type=int, default=300_000, help="records written (default 300,000; the full "
                                                                  "case is 1000000)")
@@ -931,7 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="longest wait for the cleaner to catch up after the writes (default 30)")
     args = parser.parse_args(argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - {"cleaner", "produce", "rewrite", "lag"}
+    unknown = only - {"cleaner", "produce", "rewrite", "lag", "append"}
     if unknown:
         parser.error(f"--only: unknown case(s) {', '.join(sorted(unknown))}")
     meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "confluent_kafka": _version(confluent_kafka.version()),
@@ -945,6 +1047,8 @@ def main(argv: list[str] | None = None) -> int:
             results["cleaner"] = case_cleaner(args, work)
         if "lag" in only:
             results["lag"] = case_lag(args, work)
+        if "append" in only:
+            results["append"] = case_append(args, work)
         if "produce" in only:
             results["produce"] = pr = case_produce(args)
             for name in ("on", "off"):
