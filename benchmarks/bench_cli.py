@@ -18,6 +18,7 @@ fresh for every produce run, and every consume run reads the same topic the prod
 
     python benchmarks/bench_cli.py                   # everything, 3 runs
     python benchmarks/bench_cli.py --records 20000 --runs 5 --only startup,one
+    python benchmarks/bench_cli.py --only one,bulk --directions produce   # the produce rows only
 
 The interpreter runs with bytecode caching on (PYTHONDONTWRITEBYTECODE removed from the
 environment): a user's kwire has its .pyc files; without them every command recompiles the
@@ -127,7 +128,8 @@ def _pair(name: str, runs: int, kwire_cmd: Callable[[], list[str]], kcat_cmd: Ca
     return row
 
 
-def run_cases(bootstrap: str, where: str, cases: set[str], records: int, runs: int, work: Path) -> list[dict]:
+def run_cases(bootstrap: str, where: str, cases: set[str], records: int, runs: int, work: Path,
+              directions: set[str]) -> list[dict]:
     rows = []
     b = ["-b", bootstrap]
 
@@ -136,20 +138,27 @@ def run_cases(bootstrap: str, where: str, cases: set[str], records: int, runs: i
 
     if "one" in cases:
         one_topic = fresh()
-        rows.append(_pair(f"{where}: produce 1 record", runs,
-                          lambda: [*KWIRE, "produce", one_topic, "x", *b],
-                          lambda: ["kcat", *b, "-P", "-t", one_topic],
-                          stdin=b"x\n"))
-        rows.append(_pair(f"{where}: consume 1 record", runs,
-                          lambda: [*KWIRE, "consume", one_topic, "-o", "beginning", "-c", "1", *b],
-                          lambda: ["kcat", *b, "-C", "-t", one_topic, "-o", "beginning", "-c", "1", "-q"]))
+        if "produce" in directions:
+            rows.append(_pair(f"{where}: produce 1 record", runs,
+                              lambda: [*KWIRE, "produce", one_topic, "x", *b],
+                              lambda: ["kcat", *b, "-P", "-t", one_topic],
+                              stdin=b"x\n"))
+        else:
+            timed([*KWIRE, "produce", one_topic, "x", *b])
+        if "consume" in directions:
+            rows.append(_pair(f"{where}: consume 1 record", runs,
+                              lambda: [*KWIRE, "consume", one_topic, "-o", "beginning", "-c", "1", *b],
+                              lambda: ["kcat", *b, "-C", "-t", one_topic, "-o", "beginning", "-c", "1", "-q"]))
     if "bulk" in cases:
         for size in (100, 1024):
             data = _records_file(work, records, size)
             filled = fresh()
-            rows.append(_pair(f"{where}: produce {records:,} x {size} B", runs,
-                              lambda data=data: [*KWIRE, "produce", fresh(), "-f", str(data), *b],
-                              lambda data=data: ["kcat", *b, "-P", "-t", fresh(), "-l", str(data)]))
+            if "produce" in directions:
+                rows.append(_pair(f"{where}: produce {records:,} x {size} B", runs,
+                                  lambda data=data: [*KWIRE, "produce", fresh(), "-f", str(data), *b],
+                                  lambda data=data: ["kcat", *b, "-P", "-t", fresh(), "-l", str(data)]))
+            if "consume" not in directions:
+                continue
             timed([*KWIRE, "produce", filled, "-f", str(data), *b])
             rows.append(_pair(f"{where}: consume {records:,} x {size} B", runs,
                               lambda filled=filled: [*KWIRE, "consume", filled, "-o", "beginning", "-e", *b],
@@ -163,6 +172,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases of {', '.join(CASES)}")
     parser.add_argument("--brokers", default="kwire,mock", help="comma-separated: kwire, mock")
+    parser.add_argument("--directions", default="produce,consume", help="comma-separated: produce, consume")
     args = parser.parse_args()
     cases = set(args.only.split(","))
     if shutil.which("kcat") is None:
@@ -181,7 +191,7 @@ def main() -> int:
             broker = KwireBrokerProcess() if name == "kwire" else MockCluster()
             try:
                 rows.extend(run_cases(broker.bootstrap, f"{name} broker", cases - {"startup"}, args.records,
-                                      args.runs, Path(tmp)))
+                                      args.runs, Path(tmp), set(args.directions.split(","))))
             finally:
                 broker.stop()
     load = os.getloadavg()[0]
