@@ -42,15 +42,23 @@ def test_combine_lays_new_runs_over_old_ones_and_drops_what_is_below_the_start()
     assert combine([], [(0, 4, S.AVAILABLE, 1)], 3) == [(3, 4, S.AVAILABLE, 1)]
 
 
-def test_an_acquisition_alone_is_not_written_and_acknowledgements_are_deltas():
+def test_an_acquisition_alone_is_not_written_and_updates_hold_the_changes_since_the_snapshot():
     sp = SharePartition(0)
     assert sp.take_changes() == (True, [])  # a new share partition: its first snapshot
     sp.acquire("a", [(0, 99)], 500, LOCK, now_ms=0)
     assert sp.take_changes() is None  # Kafka's SharePartition does not persist an acquisition
     sp.acknowledge("a", 10, 19, [A.RELEASE], LOCK, now_ms=0)
     assert sp.take_changes() == (False, [(10, 19, S.AVAILABLE, 1)])
+    assert sp.take_changes() is None
     sp.acknowledge("a", 0, 9, [A.ACCEPT], LOCK, now_ms=0)
-    assert sp.start_offset == 10 and sp.take_changes() == (False, [])  # only the start offset moved
+    # An update holds every change since the snapshot (10-19 again), with the new start offset.
+    assert sp.start_offset == 10 and sp.take_changes() == (False, [(10, 19, S.AVAILABLE, 1)])
+    sp.acknowledge("a", 20, 29, [A.REJECT], LOCK, now_ms=0)
+    assert sp.take_changes() == (False, [(10, 19, S.AVAILABLE, 1), (20, 29, S.ARCHIVED, 1)])
+    sp.acknowledge("a", 30, 30, [A.ACCEPT], LOCK, now_ms=0)
+    assert sp.take_changes(snapshot=True) == (True, sp.state_batches())
+    sp.acknowledge("a", 31, 31, [A.ACCEPT], LOCK, now_ms=0)
+    assert sp.take_changes() == (False, [(31, 31, S.ACKNOWLEDGED, 1)])  # changes start over at a snapshot
 
 
 def test_per_offset_acknowledgements_split_one_range_and_merge_back():
@@ -323,3 +331,31 @@ def test_steady_heartbeats_write_nothing_and_a_change_writes_only_what_changed(s
     r = serve(state, HB(group_id="g", member_id="m1", member_epoch=epoch, rack_id="r9",
                         subscribed_topic_names=None), 1)
     assert r.error_code == 0 and log.log_end_offset == end + 1  # its ShareGroupMemberMetadata alone
+
+
+def test_what_compaction_leaves_of_the_state_topic_replays_to_the_same_state(state):
+    """On the compacted ``__share_group_state`` only each key's last record survives (the last
+    snapshot, the last update): since an update holds every change since its snapshot, that is
+    the same state as the replay of every record."""
+    from kwire.broker.internal_topics import log_batches
+    tid = setup_group(state, n=30)
+    mgr = share_of(state)
+    mgr.persister.snapshot_every = 4
+    epoch = 0
+    assert fetch(state, epoch, tid).error_code == 0
+    for first, t in ((0, 2), (1, 1), (3, 3), (5, 2), (7, 1), (9, 3), (11, 1), (2, 3), (13, 2), (15, 1), (4, 1), (17, 1), (19, 3)):
+        epoch += 1
+        r = fetch(state, epoch, tid, acks=[(first, first, t)])
+        assert r.error_code == 0 and r.responses[0].partitions[0].acknowledge_error_code in (0, 121), r
+    p = state.internal_topics.partition_of(SHARE_GROUP_STATE_TOPIC, f"g:{tid}:0")
+    log = state.internal_topics.partition_log(SHARE_GROUP_STATE_TOPIC, p)
+    records = [(r.offset, r.key, r.value) for b in log_batches(log) for r in b]
+    last = {key: (offset, key, value) for offset, key, value in records}
+    assert len(records) > len(last) == 2  # several snapshots and updates; two keys
+    compacted: dict = {}
+    replayer = SharePersister(state.internal_topics)
+    for _offset, key, value in sorted(last.values()):
+        replayer.apply(compacted, key, value)
+    full = SharePersister(state.internal_topics).load_all()
+    assert compacted[("g", tid, 0)] == full[("g", tid, 0)]
+    assert mgr.persister.snapshots >= 2 and mgr.persister.updates >= 4

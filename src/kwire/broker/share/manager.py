@@ -236,13 +236,10 @@ class ShareManager:
         info = self._state.topics.get(key[1])
         if info is None:
             return
-        snapshot = self.persister.wants_snapshot(key[0], info.topic_id, key[2])
-        changes = sp.take_changes()
+        changes = sp.take_changes(snapshot=self.persister.wants_snapshot(key[0], info.topic_id, key[2]))
         if changes is None:
             return
         whole, batches = changes
-        if snapshot and not whole:
-            batches, whole = sp.state_batches(), True
         self.persister.write(key[0], info.topic_id, key[2], PersistedState(0, sp.start_offset, batches),
                              snapshot=whole)
 

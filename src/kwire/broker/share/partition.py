@@ -19,10 +19,13 @@ runs it covers (splitting at its edges), and neighbours left alike merge again. 
 per record.
 
 Each acquisition counts one delivery.  When the lowest runs are done the start offset moves up
-past them and they are forgotten.  What changed since the state was last written (``dirty``) is
-what ``take_changes`` hands the persister as a ShareUpdate; as Kafka's, an acquisition alone is not
-written (only acknowledgements, releases and lock expiries are).  Nothing here reads a clock: every
-call that can expire a lock takes ``now_ms``, so tests advance time instead of sleeping.
+past them and they are forgotten.  What changed since the last snapshot of the state (``dirty``
+ranges) is what ``take_changes`` hands the persister as a ShareUpdate; as Kafka's, an acquisition
+alone is not written (only acknowledgements, releases and lock expiries are).  An update holds
+every change since the snapshot, not only the newest: ``__share_group_state`` is compacted here
+(one record per key survives), so its last snapshot and last update alone must give the state,
+and a replay of every update in order gives the same.  Nothing here reads a clock: every call
+that can expire a lock takes ``now_ms``, so tests advance time instead of sleeping.
 """
 
 from __future__ import annotations
@@ -106,9 +109,11 @@ class SharePartition:
         self._maybe_available = False
         # The earliest lock deadline, None when it must be looked for again.
         self._min_deadline: int | None = None
-        # What the persister has not seen: offset ranges whose state changed, whether the start
-        # offset moved, or (``_reset``) that the whole state must be written again.
+        # For the persister: the offset ranges changed since the last snapshot, whether something
+        # changed since the last write (``_new``, or the start offset moved), or (``_reset``) that
+        # the whole state must be written again.
         self._dirty: list[tuple[int, int]] = []
+        self._new = False
         self._start_written = start_offset
         self._reset = True
 
@@ -185,35 +190,40 @@ class SharePartition:
         self._maybe_available = True
         self._min_deadline = None
         self._advance_start()
-        self._dirty, self._start_written, self._reset = [], self.start_offset, False
+        self._dirty, self._new, self._start_written, self._reset = [], False, self.start_offset, False
 
     # -- changes for the persister ------------------------------------------------------------
     def has_changes(self) -> bool:
-        return self._reset or bool(self._dirty) or self._start_written != self.start_offset
+        """Whether something changed since the last ``take_changes``."""
+        return self._reset or self._new or self._start_written != self.start_offset
 
-    def take_changes(self) -> tuple[bool, list[tuple[int, int, RecordState, int]]] | None:
-        """What changed since the last call: (whole, batches); ``whole`` means the batches are the
-        whole state (a snapshot), else they are the changed ranges' current state (a ShareUpdate,
-        with the start offset).  None when nothing changed."""
+    def take_changes(self, *, snapshot: bool = False) -> tuple[bool, list[tuple[int, int, RecordState, int]]] | None:
+        """What to write now, or None when nothing changed since the last call: (whole, batches).
+        ``whole`` (asked for with ``snapshot``, or after a reset): the batches are the whole state,
+        a snapshot, and the changes start over from it.  Else the batches are the current state of
+        every range changed since the last snapshot (a ShareUpdate, with the start offset)."""
         if not self.has_changes():
             return None
-        whole = self._reset
+        whole = self._reset or snapshot
         if whole:
             batches = self.state_batches()
+            self._dirty = []
         else:
             batches = []
-            for first, last in _merged(self._dirty):
-                first = max(first, self.start_offset)
+            self._dirty = [(max(first, self.start_offset), last) for first, last in _merged(self._dirty)
+                           if last >= self.start_offset]
+            for first, last in self._dirty:
                 last = min(last, self.end - 1)
                 if first > last:
                     continue
                 runs = self._runs[self._index(first):self._index(last) + 1]
                 clipped = [(max(r.first, first), min(r.last, last), r) for r in runs]
                 batches.extend(self._batches(_Run(f, la, r.state, r.count) for f, la, r in clipped))
-        self._dirty, self._start_written, self._reset = [], self.start_offset, False
+        self._new, self._start_written, self._reset = False, self.start_offset, False
         return whole, batches
 
     def _mark(self, first: int, last: int) -> None:
+        self._new = True
         if self._dirty and self._dirty[-1][1] + 1 >= first and self._dirty[-1][0] <= first:
             self._dirty[-1] = (self._dirty[-1][0], max(last, self._dirty[-1][1]))
         else:

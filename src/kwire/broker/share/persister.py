@@ -10,7 +10,9 @@ ShareCoordinatorShard writes them:
   a key is one, and so is every write once ``snapshot_every`` updates followed the last one
   (Kafka's ``share.coordinator.snapshot.update.records.per.snapshot``, 500);
 * a ``ShareUpdateKey`` -> ``ShareUpdateValue`` in between holds a change: the new start offset and
-  the runs that changed, with the snapshot epoch of the snapshot it follows.
+  the runs that changed, with the snapshot epoch of the snapshot it follows.  kwire's updates hold
+  every change since that snapshot (Kafka's, each change alone): kwire keeps the topic compacted,
+  where only the last snapshot and the last update of a key survive, and they must say it all.
 
 Replaying a key is its last snapshot, then each later update merged in (Kafka's
 PersisterStateBatchCombiner): an update's runs replace what they overlap, and everything below its
@@ -119,11 +121,15 @@ class SharePersister:
         runs and the new start offset) of the share partition; None: a tombstone."""
         ident = (group_id, topic_id, partition)
         if state is None:
-            key = encode_key(messages.ShareSnapshotKey(group_id=group_id, topic_id=topic_id, partition=partition),
-                             version=SNAPSHOT_KEY_VERSION)
+            # Both keys: on a compacted topic the last update would otherwise outlive the
+            # snapshot's tombstone and bring the state back.
             self._snapshot_epochs.pop(ident, None)
             self._updates.pop(ident, None)
-            self._append(group_id, topic_id, partition, key, None)
+            self._append(group_id, topic_id, partition, [
+                (encode_key(messages.ShareUpdateKey(group_id=group_id, topic_id=topic_id, partition=partition),
+                            version=UPDATE_KEY_VERSION), None),
+                (encode_key(messages.ShareSnapshotKey(group_id=group_id, topic_id=topic_id, partition=partition),
+                            version=SNAPSHOT_KEY_VERSION), None)])
             return
         if snapshot or ident not in self._snapshot_epochs:
             epoch = self._snapshot_epochs[ident] = (self._snapshot_epochs.get(ident, -1) + 1) % _SNAPSHOT_EPOCH_WRAP
@@ -148,14 +154,16 @@ class SharePersister:
                                                                delivery_count=c) for f, la, s, c in state.batches]),
                                  version=VALUE_VERSION)
             self.updates += 1
-        self._append(group_id, topic_id, partition, key, value)
+        self._append(group_id, topic_id, partition, [(key, value)])
 
-    def _append(self, group_id: str, topic_id: uuid.UUID, partition: int, key: bytes, value: bytes | None) -> None:
+    def _append(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                records: list[tuple[bytes, bytes | None]]) -> None:
         self._topics.ensure_share_state_topic()
         log = self._topics.partition_log(SHARE_GROUP_STATE_TOPIC, self._partition(group_id, topic_id, partition))
         now = self._now_ms()
         builder = RecordBatchBuilder()
-        builder.append(key, value, now)
+        for key, value in records:
+            builder.append(key, value, now)
         log.append(builder.build(), now_ms=now)
         self._written[id(log)] = log
 
