@@ -210,3 +210,20 @@ def test_an_old_broker_gets_bulk_records_as_message_sets():
     partition = delivery.partitions()[0].partition
     assert delivery.offsets() == [(partition, i) for i in range(50)]
     assert stored(old, "old") == [(partition, 1, 0, b"k", b"old-%d" % i, 7) for i in range(50)]
+
+
+@pytest.mark.parametrize("acks", [0, 1])
+def test_acks_0_and_1(broker, topic, acks):
+    values = [b"a%d" % i for i in range(300)]
+    with Producer({"bootstrap.servers": broker.bootstrap, "acks": acks, "enable.idempotence": False}) as producer:
+        delivery = producer.produce_many(topic, values, partition=1)
+        producer.flush(30)
+    assert delivery.delivered == 300
+    got = sorted(read_back(broker.bootstrap, topic, 300), key=lambda g: g.offset)
+    assert [g.value for g in got] == values
+    if acks == 0:  # nobody says where they went: offsets -1, as single records' metadata
+        assert set(delivery.offsets()) == {(1, -1)}
+        assert [(s.partition, s.records, s.first_offset, s.last_offset) for s in delivery.partitions()] == \
+            [(1, 300, -1, -1)]
+    else:
+        assert delivery.offsets() == [(1, g.offset) for g in got]
