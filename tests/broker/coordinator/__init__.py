@@ -20,6 +20,7 @@ from kwire.broker.context import RequestContext
 from kwire.broker.coordinator import GroupCoordinator
 from kwire.broker.coordinator.consumer import ConsumerGroupCoordinator, Timeouts
 from kwire.broker.coordinator.consumer.records import ConsumerGroupRecords
+from kwire.broker.coordinator.timers import ManualClock
 from kwire.broker.handlers import HANDLERS
 from kwire.broker.internal_topics import InternalTopics
 from kwire.broker.state import PartitionWaiters
@@ -36,17 +37,9 @@ SESSION_MS = 10_000
 REBALANCE_MS = 10_000
 
 
-class FakeClock:
-    """Wall-clock milliseconds that only move when the test says so (commit stamps, offset expiry)."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
+# Wall-clock milliseconds that only move when the test says so: commit stamps, offset expiry, and
+# the coordinators' timeouts (sessions, joins, syncs), which fire as the clock passes them.
+FakeClock = ManualClock
 
 
 class Broker:
@@ -59,6 +52,7 @@ class Broker:
         self.data_dir = Path(data_dir)
         self.settings = settings
         self.clock = clock or FakeClock()
+        _CLOCK[0] = self.clock
         self.coordinator_options = coordinator_options or {}
         self.config = BrokerConfig(data_dir=self.data_dir, **settings)
         self.topics = TopicRegistry(self.data_dir)
@@ -246,6 +240,45 @@ async def stable_group(broker: Broker, group_id: str, n: int, *, version: int = 
     return joined
 
 
-def run(coro):
-    """Run a test coroutine with a deadline, so a rebalance that never ends fails instead of hanging."""
-    return asyncio.run(asyncio.wait_for(coro, 10))
+def run(coro, clock: ManualClock | None = None):
+    """Run a test coroutine with a deadline, so a rebalance that never ends fails instead of hanging.
+
+    With the coordinators on a ``ManualClock`` (``Broker``'s), time jumps: whenever every task
+    is waiting, the clock moves to the next timer due (as trio's autojump clock), so the
+    coordinator's timeouts fire in order without real waiting.  The test waits on that clock
+    with ``pause`` (never ``asyncio.sleep`` for time to pass)."""
+    async def main():
+        task = asyncio.ensure_future(coro)
+        jumper = asyncio.ensure_future(_autojump(clock or _CLOCK[0], task)) if (clock or _CLOCK[0]) else None
+        try:
+            return await asyncio.wait_for(task, 10)
+        finally:
+            if jumper is not None:
+                jumper.cancel()
+
+    return asyncio.run(main())
+
+
+# The clock of the last Broker made: ``run`` jumps it unless told another.
+_CLOCK: list[ManualClock | None] = [None]
+
+
+async def _autojump(clock: ManualClock, task: asyncio.Future) -> None:
+    loop = asyncio.get_running_loop()
+    while not task.done():
+        await asyncio.sleep(0)
+        # Idle means no other callback is ready to run (the loop's ready queue, CPython's
+        # ``_ready``: the only way to ask asyncio whether every task is waiting).
+        if loop._ready:  # type: ignore[attr-defined]
+            continue
+        # A moment of real time too: a write's fsync may be finishing in a worker thread.
+        await asyncio.sleep(0.001)
+        if not task.done() and not loop._ready and clock.pending():  # type: ignore[attr-defined]
+            clock.advance_to_next()
+
+
+async def pause(broker: Broker, seconds: float) -> None:
+    """Let ``seconds`` pass on the broker's clock (its timers due meanwhile fire, in order)."""
+    done = asyncio.get_running_loop().create_future()
+    broker.clock.call_later(seconds, lambda: done.done() or done.set_result(None))
+    await done

@@ -6,7 +6,7 @@ import asyncio
 
 from kwire.protocol import errors
 
-from . import Broker, describe, heartbeat, join, leave, run, stable_group, sync
+from . import Broker, describe, heartbeat, join, leave, pause, run, stable_group, sync
 
 NONE = 0
 
@@ -43,9 +43,9 @@ def test_heartbeats_keep_a_member_alive_past_its_session_timeout(tmp_path):
     async def scenario():
         (a,) = await stable_group(broker, "g", 1, session_ms=200)
         for _ in range(8):  # 0.4 s in all, each gap well under the session timeout
-            await asyncio.sleep(0.05)
+            await pause(broker, 0.05)
             assert await heartbeat(broker, "g", a.generation_id, a.member_id) == NONE
-        await asyncio.sleep(0.4)
+        await pause(broker, 0.4)
         assert await heartbeat(broker, "g", a.generation_id, a.member_id) == errors.UnknownMemberIdError.code
 
     run(scenario())
@@ -126,7 +126,7 @@ def test_a_pending_member_may_leave(tmp_path):
         pending = await join(broker, "g")
         assert pending.error_code == errors.MemberIdRequiredError.code
         rejoin = asyncio.ensure_future(join(broker, "g", a.member_id))
-        await asyncio.sleep(0.01)
+        await pause(broker, 0.01)
         assert not rejoin.done()  # the rebalance waits for the pending member...
         resp = await leave(broker, "g", [(pending.member_id, None)])
         assert [m.error_code for m in resp.members] == [NONE]

@@ -14,6 +14,7 @@ from . import (
     join,
     join_new,
     leave,
+    pause,
     run,
     stable_group,
     sync,
@@ -65,7 +66,7 @@ def test_three_members_land_in_one_generation_and_followers_get_the_leaders_assi
         assert all(f.members == [] for f in followers)
 
         waiting = [asyncio.ensure_future(sync(broker, "g", 1, f.member_id, version=3)) for f in followers]
-        await asyncio.sleep(0.05)
+        await pause(broker, 0.05)
         assert not any(w.done() for w in waiting)  # followers wait for the leader
         assert (await describe(broker, "g")).group_state == "CompletingRebalance"
         plan = {j.member_id: f"part-{j.member_id}".encode() for j in joins}
@@ -106,7 +107,7 @@ def test_a_pending_member_holds_the_rebalance_until_it_joins(tmp_path):
         assert required.error_code == errors.MemberIdRequiredError.code
         # The leader rejoins; the rebalance still waits for the member that got its id.
         a_again = asyncio.ensure_future(join(broker, "g", a.member_id))
-        await asyncio.sleep(0.05)
+        await pause(broker, 0.05)
         assert not a_again.done()
         b = await join(broker, "g", required.member_id)
         assert (b.error_code, b.generation_id) == (NONE, 2)
@@ -122,7 +123,7 @@ def test_a_new_member_triggers_a_rebalance_that_the_others_learn_from_heartbeats
         (a,) = await stable_group(broker, "g", 1)
         assert a.generation_id == 1
         b_join = asyncio.ensure_future(join_new(broker, "g", client_id="b"))
-        await asyncio.sleep(0.01)
+        await pause(broker, 0.01)
         assert not b_join.done()
         assert (await describe(broker, "g")).group_state == "PreparingRebalance"
         assert await heartbeat(broker, "g", 1, a.member_id) == errors.RebalanceInProgressError.code
@@ -182,7 +183,7 @@ def test_session_timeout_removes_a_silent_member_and_rebalances(tmp_path):
     async def scenario():
         a, b = await stable_group(broker, "g", 2, session_ms=300)
         for _ in range(40):  # a heartbeats, b stays silent until its session runs out
-            await asyncio.sleep(0.03)
+            await pause(broker, 0.03)
             code = await heartbeat(broker, "g", a.generation_id, a.member_id)
             if code:
                 break
@@ -192,7 +193,7 @@ def test_session_timeout_removes_a_silent_member_and_rebalances(tmp_path):
         assert await heartbeat(broker, "g", a2.generation_id, b.member_id) == errors.UnknownMemberIdError.code
         # And the last member timing out leaves the group empty, one generation on.
         await sync(broker, "g", a2.generation_id, a.member_id, {a.member_id: b""})
-        await asyncio.sleep(0.5)
+        await pause(broker, 0.5)
         group = await describe(broker, "g")
         assert (group.group_state, group.members) == ("Empty", [])
         assert broker.coordinator.group("g").generation_id == a2.generation_id + 1
@@ -216,7 +217,7 @@ def test_members_that_never_sync_are_removed_after_the_rebalance_timeout(tmp_pat
             code = await heartbeat(broker, "g", leader.generation_id, leader.member_id)
             if code:
                 break
-            await asyncio.sleep(0.02)
+            await pause(broker, 0.02)
         assert code == errors.RebalanceInProgressError.code
         assert await heartbeat(broker, "g", follower.generation_id, follower.member_id) == \
             errors.UnknownMemberIdError.code
@@ -294,7 +295,7 @@ def test_follower_rejoin_without_changes_keeps_the_generation(tmp_path):
         assert (await describe(broker, "g")).group_state == "Stable"
         # With new metadata it is a rebalance.
         changed = asyncio.ensure_future(join(broker, "g", follower.member_id, topics=["t", "u"]))
-        await asyncio.sleep(0.01)
+        await pause(broker, 0.01)
         assert (await describe(broker, "g")).group_state == "PreparingRebalance"
         changed.cancel()
 
@@ -331,7 +332,7 @@ def test_static_member_restart_takes_over_without_rebalance(tmp_path):
         assert (await sync(broker, "g", gen, a2.member_id, version=3, instance_id="i-a")).assignment == b"A"
         # A restart with different metadata needs a new assignment: rebalance.
         b3 = asyncio.ensure_future(join(broker, "g", version=5, instance_id="i-b", topics=["other"]))
-        await asyncio.sleep(0.01)
+        await pause(broker, 0.01)
         assert (await describe(broker, "g")).group_state == "PreparingRebalance"
         a3 = await join(broker, "g", a2.member_id, version=5, instance_id="i-a")
         assert (a3.generation_id, (await b3).generation_id) == (gen + 1, gen + 1)
@@ -352,7 +353,7 @@ def test_a_static_member_replaced_while_parked_is_told_it_is_fenced(tmp_path):
         b2 = asyncio.ensure_future(join(broker, "g", b.member_id, topics=["u"]))  # starts a rebalance
         await asyncio.sleep(0)
         old_a = asyncio.ensure_future(join(broker, "g", a.member_id, version=5, instance_id="i-a"))
-        await asyncio.sleep(0.01)
+        await pause(broker, 0.01)
         assert not old_a.done()  # waiting for c
         new_a = asyncio.ensure_future(join(broker, "g", version=5, instance_id="i-a"))
         assert (await old_a).error_code == errors.FencedInstanceIdError.code
@@ -369,9 +370,9 @@ def test_the_initial_delay_grows_while_members_keep_arriving(tmp_path):
 
     async def scenario():
         a = asyncio.ensure_future(join(broker, "g", version=3, rebalance_ms=2000))
-        await asyncio.sleep(0.05)
+        await pause(broker, 0.05)
         b = asyncio.ensure_future(join(broker, "g", version=3, rebalance_ms=2000))
-        await asyncio.sleep(0.25)  # 0.3 s: past the first 0.2 s, but b arrived within it (so: until 0.4 s)
+        await pause(broker, 0.25)  # 0.3 s: past the first 0.2 s, but b arrived within it (so: until 0.4 s)
         assert not a.done()
         first, second = await asyncio.gather(a, b)
         assert (first.generation_id, second.generation_id) == (1, 1)
@@ -410,7 +411,7 @@ def test_an_abandoned_join_does_not_leave_a_member_behind(tmp_path):
         follower = b2 if leader is a2 else a2
         await asyncio.gather(sync(broker, "g", leader.generation_id, leader.member_id, {}),
                              sync(broker, "g", follower.generation_id, follower.member_id))
-        await asyncio.sleep(0.3)  # c's session runs out
+        await pause(broker, 0.3)  # c's session runs out
         assert await heartbeat(broker, "g", a2.generation_id, a2.member_id) == errors.RebalanceInProgressError.code
 
     run(scenario())
@@ -427,7 +428,7 @@ def test_close_stops_the_timers_and_answers_parked_requests(tmp_path):
         broker.coordinator.close()
         broker.coordinator.close()  # twice is fine
         assert (await parked).error_code == errors.NotCoordinatorError.code
-        await asyncio.sleep(0.3)
+        await pause(broker, 0.3)
         assert broker.coordinator.group("g").has(b.member_id)  # nobody expired it after close
 
     run(scenario())
@@ -444,7 +445,7 @@ def test_followers_waiting_in_sync_are_told_when_a_new_rebalance_starts(tmp_path
         b = await b_join
         follower = b if a.leader == a.member_id else a
         waiting = asyncio.ensure_future(sync(broker, "g", follower.generation_id, follower.member_id))
-        await asyncio.sleep(0.01)
+        await pause(broker, 0.01)
         assert not waiting.done()
         newcomer = asyncio.ensure_future(join_new(broker, "g", client_id="c"))  # before the leader synced
         answer = await waiting

@@ -81,7 +81,7 @@ from .offsets import CommittedOffset, newer_txn_offsets
 from .offsets_topic import OffsetsTopicStore
 from .retention import expired_partitions
 from .store import GroupRecord, MemberRecord, StoredGroup
-from .timers import Timers
+from .timers import ManualClock, Timers
 from .validation import check_member, check_offset_commit, check_txn_offset_commit
 
 if TYPE_CHECKING:
@@ -125,8 +125,9 @@ def _with_reason(why: str, req: JoinRequest) -> str:
 class GroupCoordinator:
     """All classic groups of the broker.  ``close()`` it on shutdown.
 
-    ``clock`` (milliseconds since the epoch) stamps commits and drives offset expiry; tests pass
-    a fake one.  Timeouts use the event loop's own clock.
+    ``clock`` (milliseconds since the epoch) stamps commits and drives offset expiry.  The
+    timeouts (sessions, joins, syncs) run on the event loop, or on ``clock`` itself when it is
+    a ``ManualClock``: tests then advance time instead of sleeping.
     """
 
     def __init__(self, data_dir: Path, config: BrokerConfig, topics: TopicRegistry, *, clean_shutdown: bool,
@@ -160,7 +161,7 @@ class GroupCoordinator:
         self._groups: dict[str, Group] = {}
         # Groups in their initial delayed join -> ms the delay may still be extended by.
         self._initial_delay_left: dict[str, int] = {}
-        self._timers = Timers(on_bind=self._on_loop)
+        self._timers = Timers(on_bind=self._on_loop, clock=clock if isinstance(clock, ManualClock) else None)
         self._closed = False
         # KIP-848 groups keep their offsets here too; their coordinator says which topics their
         # members subscribe to, whose offsets neither expire nor may be deleted (Kafka's
