@@ -213,3 +213,41 @@ def test_without_the_accelerator_the_walk_warns_once_and_says_so(monkeypatch) ->
 
 def test_with_the_accelerator_the_status_says_compiled(accelerator) -> None:
     assert walk.accelerated() and "compiled" in walk.accelerator_status()
+
+
+def _sections_with(layout, buf, sections, width: int):
+    saved, walk._layout = walk._layout, layout
+    saved_warned, walk._warned = walk._warned, True
+    try:
+        out = np.full((9, width), -7, dtype=np.int64)
+        return walk.scan_sections(buf, sections, out), out
+    finally:
+        walk._layout, walk._warned = saved, saved_warned
+
+
+@FUZZ
+@given(batches=st.lists(records, min_size=1, max_size=4), data=st.data())
+def test_sections_of_many_batches_agree_with_and_without_the_accelerator(accelerator, batches, data) -> None:
+    blobs = [_build(recs, Compression.NONE, transactional=False, log_append_time=False) for recs in batches]
+    buf = bytearray(b"".join(blobs))
+    sections, at = [], 0
+    for blob in blobs:
+        batch = RecordBatch(blob)
+        sections.append((at + 61, at + len(blob), batch.record_count))
+        at += len(blob)
+    width = sum(count for _, _, count in sections) + 1
+    if data.draw(st.booleans(), label="damage"):
+        k = data.draw(st.integers(min_value=0, max_value=len(sections) - 1), label="batch")
+        first, stop, _ = sections[k]
+        if stop > first:
+            buf[data.draw(st.integers(min_value=first, max_value=stop - 1), label="at")] = \
+                data.draw(st.integers(min_value=0, max_value=255), label="byte")
+    native, native_out = _sections_with(accelerator, bytes(buf), sections, width)
+    python, python_out = _sections_with(None, bytes(buf), sections, width)
+    assert python == native
+    assert np.array_equal(python_out, native_out)
+    if native is None:
+        assert all(_assert_identical(bytes(buf), *section) == -1 for section in sections)
+    else:
+        k, bad = native
+        assert _assert_identical(bytes(buf), *sections[k]) == bad

@@ -143,18 +143,17 @@ def _sections(batches: Sequence[RecordBatch]) -> tuple:
 def _scan(buf, sections: list, n: int) -> tuple:
     """Every record's fields as arrays (the rows of ``walk.FIELDS``: timestamp delta, offset
     delta, key position and length, value position and length, header count, headers position,
-    end; positions in ``buf``), by the protocol's record walk, one call per batch."""
+    end; positions in ``buf``), by the protocol's record walk over every batch's records."""
     out = np.empty((9, n), dtype=np.int64)
-    row = 0
-    for batch, first, stop, _ in sections:
+    found = walk.scan_sections(buf, [(first, stop, batch.record_count) for batch, first, stop, _ in sections], out)
+    if found is not None:
+        k, bad = found
+        batch, first, stop, _ = sections[k]
         count = batch.record_count
-        bad = walk.scan_records(buf, first, stop, count, out, row)
-        if bad >= 0:
-            _raise_decode_error([batch])
-            what = "end short of" if bad == count else "overrun"
-            raise CorruptRecordError(f"record {bad} of {count}: the records' fields {what} the batch's "
-                                     f"{stop - first} bytes of records", what="RecordBatch")
-        row += count
+        _raise_decode_error([batch])
+        what = "end short of" if bad == count else "overrun"
+        raise CorruptRecordError(f"record {bad} of {count}: the records' fields {what} the batch's "
+                                 f"{stop - first} bytes of records", what="RecordBatch")
     return tuple(out)
 
 

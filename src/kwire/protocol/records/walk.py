@@ -56,6 +56,7 @@ __all__ = [
     "accelerator_status",
     "scan_records",
     "scan_records_python",
+    "scan_sections",
 ]
 
 #: The rows of ``out``, one int64 per record in each (positions are in the scanned buffer).
@@ -113,6 +114,36 @@ def scan_records(buf, pos: int, stop: int, count: int, out, row: int) -> int:
     return scan_records_python(buf, pos, stop, count, out, row)
 
 
+def scan_sections(buf, sections, out) -> tuple[int, int] | None:
+    """``scan_records`` over the record sections of many batches of one buffer: ``sections``
+    holds ``(pos, stop, count)`` per batch, whose records fill the next ``count`` columns of
+    ``out`` (from column 0).  None if every record parses; else ``(k, index)``: section ``k``
+    is the first with a bad record and ``index`` what ``scan_records`` says of it.  The Python
+    fallback reads the fields of all sections in one pass (with numpy)."""
+    if _layout is None:
+        _warn_once()
+        if _numpy() is not None and sum(count for _, _, count in sections) >= _VECTOR_MIN:
+            view = memoryview(out)
+            if not view.readonly and view.itemsize == 8 and view.nbytes % (_N_FIELDS * 8) == 0:
+                stride = view.nbytes // (_N_FIELDS * 8)
+                if not isinstance(buf, (bytes, bytearray)):
+                    buf = memoryview(buf).cast("B")
+                fits = all(0 <= pos <= stop <= len(buf) and count >= 0 for pos, stop, count in sections)
+                if fits and sum(count for _, _, count in sections) <= stride \
+                        and _scan_vectorized(buf, sections, view, stride, 0):
+                    return None
+        scan = scan_records_python
+    else:
+        scan = _layout.scan_v2
+    row = 0
+    for k, (pos, stop, count) in enumerate(sections):
+        bad = scan(buf, pos, stop, count, out, row)
+        if bad >= 0:
+            return k, bad
+        row += count
+    return None
+
+
 def _varint(buf, p: int, end: int, width: int) -> tuple[int, int] | None:
     """A zigzag varint of at most ``width`` bytes at ``p``, all before ``end``: (value, position
     after it), or None.  Values are those of C's 64-bit arithmetic (bits past 64 dropped)."""
@@ -152,7 +183,8 @@ def scan_records_python(buf, pos: int, stop: int, count: int, out, row: int) -> 
         raise ValueError(f"{count} records from column {row} do not fit in {stride} columns")
     if not stride:
         return -1 if pos == stop else 0  # no columns, so no records (count is 0): as the accelerator
-    if count >= _VECTOR_MIN and _numpy() is not None and _scan_vectorized(buf, pos, stop, count, view, stride, row):
+    if count >= _VECTOR_MIN and _numpy() is not None and _scan_vectorized(buf, [(pos, stop, count)], view, stride,
+                                                                           row):
         return -1
     return _scan_exact(buf, pos, stop, count, view.cast("B").cast("q"), stride, row)
 
@@ -253,45 +285,53 @@ _STEP_1 = [1 + v if v > 0 else _BAD_LENGTH for v in _D1]
 _STEP_2 = [0] * 128 + [2 + v if v > 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n in range(16384))]
 
 
-def _scan_vectorized(buf, pos: int, stop: int, count: int, view, stride: int, row: int) -> bool:
-    """Fill the columns of ``count`` records if every one parses; False (columns unspecified)
-    if one may not, for the record-by-record walk to find it."""
+def _scan_vectorized(buf, sections, view, stride: int, row: int) -> bool:
+    """Fill the columns of the records of ``sections`` (``(pos, stop, count)`` each, their
+    records in consecutive columns from ``row``) if every one parses; False (columns
+    unspecified) if one may not, for the record-by-record walk to find it.  One numpy pass for
+    all sections: its fixed costs are paid once, not per batch."""
     np = _np
     starts: list[int] = []  # where each record's length prefix is
     add = starts.append
     step_1, step_2 = _STEP_1, _STEP_2
-    end = pos
-    try:
-        for _ in range(count):
-            add(end)
-            b = buf[end]
-            if b < 128:
-                end += step_1[b]
-                continue
-            c = buf[end + 1]
-            if c < 128:
-                end += step_2[b + 128 * c]
-                continue
-            got = _varint(buf, end, stop, 5)
-            if got is None or got[0] <= 0:
-                return False
-            end = got[1] + got[0]
-    except IndexError:
-        return False
-    if end != stop:  # a length ran past the section or ended short of it
-        return False
+    total = 0
+    for pos, stop, count in sections:
+        end = pos
+        try:
+            for _ in range(count):
+                add(end)
+                b = buf[end]
+                if b < 128:
+                    end += step_1[b]
+                    continue
+                c = buf[end + 1]
+                if c < 128:
+                    end += step_2[b + 128 * c]
+                    continue
+                got = _varint(buf, end, stop, 5)
+                if got is None or got[0] <= 0:
+                    return False
+                end = got[1] + got[0]
+        except IndexError:
+            return False
+        if end != stop:  # a length ran past the section or ended short of it
+            return False
+        total += count
+    if not total:
+        return True
     u8 = np.frombuffer(buf, dtype=np.uint8)
     starts_a = np.array(starts, dtype=np.int64)
-    # A record ends where the next one starts, the last where the section does.
-    ends = np.empty(count, dtype=np.int64)
+    # A record ends where the next one starts, the last of each section where the section does.
+    ends = np.empty(total, dtype=np.int64)
     ends[:-1] = starts_a[1:]
-    ends[-1] = stop
+    counts = [count for _, _, count in sections if count]
+    ends[np.cumsum(counts) - 1] = [stop for _, stop, count in sections if count]
     firsts = _varints(u8, starts_a, 5)[1]  # past the length prefixes the walk checked
-    fields = _fields(u8, firsts + 1, count)  # + 1: the attributes byte, unused since Kafka 0.11
+    fields = _fields(u8, firsts + 1, total)  # + 1: the attributes byte, unused since Kafka 0.11
     if fields is None or not _consistent(fields, ends):
         return False
     columns = np.frombuffer(view.cast("B"), dtype=np.int64).reshape(len(FIELDS), stride)
-    columns[:, row:row + count] = (*fields, ends)
+    columns[:, row:row + total] = (*fields, ends)
     return True
 
 
