@@ -56,8 +56,9 @@ class LoadedLog:
     log_start_offset: int
     recovery_point: int
     findings: list[str] = field(default_factory=list)
-    # The directory's file names once loading was done (the producer state's snapshots are
-    # among them), so that nothing after the loader needs to list it again.
+    # The directory's file names as the loader listed them, for the producer state's snapshots
+    # (which loading never touches), so that opening the log lists the directory once.  Segment
+    # files that recovery deleted afterwards may still be named here.
     file_names: frozenset[str] = frozenset()
 
 
