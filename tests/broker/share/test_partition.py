@@ -37,8 +37,10 @@ def test_accept_moves_the_start_offset_and_is_final():
     sp.acquire("a", [(0, 2)], 10, LOCK, now_ms=0)
     sp.acknowledge("a", 0, 2, [A.ACCEPT], LOCK, now_ms=1)
     assert sp.start_offset == 3 and sp.state_batches() == []
-    with pytest.raises(InvalidRecordStateError):
-        sp.acknowledge("a", 1, 1, [A.ACCEPT], LOCK, now_ms=2)
+    sp.acknowledge("a", 1, 1, [A.ACCEPT], LOCK, now_ms=2)  # all below the start: skipped, as Kafka
+    sp.acquire("a", [(3, 4)], 10, LOCK, now_ms=0)
+    with pytest.raises(InvalidRecordStateError):  # partly below the start, partly never acquired
+        sp.acknowledge("a", 2, 5, [A.ACCEPT], LOCK, now_ms=2)
 
 
 def test_acknowledging_records_not_acquired_or_of_another_member_is_invalid_record_state():

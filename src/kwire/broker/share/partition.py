@@ -406,6 +406,8 @@ class SharePartition:
         for t in set(types):
             if t not in _ACK_TYPES or (t == AcknowledgeType.RENEW and not renew_allowed):
                 raise InvalidRequestError(f"acknowledge type {t} is not valid here")
+        if last < self.start_offset:
+            return  # all done with already: Kafka's SharePartition skips such a batch, no error
         if first < self.start_offset and any(t != AcknowledgeType.GAP for t in types):
             raise InvalidRecordStateError(f"offsets {first}-{last}: below the share-partition start offset "
                                           f"{self.start_offset} (already acknowledged)")
