@@ -132,17 +132,20 @@ def seal_batch(sections: Sequence[bytes], count: int, base_timestamp: int, max_t
     Base offset 0 and partition leader epoch -1: the broker sets them."""
     if count < 1:
         raise EncodeError("a batch of the bulk path has at least one record", what="record batch v2")
-    records = sections[0] if len(sections) == 1 else b"".join(sections)
     if compression:
-        records = compress(compression, records)
+        sections = [compress(compression, sections[0] if len(sections) == 1 else b"".join(sections))]
     attributes = compression | (_TRANSACTIONAL_BIT if transactional else 0)
     try:
-        header = HEADER_STRUCT.pack(0, _MIN_BATCH_LENGTH + len(records), -1, 2, 0, attributes, count - 1,
+        header = HEADER_STRUCT.pack(0, _MIN_BATCH_LENGTH + sum(map(len, sections)), -1, 2, 0, attributes, count - 1,
                                     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
     except Exception as exc:  # struct.error: a field out of range
         raise EncodeError(f"batch header field out of range: {exc}", what="record batch v2") from None
-    crc = crc32c(records, crc32c(header[_ATTRIBUTES_AT:]))
-    return b"".join((header[:_CRC_AT], UINT32.pack(crc), header[_ATTRIBUTES_AT:], records))
+    # The CRC runs over the sections where they are, and the batch is one join: each record
+    # byte is copied once here (a batch of a megabyte is two or three sections).
+    crc = crc32c(header[_ATTRIBUTES_AT:])
+    for section in sections:
+        crc = crc32c(section, crc)
+    return b"".join((header[:_CRC_AT], UINT32.pack(crc), header[_ATTRIBUTES_AT:], *sections))
 
 
 def murmur2_partitions(keys: Sequence[bytes], partitions: int) -> list[int] | None:
