@@ -11,13 +11,16 @@ One kwire broker (``python -m kwire.cli.main broker``, ``--fsync never``, as ben
 - txn/10000: the same with 10,000 records per transaction.
 
 A transaction's cost is AddPartitionsToTxn for the partitions it first writes to, the flush that
-commit does, EndTxn and the markers the coordinator writes into every partition.  Figures are
+commit does, EndTxn and the markers the coordinator writes into every partition.  The broker
+finalizes transaction.version 2 (KIP-890 part 2), so kwire's producer speaks transactions v2 (no
+AddPartitionsToTxn, an epoch bump per EndTxn) and librdkafka 2.16 v1; the row "kwire (tv1)" is
+kwire's producer with the broker set to transaction.version 1 by UpdateFeatures for its runs.  Figures are
 records/s and MB/s of the timed part (init_transactions and the first metadata are not timed),
 and each mode's ratio to the same client's idempotent run (1.0 = free).  After every run the
 records are counted in the log (the high watermark less the commit markers: one per partition per
 transaction), so a run that lost records says so.
 
-    python benchmarks/bench_transactions.py [--records 50000] [--size 256] [--seconds 60]
+    python benchmarks/bench_transactions.py [--records 50000] [--size 256] [--seconds 60] [--no-tv1]
 
 Progress goes to stderr; the table to stdout; figures and the command to benchmarks/RESULTS.md.
 """
@@ -33,6 +36,8 @@ from bench_broker import PARTITIONS, KwireBroker  # same directory
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import Producer as CkProducer
 
+from kwire.client import Admin
+from kwire.client.admin_quorum import FeatureUpgrade
 from kwire.client.producer import Producer as KwProducer
 
 LOG_LEVEL = 3  # librdkafka: errors only
@@ -103,22 +108,33 @@ def records_in_log(bootstrap: str, topic: str, markers: int) -> int:
         c.close()
 
 
+def set_transaction_version(bootstrap: str, level: int) -> None:
+    """The broker's finalized transaction.version (an admin's UpdateFeatures, as with Kafka)."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.update_features({"transaction.version": level}, upgrade=FeatureUpgrade.SAFE_DOWNGRADE)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=50_000)
     ap.add_argument("--size", type=int, default=256, help="value bytes")
     ap.add_argument("--seconds", type=float, default=60, help="time budget of one run")
+    ap.add_argument("--no-tv1", action="store_true", help="leave out kwire's producer at transaction.version 1")
     args = ap.parse_args(argv)
 
     clients = {"kwire": lambda conf: KwProducer(conf),
                "confluent-kafka": lambda conf: CkProducer({**conf, "log_level": LOG_LEVEL})}
+    if not args.no_tv1:
+        clients["kwire (tv1)"] = lambda conf: KwProducer(conf)
     broker = KwireBroker("never")
     results: dict[tuple[str, str], dict] = {}
     errors: list[str] = []
     try:
         for client, make in clients.items():
+            if client == "kwire (tv1)":
+                set_transaction_version(broker.bootstrap, 1)
             for mode, per_txn in MODES:
-                topic = f"txn-{client}-{mode.replace('/', '-')}"
+                topic = f"txn-{client.replace(' ', '').replace('(', '-').replace(')', '')}-{mode.replace('/', '-')}"
                 log(f"{client} {mode}: {args.records:,} records of {args.size} B")
                 r = run(make, broker.bootstrap, topic, per_txn=per_txn, records=args.records, size=args.size,
                         seconds=args.seconds, errors=errors)
