@@ -1,8 +1,11 @@
 """``KafkaFlow``: one connection's stream events in, ``Exchange``s out.
 
 ``KafkaFlow(conn, ctx)`` splits each direction into size-prefixed frames with the codec's
-``FrameSplitter``, decodes requests and responses with ``kwire.protocol`` and pairs them by
-correlation id.  What a capture throws at it, and what it does:
+``FrameSplitter`` (or, after lost bytes, ``resync``'s scan), and hands the frames to the
+connection machine in its observer role (``kwire.protocol.connection.ObserverConnection``), which
+pairs responses with requests, sees acks=0 and the SASL v0 tokens; this module turns its events
+into exchanges, decoding requests and responses with ``kwire.protocol``.  What a capture throws
+at it, and what it does:
 
 * Responses come in request order on a Kafka connection, so a response to request N means the
   requests sent before N were answered in bytes the capture lost: they become ``UNANSWERED``
@@ -28,18 +31,20 @@ The scan after a lost place is ``resync``'s; the fields each api's exchanges tak
 from __future__ import annotations
 
 import struct
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from uuid import UUID
 
-from kwire.protocol import (
-    FrameSplitter,
-    ProtocolError,
-    api_name,
-    correlation_id_of_response,
-    decode_request,
-    decode_request_header,
-    decode_response,
+from kwire.protocol import FrameSplitter, ProtocolError, api_name, correlation_id_of_response, decode_request
+from kwire.protocol.connection import (
+    FrameError,
+    ObserverConnection,
+    RequestUnanswered,
+    ResponseReceived,
+    SaslTokenReceived,
+    api_versions_error_code,
+    decode_api_versions_response,
 )
+from kwire.protocol.frames import decode_response
 
 from ..exchange import (
     ANSWERED,
@@ -51,7 +56,7 @@ from ..exchange import (
     FlowContext,
 )
 from ..tcp import TO_CLIENT, TO_SERVER, Chunk, Connection, End, Gap
-from .constants import _DIRECTION_NAMES, _NEWEST, API_VERSIONS, PRODUCE, SASL_HANDSHAKE, UNSUPPORTED_VERSION
+from .constants import _DIRECTION_NAMES, _NEWEST, API_VERSIONS, SASL_HANDSHAKE
 from .errors import _error_name, _error_walker
 from .readers import _REQUEST_READERS, _RESPONSE_READERS, _has_throttle
 from .resync import _Resync, _Scan, _Side
@@ -64,11 +69,8 @@ UNKNOWN_API = "Unknown"  #: api name when not even the request header could be r
 # lost the responses (one-sided capture) and the oldest are reported rather than kept forever.
 _MAX_IN_FLIGHT = 1024
 
-_INT16 = struct.Struct(">h")
-
-
 class _InFlight:
-    """A request waiting for its response."""
+    """A request waiting for its response (the context of the machine's ``Outstanding``)."""
 
     __slots__ = ("ex", "key", "version", "aux")
 
@@ -77,6 +79,34 @@ class _InFlight:
         self.key = key
         self.version = version
         self.aux = aux
+
+
+class _InFlightView:
+    """The machine's requests in flight as ``resync`` reads them: correlation id -> ``_InFlight``."""
+
+    __slots__ = ("_outstanding",)
+
+    def __init__(self, outstanding: OrderedDict):
+        self._outstanding = outstanding
+
+    def __bool__(self) -> bool:
+        return bool(self._outstanding)
+
+    def __len__(self) -> int:
+        return len(self._outstanding)
+
+    def __iter__(self):
+        return iter(self._outstanding)
+
+    def get(self, cid: int):
+        out = self._outstanding.get(cid)
+        return None if out is None else out.context
+
+
+def _exchange_of(event: RequestUnanswered) -> Exchange | None:
+    """The exchange of a request (or a client's SASL token) the machine says is unanswered."""
+    context = event.context
+    return context.ex if context.__class__ is _InFlight else context
 
 
 class KafkaFlow(_Resync):
@@ -93,16 +123,15 @@ class KafkaFlow(_Resync):
         self._max = ctx.max_frame_size
         self._sides = (_Side(self._max, conn.directions[TO_SERVER].isn is not None),
                        _Side(self._max, conn.directions[TO_CLIENT].isn is not None))
-        self._in_flight: OrderedDict[int, _InFlight] = OrderedDict()
+        self._wire = ObserverConnection(max_frame_size=self._max, max_in_flight=_MAX_IN_FLIGHT)
+        self._in_flight = _InFlightView(self._wire.in_flight)
         # Topic ids (Fetch v13+, Produce v13+) are named by Metadata responses, which a client
         # often reads on another connection than the one it fetches on: one map per capture.
         self._topic_names: dict[UUID, str] = ctx.topic_names
         self._client_id: str | None = None  # the last one seen: SASL tokens carry none
         self._client_id_bytes: bytes | None = None  # its length prefix and bytes, for the resync scan
         self._verdicts: dict[tuple, bool] = {}  # see _verdict
-        self._sasl_raw = False  # raw SASL tokens are being exchanged (after SaslHandshake v0)
         self._sasl_mechanism: str | None = None
-        self._sasl_tokens: deque[Exchange] = deque()  # client tokens waiting for the server's
         self._warned_in_flight = False
         self._closed = False
         self._closed_first: int | None = None  # the direction that ended first (FIN or RST)
@@ -157,11 +186,8 @@ class KafkaFlow(_Resync):
             # long-poll Fetch: Kafka's NetworkClient cancels what is in flight on close).
             why = ("client_close" if self._closed_first == TO_SERVER else "connection_end") if ended \
                 else "capture_end"
-            for entry in self._in_flight.values():
-                out.append(self._unanswered(entry.ex, why))
-            self._in_flight.clear()
-            while self._sasl_tokens:
-                out.append(self._unanswered(self._sasl_tokens.popleft(), why))
+            for event in self._wire.close(why):
+                self._unanswered_to(out, event, why)
             for direction, side in enumerate(self._sides):
                 name = _DIRECTION_NAMES[direction]
                 scan = side.scan
@@ -204,34 +230,45 @@ class KafkaFlow(_Resync):
                                                            if partial else ""))
         side.splitter = FrameSplitter(self._max)
         side.scan = _Scan(event.frame)
-        if self._sasl_raw:  # the tokens' pairing is lost: look for Kafka frames again
-            self._sasl_raw = False
-            while self._sasl_tokens:
-                out.append(self._unanswered(self._sasl_tokens.popleft(), "skipped"))
+        for lost in self._wire.lost_place():  # the tokens' pairing is lost: look for Kafka frames again
+            self._unanswered_to(out, lost, "skipped")
 
     # -- requests ------------------------------------------------------------------------------
 
     def _request(self, body: bytes, frame: int, ts: int, out: list[Exchange]) -> None:
-        if self._sasl_raw:
-            try:
-                header, req = decode_request(body)
-            except ProtocolError:
-                dropped = self._sasl_token(body, frame, ts)
-                if dropped is not None:
-                    out.append(dropped)
-                return
-            self._sasl_raw = False  # a real request: the SASL exchange is over
-            while self._sasl_tokens:
-                out.append(self._unanswered(self._sasl_tokens.popleft(), "skipped"))
+        for event in self._wire.request_frame(body):
+            kind = event.__class__
+            if kind is RequestUnanswered:
+                why = event.why
+                if why == "reused":  # the client reused a correlation id still waiting: the first lost its answer
+                    cid = event.request.correlation_id
+                    self._warn(frame, "correlation", f"correlation id {cid} reused at frame {frame} while waiting")
+                elif why == "overflow" and not self._warned_in_flight:
+                    self._warned_in_flight = True
+                    self._warn(frame, "in_flight", f"over {_MAX_IN_FLIGHT} requests without a response (the "
+                                                   f"capture lacks the server's side?): the oldest are reported "
+                                                   f"unanswered")
+                self._unanswered_to(out, event, "skipped")
+            elif kind is SaslTokenReceived:
+                event.context = self._sasl_token(body, frame, ts)
+            elif kind is FrameError:  # not even a request header
+                message = f"request at frame {frame} has no readable header: {event.error}"
+                self._warn(frame, "undecodable", message)
+                ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server, UNKNOWN_API, -1,
+                              -1, -1, UNDECODABLE, self._client_id, frame, ts)
+                ex.request_bytes = len(body) + 4
+                ex.warning = message
+                out.append(ex)
+            else:
+                self._request_received(event, body, frame, ts, out)
+
+    def _request_received(self, event, body: bytes, frame: int, ts: int, out: list[Exchange]) -> None:
+        header = event.header
+        try:
+            req = decode_request(body)[1]
             warning = None
-        else:
-            try:
-                header, req = decode_request(body)
-                warning = None
-            except ProtocolError as e:
-                header, req, warning = self._lenient_request(body, frame, ts, e, out)
-                if header is None:
-                    return
+        except ProtocolError as e:
+            req, warning = self._lenient_request(body, header, frame, e)
         key = header.request_api_key
         version = header.request_api_version
         cid = header.correlation_id
@@ -256,102 +293,70 @@ class KafkaFlow(_Resync):
             reader = _REQUEST_READERS.get(key)
             if reader is not None:
                 aux = reader(self, ex, req, version, frame)
-            if key == PRODUCE and req.acks == 0:
+        outstanding = event.outstanding
+        if outstanding is None:  # Produce with acks=0: no response comes
+            if req is not None:
                 ex.status = NO_RESPONSE_EXPECTED
-                out.append(ex)
-                return
-        self._track(cid, _InFlight(ex, key, version, aux), frame, out)
-
-    def _lenient_request(self, body: bytes, frame: int, ts: int, error: ProtocolError, out: list[Exchange]):
-        """A request the strict decode refused: (header, request or None, warning); header None when
-        not even the header reads (an UNDECODABLE exchange is then emitted here)."""
-        try:
-            header = decode_request_header(body)[0]
-        except ProtocolError as e:
-            message = f"request at frame {frame} has no readable header: {e}"
-            self._warn(frame, "undecodable", message)
-            ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server, UNKNOWN_API, -1, -1, -1,
-                          UNDECODABLE, self._client_id, frame, ts)
-            ex.request_bytes = len(body) + 4
-            ex.warning = message
             out.append(ex)
-            return None, None, message
+            return
+        outstanding.context = _InFlight(ex, key, version, aux)
+
+    def _lenient_request(self, body: bytes, header, frame: int, error: ProtocolError):
+        """A request whose header reads but the strict decode refused: (request or None, warning)."""
         key, version = header.request_api_key, header.request_api_version
         if key not in _NEWEST:
             message = f"unknown api key {key} (version {version}, correlation id {header.correlation_id})"
             self._warn(frame, "unknown_api", f"frame {frame}: {message}")
-            return header, None, message
+            return None, message
         if version > _NEWEST[key] or version < 0:
             message = f"{api_name(key)} v{version} is not a version kwire knows"
             self._warn(frame, "unknown_api", f"frame {frame}: {message} (correlation id {header.correlation_id})")
-            return header, None, message
+            return None, message
         try:  # bytes left over after a request that otherwise decodes (a newer client, padding)
-            header, req = decode_request(body, strict=False)
+            req = decode_request(body, strict=False)[1]
         except ProtocolError as e:
             message = f"{api_name(key)} v{version} request does not decode: {e}"
             self._warn(frame, "undecodable", f"frame {frame}: {message}")
-            return header, None, message
+            return None, message
         message = f"{api_name(key)} v{version} request: {error}"
         self._warn(frame, "undecodable", f"frame {frame}: {message}")
-        return header, req, message
+        return req, message
 
-    def _track(self, cid: int, entry: _InFlight, frame: int, out: list[Exchange]) -> None:
-        in_flight = self._in_flight
-        old = in_flight.pop(cid, None)
-        if old is not None:  # the client reused a correlation id still waiting: the first lost its answer
-            self._warn(frame, "correlation", f"correlation id {cid} reused at frame {frame} while waiting")
-            out.append(self._unanswered(old.ex, "skipped"))
-        in_flight[cid] = entry
-        if len(in_flight) > _MAX_IN_FLIGHT:
-            if not self._warned_in_flight:
-                self._warned_in_flight = True
-                self._warn(frame, "in_flight", f"over {_MAX_IN_FLIGHT} requests without a response (the capture "
-                                               f"lacks the server's side?): the oldest are reported unanswered")
-            out.append(self._unanswered(in_flight.popitem(last=False)[1].ex, "skipped"))
-
-    def _sasl_token(self, body: bytes, frame: int, ts: int) -> Exchange | None:
+    def _sasl_token(self, body: bytes, frame: int, ts: int) -> Exchange:
         ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server, SASL_TOKEN, -1, -1, -1,
                       ANSWERED, self._client_id, frame, ts)
         ex.request_bytes = len(body) + 4
         if self._sasl_mechanism:
             ex.details["mechanism"] = self._sasl_mechanism
-        self._sasl_tokens.append(ex)
-        if len(self._sasl_tokens) > _MAX_IN_FLIGHT:  # a server that never answers: keep memory bounded
-            return self._unanswered(self._sasl_tokens.popleft(), "skipped")
-        return None
+        return ex
 
     # -- responses -----------------------------------------------------------------------------
 
     def _response(self, body: bytes, frame: int, ts: int, out: list[Exchange]) -> None:
-        if self._sasl_tokens:  # the server's answer to a raw SASL token
-            ex = self._sasl_tokens.popleft()
-            ex.response_frame, ex.response_ts_ns, ex.response_bytes = frame, ts, len(body) + 4
-            out.append(ex)
-            return
-        size = len(body) + 4
-        in_flight = self._in_flight
-        entry = in_flight.get(correlation_id_of_response(body)) if len(body) >= 4 else None
-        if entry is None:
-            out.append(self._orphan(body, frame, ts))
-            return
+        for event in self._wire.response_frame(body):
+            kind = event.__class__
+            if kind is ResponseReceived:
+                if event.context is None:  # its request's reading failed inside kwire (reported)
+                    out.append(self._orphan(body, frame, ts))
+                else:
+                    self._response_received(event.context, body, frame, ts, out)
+            elif kind is RequestUnanswered:  # answered in bytes the capture lost
+                self._unanswered_to(out, event, "skipped")
+            elif kind is SaslTokenReceived:  # the server's answer to a raw SASL token
+                ex = event.context
+                ex.response_frame, ex.response_ts_ns, ex.response_bytes = frame, ts, len(body) + 4
+                out.append(ex)
+            else:  # FrameError: a response nothing waits for
+                out.append(self._orphan(body, frame, ts))
+
+    def _response_received(self, entry: _InFlight, body: bytes, frame: int, ts: int, out: list[Exchange]) -> None:
         ex = entry.ex
-        cid = ex.correlation_id
-        if next(iter(in_flight)) != cid:
-            # Responses come in request order: the requests before this one were answered in
-            # bytes the capture lost.
-            while True:
-                first, older = in_flight.popitem(last=False)
-                if first == cid:
-                    break
-                out.append(self._unanswered(older.ex, "skipped"))
-        else:
-            del in_flight[cid]
         ex.response_frame = frame
         ex.response_ts_ns = ts
-        ex.response_bytes = size
+        ex.response_bytes = len(body) + 4
         if ex.status == UNDECODABLE:  # its request did not decode; ApiVersions still says its error
             if entry.key == API_VERSIONS and len(body) >= 6:
-                self._set_error(ex, [_INT16.unpack_from(body, 4)[0]])
+                self._set_error(ex, [api_versions_error_code(body)])
             out.append(ex)
             return
         key = entry.key
@@ -362,7 +367,7 @@ class KafkaFlow(_Resync):
             ex.warning = warning
             self._warn(frame, "undecodable", f"frame {frame}: {warning}")
             if key == API_VERSIONS and len(body) >= 6:
-                self._set_error(ex, [_INT16.unpack_from(body, 4)[0]])
+                self._set_error(ex, [api_versions_error_code(body)])
                 ex.status = ANSWERED
             out.append(ex)
             return
@@ -383,8 +388,8 @@ class KafkaFlow(_Resync):
         if reader is not None:
             reader(self, ex, resp, version, entry.aux, frame)
         if key == SASL_HANDSHAKE and version == 0 and not resp.error_code:
-            # SASL before KIP-152: the client's next frames are the mechanism's raw tokens.
-            self._sasl_raw = True
+            # SASL before KIP-152: the client's next frames are the mechanism's raw tokens (the
+            # machine switched to them).
             self._sasl_mechanism = entry.aux
         out.append(ex)
 
@@ -403,17 +408,11 @@ class KafkaFlow(_Resync):
             return response, f"{api_name(key)} v{version} response: {e}"
 
     def _decode_api_versions(self, body: bytes, version: int):
-        # KIP-511: a broker refusing the request's version (UNSUPPORTED_VERSION) answers in the
-        # v0 layout, the one every client can read.  Try that layout first when the error says so.
-        refused = version > 0 and len(body) >= 6 and _INT16.unpack_from(body, 4)[0] == UNSUPPORTED_VERSION
-        layouts = (0, version) if refused else (version, 0)
-        first_error = None
-        for layout in dict.fromkeys(layouts):
-            try:
-                return decode_response(body, API_VERSIONS, layout)[1], None
-            except ProtocolError as e:
-                first_error = first_error or e
-        return None, f"ApiVersions v{version} response decodes in neither its layout nor v0's: {first_error}"
+        # KIP-511: a broker refusing the request's version answers in the v0 layout (the machine's reading).
+        try:
+            return decode_api_versions_response(body, version), None
+        except ProtocolError as e:
+            return None, f"ApiVersions v{version} response decodes in neither its layout nor v0's: {e}"
 
     def _set_error(self, ex: Exchange, codes: list[int]) -> None:
         names = [_error_name(c) for c in codes]
@@ -422,11 +421,17 @@ class KafkaFlow(_Resync):
         ex.errors = Counter(names)
 
     def _orphan(self, body: bytes, frame: int, ts: int) -> Exchange:
-        cid = correlation_id_of_response(body) if len(body) >= 4 and not self._sasl_raw else -1
+        raw = self._wire.sasl_tokens
+        cid = correlation_id_of_response(body) if len(body) >= 4 and not raw else -1
         ex = Exchange("kafka", self._capture, self._conn_id, self._client, self._server,
-                      SASL_TOKEN if self._sasl_raw else UNKNOWN_API, -1, -1, cid, ORPHAN_RESPONSE)
+                      SASL_TOKEN if raw else UNKNOWN_API, -1, -1, cid, ORPHAN_RESPONSE)
         ex.response_frame, ex.response_ts_ns, ex.response_bytes = frame, ts, len(body) + 4
         return ex
+
+    def _unanswered_to(self, out: list[Exchange], event: RequestUnanswered, why: str) -> None:
+        ex = _exchange_of(event)
+        if ex is not None:  # (None: its request's reading failed inside kwire, and was reported)
+            out.append(self._unanswered(ex, why))
 
     def _unanswered(self, ex: Exchange, why: str) -> Exchange:
         if ex.status == ANSWERED:
