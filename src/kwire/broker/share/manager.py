@@ -38,6 +38,10 @@ __all__ = ["ShareManager", "FetchedPartition"]
 logger = logging.getLogger("kwire.broker.share")
 
 Key = tuple[str, str, int]  # (group, topic, partition)
+# What a ShareFetch reads of a partition's log: MaxRecords records' worth at this many bytes each,
+# at least READ_BYTES_MIN (and never more than the request's MaxBytes).
+READ_BYTES_PER_RECORD = 2048
+READ_BYTES_MIN = 1 << 20
 
 
 @dataclass(slots=True)
@@ -263,7 +267,10 @@ class ShareManager:
         offset = sp.first_acquirable()
         if offset >= limit or max_records <= 0:
             return FetchedPartition(b"", [])
-        slices = log.read(offset, max(max_bytes, 1), min_one_batch=True, max_offset=limit)
+        # Read about what max_records needs, not the request's whole MaxBytes (librdkafka asks for
+        # 50 MiB): a deep backlog must not be read into memory for 500 records.
+        read_bytes = min(max(max_bytes, 1), max(READ_BYTES_MIN, max_records * READ_BYTES_PER_RECORD))
+        slices = log.read(offset, read_bytes, min_one_batch=True, max_offset=limit)
         data = b"".join(s.read() for s in slices)
         batches: list[tuple[int, int]] = []
         control: set[int] = set()  # first offsets of the batches to archive, not deliver
