@@ -6,8 +6,10 @@
  * does the walk and reads every record's fields on the way, in one pass (about 20 ns a 100 B
  * record, call included); the caller builds columns from what it writes.  It also lays the
  * values of records out one after the other where they lie (`pack`), for a values column that
- * needs no buffer of its own.  kwire works without it: columns.py falls back to a Python walk
- * and numpy, with the same results (the tests compare the two).
+ * needs no buffer of its own.  `scan_v2` is the accelerator of kwire.protocol.records.walk
+ * (scan_records, scan_sections), whose Python fallback runs where this module is not built and
+ * gives the same results (tests/protocol/test_records_walk.py holds the two to that on fuzzed
+ * batches); the walk warns once, and `kwire --version` says so, when it is not built.
  *
  * Layout of a record (Kafka's v2 message format): length varint, attributes int8, timestamp
  * delta varlong, offset delta varint, key length varint, key, value length varint, value,
