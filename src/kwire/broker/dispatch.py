@@ -89,8 +89,14 @@ def _finish(header, response, meter=None) -> Reply | None:
         return _finish_metered(header, response, meter)
     if response is None:
         return None
-    return Reply(header.request_api_key, header.request_api_version, header.correlation_id,
-                 encode_response_parts(response, header.request_api_version, header.correlation_id))
+    key, version, cid = header.request_api_key, header.request_api_version, header.correlation_id
+    parts = encode_response_parts(response, version, cid)
+    # A handler that throttles (the controller mutation quota of topic creations and deletions,
+    # KIP-599) says so in its answer's throttle time: the connection is muted for it too.
+    throttle_ms = getattr(response, "throttle_time_ms", 0) or 0
+    if throttle_ms > 0:
+        return Reply(key, version, cid, parts, throttle_ms, hold=not client_throttles(key, version))
+    return Reply(key, version, cid, parts)
 
 
 def _finish_metered(header, response, meter) -> Reply | None:
@@ -99,6 +105,7 @@ def _finish_metered(header, response, meter) -> Reply | None:
     key, version, cid = header.request_api_key, header.request_api_version, header.correlation_id
     parts = encode_response_parts(response, version, cid) if response is not None and meter.needs_size else None
     response, throttle_ms = meter.finish(response, sum(map(len, parts)) if parts is not None else None)
+    throttle_ms = max(throttle_ms, getattr(response, "throttle_time_ms", 0) or 0)  # the handler's own (KIP-599)
     if response is not None and (throttle_ms or parts is None):
         if throttle_ms and has_throttle_field(response):
             response.throttle_time_ms = throttle_ms

@@ -65,3 +65,16 @@ CLIENT_THROTTLE_SINCE: dict[int, int] = {api_key_for(name): version for name, ve
 def client_throttles(api_key: int, version: int) -> bool:
     """Whether a client of this api version waits out throttle_time_ms itself (KIP-219)."""
     return version >= CLIENT_THROTTLE_SINCE.get(api_key, 0)
+
+
+# The first version of each partition-mutating request that knows THROTTLING_QUOTA_EXCEEDED
+# (KIP-599): from it on, a topic over the client's controller_mutation_rate is refused; before
+# it, the request is done and only throttled (Kafka's strictSinceVersion).
+STRICT_MUTATION_QUOTA_SINCE = {api_key_for(name): version for name, version in (
+    ("CreateTopics", 6), ("CreatePartitions", 3), ("DeleteTopics", 5),
+)}
+
+
+def mutation_quota_is_strict(api_key: int, version: int) -> bool:
+    """Whether a request over its controller_mutation_rate is refused (else only throttled)."""
+    return version >= STRICT_MUTATION_QUOTA_SINCE.get(api_key, 1 << 15)

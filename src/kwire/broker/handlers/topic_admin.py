@@ -15,8 +15,10 @@ from kwire.protocol.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from kwire.protocol.quotas import mutation_quota_is_strict
 
 from ..auth.acls import AclOperation, ResourceType
+from ..quotas.mutation import MutationBudget
 from ..storage import validate_topic_name
 from ..topics import is_internal
 from .common import storage_error
@@ -40,8 +42,10 @@ def _check_partitions(broker, name: str, count: int, replication: int, assignmen
                                                 f"the only broker is {node}")
 
 
-def create_topic(broker, name: str, partitions: int, configs: dict[str, str], *, validate_only: bool = False):
-    """Create a topic and its partition logs (all checks first: nothing changes on refusal)."""
+def create_topic(broker, name: str, partitions: int, configs: dict[str, str], *, validate_only: bool = False,
+                 budget: MutationBudget | None = None):
+    """Create a topic and its partition logs (all checks first: nothing changes on refusal).
+    ``budget``: the client's controller_mutation_rate, charged once the topic passed every check."""
     validate_topic_name(name)
     if name in broker.topics:
         raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -52,6 +56,8 @@ def create_topic(broker, name: str, partitions: int, configs: dict[str, str], *,
     clean = check_topic_configs(broker, configs)
     if validate_only:
         return None
+    if budget is not None:
+        budget.record(partitions)
     try:
         info = broker.topics.add(name, partitions, clean)
     except OSError as exc:
@@ -77,6 +83,15 @@ def _undo_create(broker, name: str) -> None:
         storage_error(exc, f"removing half-created topic {name!r}")
 
 
+def _mutation_budget(ctx):
+    """This request's share of its client's controller_mutation_rate (KIP-599), or None without one."""
+    manager = getattr(ctx.broker, "quota_manager", None)
+    if manager is None:
+        return None
+    return manager.mutation_budget(ctx.principal, ctx.client_id,
+                                   strict=mutation_quota_is_strict(ctx.api_key, ctx.api_version))
+
+
 def _authorize(ctx, operation: AclOperation, topic: str) -> None:
     if not ctx.allowed(operation, ResourceType.TOPIC, topic):
         raise TopicAuthorizationFailedError(f"{ctx.principal} may not {operation.name} topic {topic!r}")
@@ -89,6 +104,7 @@ def handle_create_topics(ctx, request):
     results = []
     seen: set[str] = set()
     cluster_create = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER)
+    budget = _mutation_budget(ctx)
     for t in request.topics:
         result = R.CreatableTopicResult(name=t.name, error_code=0, error_message=None, num_partitions=-1,
                                         replication_factor=-1, configs=None, topic_config_error_code=0)
@@ -111,7 +127,7 @@ def handle_create_topics(ctx, request):
                 count = broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
                 _check_partitions(broker, t.name, count, t.replication_factor, [])
             configs = {c.name: c.value for c in t.configs}
-            info = create_topic(broker, t.name, count, configs, validate_only=request.validate_only)
+            info = create_topic(broker, t.name, count, configs, validate_only=request.validate_only, budget=budget)
             result.num_partitions, result.replication_factor = count, 1
             if info is not None:
                 result.topic_id = info.topic_id
@@ -119,9 +135,9 @@ def handle_create_topics(ctx, request):
                 name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
                 is_sensitive=e.sensitive) for e in topic_config_entries(broker, info.configs if info else configs)]
         except KafkaError as exc:
-            result.error_code, result.error_message = exc.code, str(exc)
+            result.error_code, result.error_message = exc.code, exc.message
         results.append(result)
-    return R(throttle_time_ms=0, topics=results)
+    return R(throttle_time_ms=budget.throttle_ms if budget is not None else 0, topics=results)
 
 
 @handler(DELETE_TOPICS, 0)
@@ -130,6 +146,7 @@ def handle_delete_topics(ctx, request):
     broker = ctx.broker
     wanted = ([(t.name, t.topic_id) for t in request.topics] if ctx.api_version >= 6
               else [(n, None) for n in request.topic_names])
+    budget = _mutation_budget(ctx)
     results = []
     for name, topic_id in wanted:
         result = R.DeletableTopicResult(name=name, error_code=0, error_message=None)
@@ -149,20 +166,23 @@ def handle_delete_topics(ctx, request):
             if info.internal:
                 raise InvalidTopicException(f"topic {name!r} is internal: the broker's coordinators keep their "
                                             "state in it, so it cannot be deleted")
+            if budget is not None:
+                budget.record(info.partitions)
             # Registry first: a crash between the two leaves orphan logs, which startup removes.
             broker.topics.remove(name)
             broker.logs.delete_topic(name)
             broker.coordinator.on_topic_deleted(name)  # a new topic of that name starts without offsets
         except KafkaError as exc:
-            result.error_code, result.error_message = exc.code, str(exc)
+            result.error_code, result.error_message = exc.code, exc.message
         results.append(result)
-    return R(throttle_time_ms=0, responses=results)
+    return R(throttle_time_ms=budget.throttle_ms if budget is not None else 0, responses=results)
 
 
 @handler(CREATE_PARTITIONS, 0)
 def handle_create_partitions(ctx, request):
     R = messages.CreatePartitionsResponse
     broker = ctx.broker
+    budget = _mutation_budget(ctx)
     results = []
     for t in request.topics:
         result = R.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
@@ -184,11 +204,13 @@ def handle_create_partitions(ctx, request):
                 raise InvalidReplicaAssignmentError(f"{len(assignments)} assignments for {new} new partitions")
             _check_partitions(broker, t.name, t.count, -1, assignments)
             if not request.validate_only:
+                if budget is not None:
+                    budget.record(new)
                 cfg = broker.log_config_for(info)
                 for p in range(info.partitions, t.count):
                     broker.logs.create_partition(t.name, p, cfg, exist_ok=True)
                 broker.topics.set_partitions(t.name, t.count)
         except KafkaError as exc:
-            result.error_code, result.error_message = exc.code, str(exc)
+            result.error_code, result.error_message = exc.code, exc.message
         results.append(result)
-    return R(throttle_time_ms=0, results=results)
+    return R(throttle_time_ms=budget.throttle_ms if budget is not None else 0, results=results)

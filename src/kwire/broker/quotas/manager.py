@@ -17,8 +17,8 @@ Follows Kafka's ClientQuotaManager / ClientRequestQuotaManager:
   address (KIP-612); one over it is held unread and closed after its throttle time (network.py).
 * Rates are sampled over ``quota.window.num`` windows of ``quota.window.size.seconds`` (11 and 1
   s, as Kafka), on ``now_ms`` (the event loop's clock; tests pass their own).
-* controller_mutation_rate (KIP-599) is stored and described but not enforced: kwire's topic
-  creations and deletions are not throttled.
+* controller_mutation_rate (KIP-599) bounds the partitions a client creates and deletes
+  (``mutation_budget``, ``quotas.mutation``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Callable
 from kwire.protocol.quotas import CLIENT_ID, IP, USER, QuotaKey
 from kwire.protocol.schema import api_key_for
 
+from .mutation import MutationBudget, SpentCredit
 from .rate import SampledRate
 from .store import ClientQuotaStore
 
@@ -92,6 +93,7 @@ class ClientQuotaManager:
         self._rates: dict[tuple, SampledRate] = {}
         self._active = False
         self._ip_quotas: dict[str | None, float] = {}  # normalised address (None: the default) -> connections/s
+        self._credits: dict[tuple, SpentCredit] = {}  # controller_mutation_rate buckets, by the quota's tags
         self._refresh()
 
     @property
@@ -186,6 +188,28 @@ class ClientQuotaManager:
         if throttle and tags[0] == QuotaKey.REQUEST_PERCENTAGE:
             throttle = min(throttle, int(self.window_ms))  # Kafka bounds request throttling by one window
         return throttle
+
+    def mutation_budget(self, principal: str, client_id: str | None, *, strict: bool) -> MutationBudget | None:
+        """The controller_mutation_rate budget of a CreateTopics, CreatePartitions or DeleteTopics
+        request, or None when no such quota covers its client (``quotas.mutation``)."""
+        found = self.quota(QuotaKey.CONTROLLER_MUTATION_RATE, user_of(principal), client_id or "")
+        if found is None:
+            return None
+        rate, tags = found
+        now = self.now_ms()
+        credit = self._credits.get(tags)
+        if credit is None:
+            if len(self._credits) >= _SWEEP_ABOVE:  # buckets fully given back hold nothing: forget them
+                for old in [t for t, c in self._credits.items() if c.settle(self._quota_rate(t), now) == 0]:
+                    del self._credits[old]
+            credit = self._credits[tags] = SpentCredit(now)
+        return MutationBudget(credit, rate, rate * self.samples * self.window_ms / 1000.0, strict=strict,
+                              now_ms=self.now_ms)
+
+    def _quota_rate(self, tags: tuple) -> float:
+        """The controller_mutation_rate a bucket's tags (key, user, client id) were made for, now."""
+        found = self.quota(tags[0], tags[1], tags[2])
+        return found[0] if found is not None else float("inf")
 
     def max_value_in_window(self, bound: float) -> float:
         """The most one request may count under ``bound`` without certainly being throttled (Kafka's
