@@ -359,3 +359,20 @@ def test_what_compaction_leaves_of_the_state_topic_replays_to_the_same_state(sta
     full = SharePersister(state.internal_topics).load_all()
     assert compacted[("g", tid, 0)] == full[("g", tid, 0)]
     assert mgr.persister.snapshots >= 2 and mgr.persister.updates >= 4
+
+
+def test_a_member_that_never_comes_back_after_a_restart_times_out_and_that_is_written(state):
+    setup_group(state)
+    state = reopen(state)
+    try:
+        mgr = share_of(state)
+        assert [m.member_id for m in describe(state).members] == ["m1"]  # its session starts now
+        timeout = mgr.config("g").share_session_timeout_ms
+        before = mgr.now_ms
+        mgr.now_ms = lambda: before() + timeout + 1
+        desc = describe(state)
+        assert desc.members == [] and desc.group_state == "Empty"
+        state = reopen(state)
+        assert describe(state).members == [] and describe(state).group_state == "Empty"
+    finally:
+        state.close()
