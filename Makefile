@@ -34,6 +34,7 @@ test-tools:
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests tools benchmarks
+	$(VENV)/bin/lint-imports
 
 pytest: $(STAMP) test-tools
 	$(PY) -m pytest -q

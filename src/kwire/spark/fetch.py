@@ -23,8 +23,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from kwire.client.consumer_errors import NoOffsetForPartitionError
-from kwire.client.types import FetchedBatch, TopicPartition
+from kwire.client import FetchedBatch, NoOffsetForPartitionError, TopicPartition
 from kwire.protocol.errors import KafkaError
 
 from . import worker_clients

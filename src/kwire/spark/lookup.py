@@ -12,9 +12,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 
-from kwire.client.admin import Admin
-from kwire.client.consumer import Consumer
-from kwire.client.types import TopicPartition
+from kwire.client import Admin, Consumer, TopicPartition
 from kwire.settings import ConfigError
 
 from .options import EARLIEST, LATEST, OffsetSpec, SourceOptions

@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kwire.client.config import AdminConfig, ConsumerConfig, ProducerConfig
-from kwire.client.types import TopicPartition
+from kwire.client import AdminConfig, ConsumerConfig, ProducerConfig, TopicPartition
 from kwire.settings import ConfigError, check_range, coerce
 
 __all__ = [

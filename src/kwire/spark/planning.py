@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from kwire.client.types import TopicPartition
+from kwire.client import TopicPartition
 
 __all__ = ["Offsets", "OffsetRange", "from_json", "rate_limit", "ranges_between", "split_ranges", "to_json"]
 

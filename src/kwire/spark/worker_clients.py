@@ -27,8 +27,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from kwire.client.consumer import Consumer
-from kwire.client.producer import Producer
+from kwire.client import Consumer, Producer
 
 __all__ = ["consumer", "producer", "task_done"]
 
