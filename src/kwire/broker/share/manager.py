@@ -29,7 +29,7 @@ from kwire.protocol.errors import GroupIdNotFoundError, KafkaError, UnknownTopic
 from ..storage.batch_header import iter_headers
 from .groups import ShareGroup, ShareGroups, ShareMember
 from .partition import AcquiredRange, RecordState, SharePartition
-from .persister import SNAPSHOT_EVERY, PersistedState, SharePersister
+from .persister import PersistedState, SharePersister
 from .records import ShareGroupRecords
 from .sessions import ShareSessionCache
 
@@ -59,8 +59,7 @@ class ShareManager:
         self.partitions: dict[Key, SharePartition] = {}
         self._topic_ids: dict[Key, uuid.UUID] = {}  # the topic id each share partition belongs to
         if snapshot_every is None:
-            snapshot_every = getattr(state.config, "share_coordinator_snapshot_update_records_per_snapshot",
-                                     SNAPSHOT_EVERY)
+            snapshot_every = state.config.share_coordinator_snapshot_update_records_per_snapshot
         self.persister = SharePersister(state.internal_topics, snapshot_every=snapshot_every)
         store = getattr(getattr(state, "coordinator", None), "store", None)
         self.records = None if store is None else ShareGroupRecords(
@@ -110,9 +109,9 @@ class ShareManager:
         """topic -> (id, partitions) of the group's share partitions with state (Kafka's
         ShareGroupStatePartitionMetadata)."""
         out: dict[str, tuple[uuid.UUID, list[int]]] = {}
-        for g, topic, p in sorted(set(self.partitions) | set(self._loaded)):
-            tid = self.topic_id(topic) if g == group_id else None
-            if tid is not None:
+        for _g, topic, p in sorted(k for k in set(self.partitions) | set(self._loaded) if k[0] == group_id):
+            tid = self.topic_id(topic)
+            if tid is not None:  # (a topic deleted meanwhile has no state to speak of)
                 out.setdefault(topic, (tid, []))[1].append(p)
         return out
 
