@@ -41,10 +41,10 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource
 from kwire.protocol.consumer_protocol import decode_assignment, decode_subscription
-from kwire.protocol.errors import DecodeError, KafkaError
+from kwire.protocol.errors import DecodeError, ErrorCode, KafkaError
 from kwire.protocol.messages import Request, Response
 from kwire.security.acl import AclBinding, AclFilter
 
@@ -113,18 +113,15 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 # Api keys.
-LIST_OFFSETS, METADATA, OFFSET_FETCH = 2, 3, 9
-DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
-CREATE_TOPICS, DELETE_TOPICS = 19, 20
-DESCRIBE_CONFIGS, CREATE_PARTITIONS, DELETE_GROUPS, DESCRIBE_CLUSTER = 32, 37, 42, 60
+LIST_OFFSETS, METADATA, OFFSET_FETCH = ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_FETCH
+DESCRIBE_GROUPS, LIST_GROUPS = ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS
+CREATE_TOPICS, DELETE_TOPICS = ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, DELETE_GROUPS, DESCRIBE_CLUSTER = ApiKey.DESCRIBE_CONFIGS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS, ApiKey.DESCRIBE_CLUSTER
 ALTER_CONFIGS = messages.AlterConfigsRequest.API_KEY
 INCREMENTAL_ALTER_CONFIGS = messages.IncrementalAlterConfigsRequest.API_KEY
 
 # Error codes the admin client treats specially.
-UNKNOWN_TOPIC_OR_PARTITION = 3
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
-GROUP_ID_NOT_FOUND = 69
-UNKNOWN_TOPIC_ID = 100
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR
 _COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 
 # ListOffsets' special timestamps.
@@ -520,7 +517,7 @@ class AsyncAdmin:
     def _group_error(self, batch: _Batch[str, Any], group_id: str, code: int, message: str | None = None) -> None:
         if code in _COORDINATOR_MOVED:
             self._cluster.forget_coordinator(group_id)
-        batch.fail(group_id, _broker_error(code, _group(group_id), message), final=code == GROUP_ID_NOT_FOUND)
+        batch.fail(group_id, _broker_error(code, _group(group_id), message), final=code == ErrorCode.GROUP_ID_NOT_FOUND)
 
     # -- topics -----------------------------------------------------------------------------------
     async def create_topics(self, topics: Iterable[NewTopic | str], *, validate_only: bool = False,
@@ -576,7 +573,7 @@ class AsyncAdmin:
                 name = t.name if t.name is not None else self._cluster.metadata.topic_name(t.topic_id)
                 if t.error_code:
                     batch.fail(name, _broker_error(t.error_code, _topic(name), getattr(t, "error_message", None)),
-                               final=t.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                               final=t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 else:
                     batch.succeed(name, None)
 
@@ -598,7 +595,7 @@ class AsyncAdmin:
             for t in response.results:
                 if t.error_code:
                     batch.fail(t.name, _broker_error(t.error_code, _topic(t.name), t.error_message),
-                               final=t.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                               final=t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 else:
                     batch.succeed(t.name, None)
 
@@ -623,7 +620,7 @@ class AsyncAdmin:
                     continue  # left out: end_round says so
                 if info.error_code:
                     batch.fail(name, _broker_error(info.error_code, _topic(name)),
-                               final=info.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                               final=info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 else:
                     batch.succeed(name, info)
 
@@ -693,7 +690,7 @@ class AsyncAdmin:
                 key = ConfigResource(ResourceType(result.resource_type), result.resource_name)
                 if result.error_code:
                     batch.fail(key, _broker_error(result.error_code, batch.describe(key), result.error_message),
-                               final=result.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                               final=result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 else:
                     batch.succeed(key, {c.name: _config_entry(c) for c in result.configs})
 
@@ -726,7 +723,7 @@ class AsyncAdmin:
                 if result.error_code:
                     # A refused config stays refused; an unknown topic is not waited for either.
                     batch.fail(key, _broker_error(result.error_code, batch.describe(key), result.error_message),
-                               final=result.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                               final=result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 else:
                     batch.succeed(key, None)
 
@@ -937,7 +934,7 @@ class AsyncAdmin:
                 if g.error_code:
                     self._group_error(batch, g.group_id, g.error_code, getattr(g, "error_message", None))
                 elif g.group_state == "Dead" and not g.members:
-                    batch.fail(g.group_id, _broker_error(GROUP_ID_NOT_FOUND, _group(g.group_id),
+                    batch.fail(g.group_id, _broker_error(ErrorCode.GROUP_ID_NOT_FOUND, _group(g.group_id),
                                                          f"group {g.group_id!r} does not exist"), final=True)
                 else:
                     batch.succeed(g.group_id, _group_description(g, node))
@@ -1084,7 +1081,7 @@ class AsyncAdmin:
             for p in t.partitions:
                 tp = TopicPartition(name, p.partition_index)
                 if p.error_code:
-                    if p.error_code == UNKNOWN_TOPIC_OR_PARTITION or p.error_code == UNKNOWN_TOPIC_ID:
+                    if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or p.error_code == ErrorCode.UNKNOWN_TOPIC_ID:
                         found[tp] = None
                         continue
                     raise _broker_error(p.error_code, _partition(tp) + f" of {_group(group_id)}")
@@ -1179,7 +1176,7 @@ class AsyncAdmin:
                     tp = TopicPartition(t.name, p.partition_index)
                     if p.error_code:
                         batch.fail(tp, _broker_error(p.error_code, _partition(tp), p.error_message),
-                                   final=p.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                                   final=p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     else:
                         batch.succeed(tp, cluster_admin.producer_states(p))
 
@@ -1350,11 +1347,11 @@ def _check_partition_known(batch: _Batch[TopicPartition, Any], metadata: Cluster
                            tp: TopicPartition) -> None:
     """Fail a partition at once when the fresh metadata says its topic or number does not exist."""
     info = metadata.topics.get(tp.topic)
-    if info is not None and info.error_code == UNKNOWN_TOPIC_OR_PARTITION:
-        batch.fail(tp, _broker_error(UNKNOWN_TOPIC_OR_PARTITION, _partition(tp),
+    if info is not None and info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        batch.fail(tp, _broker_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _partition(tp),
                                      f"topic {tp.topic!r} does not exist"), final=True)
     elif info is not None and not info.error_code and info.partitions and tp.partition not in info.partitions:
-        batch.fail(tp, _broker_error(UNKNOWN_TOPIC_OR_PARTITION, _partition(tp),
+        batch.fail(tp, _broker_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _partition(tp),
                                      f"topic {tp.topic!r} has {len(info.partitions)} partitions"), final=True)
 
 

@@ -16,7 +16,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.messages import Request
 from kwire.security.acl import AclBinding, AclFilter, AclOperation, PatternType, PermissionType, ResourceType
 
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # Api keys.
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS
 
 E = TypeVar("E", bound=enum.IntEnum)
 

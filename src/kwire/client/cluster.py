@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import KafkaError
 from kwire.protocol.messages import Request, Response
 
@@ -44,8 +44,6 @@ __all__ = ["Cluster"]
 
 logger = logging.getLogger("kwire.client")
 
-METADATA = 3
-FIND_COORDINATOR = 10
 GROUP_COORDINATOR = 0
 # Connections in a row that a broker closed before answering anything, before the client concludes
 # that the port speaks another security protocol (one could be a broker restarting).
@@ -199,7 +197,7 @@ class Cluster:
 
     async def _fetch_metadata(self, topics: list[str] | None, allow_auto_create: bool) -> ClusterMetadata:
         conn = await self.any_connection()
-        version = conn.version_for(METADATA)
+        version = conn.version_for(ApiKey.METADATA)
         request = messages.MetadataRequest()
         if topics is None:
             request.topics = [] if version == 0 else None  # v0: empty means all; v1+: null means all
@@ -253,7 +251,7 @@ class Cluster:
 
     async def _find_coordinator(self, key: str, key_type: int) -> int:
         conn = await self.any_connection()
-        version = conn.version_for(FIND_COORDINATOR)
+        version = conn.version_for(ApiKey.FIND_COORDINATOR)
         request = messages.FindCoordinatorRequest()
         if version >= 4:  # KIP-699: a batch of keys
             request.coordinator_keys = [key]

@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING
 
 from kwire import __version__
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.connection import (
     ClientConnection,
     FrameError,
@@ -62,13 +62,11 @@ __all__ = ["BrokerConnection", "SilentCloseError", "VersionRange"]
 
 logger = logging.getLogger("kwire.client.connection")
 
-API_VERSIONS = 18
-FETCH = 1
 VersionRange = tuple[int, int]
 # A TLS record starts with its content type (0x15 alert, 0x16 handshake) and major version 3; a Kafka
 # response starts with a size, which would then be over 350 MB.
 _TLS_RECORD_TYPES = (0x15, 0x16)
-_HANDSHAKE_APIS = (API_VERSIONS, 17, 36)  # ApiVersions, SaslHandshake, SaslAuthenticate
+_HANDSHAKE_APIS = (ApiKey.API_VERSIONS, 17, 36)  # ApiVersions, SaslHandshake, SaslAuthenticate
 # How long a closing connection with acks=0 requests behind it waits for the broker to close its side.
 _LINGER_SECONDS = 5.0
 
@@ -193,7 +191,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
                                    f"plaintext listener does: security.protocol is {self.protocol}") from None
 
     async def _negotiate_versions(self) -> None:
-        version = api_versions(API_VERSIONS)[1]
+        version = api_versions(ApiKey.API_VERSIONS)[1]
         request = messages.ApiVersionsRequest(client_software_name="kwire", client_software_version=__version__)
         for _ in range(3):
             response = await self.send(request, version=version)
@@ -411,7 +409,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     @staticmethod
     def _decode(event) -> Response:
-        if event.api_key == API_VERSIONS and event.api_version > 0:
+        if event.api_key == ApiKey.API_VERSIONS and event.api_version > 0:
             # A broker that lacks our ApiVersions version answers in v0 (KIP-511): the machine reads it.
             try:
                 return event.decode()
@@ -422,7 +420,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         # Fetch: the record batches stay views of the received frame (no copy of the bulk of it).
         # One reading of every answer, whichever part of the client asked: lenient about what
         # real peers send (bytes after the known fields, librdkafka's mock's forbidden null arrays).
-        return event.decode(strict=False, record_views=event.api_key == FETCH, forgive_null_arrays=True)
+        return event.decode(strict=False, record_views=event.api_key == ApiKey.FETCH, forgive_null_arrays=True)
 
     def connection_lost(self, exc) -> None:
         if self._linger is not None:

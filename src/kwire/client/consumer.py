@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from kwire.protocol.errors import KafkaError, StaleMemberEpochError
+from kwire.protocol.errors import ErrorCode, KafkaError, StaleMemberEpochError
 
 from .assignors import COOPERATIVE, GroupProtocols
 from .cluster import Cluster
@@ -69,7 +69,7 @@ __all__ = [
 
 logger = logging.getLogger("kwire.client.consumer")
 
-_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID = 22, 25, 82
+_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID, _FENCED_INSTANCE_ID = ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID
 # Commits sent again after STALE_MEMBER_EPOCH (KIP-848: a heartbeat moved the member epoch meanwhile).
 _STALE_EPOCH_RETRIES = 3
 

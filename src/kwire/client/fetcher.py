@@ -23,8 +23,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from kwire.protocol import messages
-from kwire.protocol.errors import KafkaError, error_name
+from kwire.protocol import ApiKey, messages
+from kwire.protocol.errors import ErrorCode, KafkaError, error_name
 from kwire.protocol.records import iter_batches
 from kwire.protocol.records.batch import RecordReader
 
@@ -38,8 +38,6 @@ __all__ = ["Fetcher", "READ_COMMITTED", "READ_UNCOMMITTED", "isolation_level_cod
 
 logger = logging.getLogger("kwire.client.consumer")
 
-FETCH = 1
-OFFSET_OUT_OF_RANGE = 1
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 _MAX_CHUNKS_PER_PARTITION = 2
@@ -491,7 +489,7 @@ class Fetcher:
             high = None if NO_TOPIC_ID not in ids else 12
             if self.max_version is not None:
                 high = self.max_version if high is None else min(high, self.max_version)
-            version = conn.version_for(FETCH, low, high)
+            version = conn.version_for(ApiKey.FETCH, low, high)
             request = self._build_request(parts, with_ids=version >= 13)
             response = await conn.send(request, version=version,
                                        timeout=self._cluster.request_timeout + self._max_wait_ms / 1000)
@@ -563,7 +561,7 @@ class Fetcher:
 
     def _partition_error(self, tp: TopicPartition, state: PartitionState, code: int, offset: int, node: int) -> None:
         error = KafkaError.for_code(code)
-        if code == OFFSET_OUT_OF_RANGE:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             reason = (f"fetch offset {offset} is out of range (log start {state.log_start_offset}, "
                       f"high watermark {state.high_watermark} as last seen)")
             self._drop(tp)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import KafkaError, LeaderNotAvailableError
 
 from .cluster import Cluster
@@ -22,7 +22,6 @@ from .types import TopicPartition
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "OffsetAndTimestamp", "list_offsets"]
 
-LIST_OFFSETS = 2
 LATEST_TIMESTAMP = -1    # Kafka's ListOffsetsRequest.LATEST_TIMESTAMP: the log end (or LSO)
 EARLIEST_TIMESTAMP = -2  # the log start offset
 READ_COMMITTED = 1
@@ -88,7 +87,7 @@ async def _ask_leader(cluster: Cluster, node: int, parts: dict[TopicPartition, i
                       ) -> dict[TopicPartition, OffsetAndTimestamp | None | KafkaError]:
     conn = await cluster.connection(node)
     # v1 gives one offset per partition (v0 a list); v2 adds the isolation level.
-    version = conn.version_for(LIST_OFFSETS, low=2 if isolation_level == READ_COMMITTED else 1)
+    version = conn.version_for(ApiKey.LIST_OFFSETS, low=2 if isolation_level == READ_COMMITTED else 1)
     metadata = cluster.metadata
     by_topic: dict[str, list] = {}
     for tp, ts in parts.items():

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from kwire.protocol import messages
-from kwire.protocol.errors import DecodeError, KafkaError, ProtocolError, error_name
+from kwire.protocol import ApiKey, messages
+from kwire.protocol.errors import DecodeError, ErrorCode, KafkaError, ProtocolError, error_name
 
 from .assignors import Assignment, GroupProtocols, decode_assignment, decode_subscription, perform_assignment
 from .cluster import Cluster
@@ -36,7 +36,7 @@ __all__ = ["GroupMembership", "JoinResult"]
 
 logger = logging.getLogger("kwire.client.consumer")
 
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP
 PROTOCOL_TYPE = "consumer"
 # The newest JoinGroup and SyncGroup versions used: those librdkafka uses.  Newer ones add
 # nothing the classic consumer protocol needs (flexible encoding, a leave reason, KIP-814's
@@ -45,17 +45,8 @@ PROTOCOL_TYPE = "consumer"
 MAX_JOIN_GROUP_VERSION = 5
 MAX_SYNC_GROUP_VERSION = 3
 
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-_COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
-_TRY_AGAIN = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, REBALANCE_IN_PROGRESS}
+_COORDINATOR_MOVED = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+_TRY_AGAIN = {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.REBALANCE_IN_PROGRESS}
 
 UNJOINED, JOINING, STABLE = "unjoined", "joining", "stable"
 _AGAIN_NOW = "again now"
@@ -231,7 +222,7 @@ class GroupMembership(MemberState):
         timeout = max(self._cluster.request_timeout, self._rebalance_timeout_ms / 1000 + 5)
         response = await conn.send(request, version=version, timeout=timeout)
         error = response.error_code
-        if error == MEMBER_ID_REQUIRED:
+        if error == ErrorCode.MEMBER_ID_REQUIRED:
             # KIP-394: the coordinator gave this new member its id; join again with it, at once.
             logger.debug("group %r: JoinGroup answered MEMBER_ID_REQUIRED; joining again as %r",
                          self.group_id, response.member_id)
@@ -276,14 +267,14 @@ class GroupMembership(MemberState):
 
     def _join_error(self, error: int, what: str) -> None:
         name = error_name(error)
-        if error == UNKNOWN_MEMBER_ID:
+        if error == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_id = ""
             self.generation_id = -1
-        elif error == ILLEGAL_GENERATION:
+        elif error == ErrorCode.ILLEGAL_GENERATION:
             self.generation_id = -1
         elif error in _COORDINATOR_MOVED:
             self._cluster.forget_coordinator(self.group_id)
-        elif error == FENCED_INSTANCE_ID:
+        elif error == ErrorCode.FENCED_INSTANCE_ID:
             raise FatalGroupError(f"{what}: group.instance.id {self.instance_id!r} is used by another consumer "
                                   f"of group {self.group_id!r} (FENCED_INSTANCE_ID)")
         elif error not in _TRY_AGAIN:
@@ -343,22 +334,22 @@ class GroupMembership(MemberState):
         return response.error_code
 
     def _heartbeat_result(self, error: int) -> None:
-        if error == NONE:
+        if error == ErrorCode.NONE:
             return
-        if error == REBALANCE_IN_PROGRESS:
+        if error == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin("the group is rebalancing")
-        elif error == UNKNOWN_MEMBER_ID:
+        elif error == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_lost("the coordinator no longer knows this member (UNKNOWN_MEMBER_ID)",
                              forget_member_id=True)
-        elif error == ILLEGAL_GENERATION:
+        elif error == ErrorCode.ILLEGAL_GENERATION:
             self.member_lost(f"generation {self.generation_id} is over (ILLEGAL_GENERATION)", forget_member_id=False)
-        elif error == FENCED_INSTANCE_ID:
+        elif error == ErrorCode.FENCED_INSTANCE_ID:
             self.set_fatal(FatalGroupError(
                 f"group.instance.id {self.instance_id!r} of group {self.group_id!r} was taken over by another "
                 "consumer (FENCED_INSTANCE_ID)"))
         elif error in _COORDINATOR_MOVED:
             self._cluster.forget_coordinator(self.group_id)
-        elif error == COORDINATOR_LOAD_IN_PROGRESS:
+        elif error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             pass
         elif not KafkaError.for_code(error).retriable:
             self.set_fatal(FatalGroupError(f"heartbeat for group {self.group_id!r} refused: {error_name(error)}"))

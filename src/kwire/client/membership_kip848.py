@@ -27,14 +27,14 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 
 from kwire.protocol import messages
-from kwire.protocol.errors import KafkaError, error_name
+from kwire.protocol.errors import ErrorCode, KafkaError, error_name
 
 from .assignors import Assignment
 from .assignors.base import COOPERATIVE
 from .cluster import Cluster
 from .consumer_errors import FatalGroupError
 from .errors import ClientError, UnsupportedApiError
-from .membership import _COORDINATOR_MOVED, COORDINATOR_LOAD_IN_PROGRESS, STABLE, UNJOINED, JoinResult, MemberState
+from .membership import _COORDINATOR_MOVED, STABLE, UNJOINED, JoinResult, MemberState
 from .types import TopicPartition
 
 __all__ = ["ConsumerProtocolMembership"]
@@ -43,8 +43,6 @@ logger = logging.getLogger("kwire.client.consumer")
 
 HB = messages.ConsumerGroupHeartbeatRequest
 CONSUMER_GROUP_HEARTBEAT = HB.API_KEY
-FENCED_MEMBER_EPOCH = 110
-UNKNOWN_MEMBER_ID = 25
 LEAVE_EPOCH, LEAVE_STATIC_EPOCH = -1, -2
 
 
@@ -142,13 +140,13 @@ class ConsumerProtocolMembership(MemberState):
         error = response.error_code
         if error:
             name = error_name(error)
-            if error in (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID):
+            if error in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
                 self.member_lost(f"{name}: {response.error_message or ''}".strip())
                 return False
             if error in _COORDINATOR_MOVED:
                 self._cluster.forget_coordinator(self.group_id)
                 return False
-            if error == COORDINATOR_LOAD_IN_PROGRESS or KafkaError.for_code(error).retriable:
+            if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or KafkaError.for_code(error).retriable:
                 return False
             self.set_fatal(FatalGroupError(f"ConsumerGroupHeartbeat for group {self.group_id!r} refused: {name}"
                                            + (f" ({response.error_message})" if response.error_message else "")))

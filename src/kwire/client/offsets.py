@@ -23,8 +23,8 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from kwire.protocol import messages
-from kwire.protocol.errors import KafkaError
+from kwire.protocol import ApiKey, messages
+from kwire.protocol.errors import ErrorCode, KafkaError
 
 from .cluster import Cluster
 from .consumer_errors import CommitFailedError, StaleCommitError
@@ -36,13 +36,11 @@ __all__ = ["GroupOffsets", "GroupIdentity"]
 
 logger = logging.getLogger("kwire.client.consumer")
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
 # Errors after which the coordinator has to be looked up again.
-_COORDINATOR_MOVED = {15, 16}  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+_COORDINATOR_MOVED = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 # The group moved on without this member: its generation or member id is not current.
-_REBALANCED = {22, 25, 27, 82}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID
-FENCED_INSTANCE_ID = 82
+_REBALANCED = {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS,
+               ErrorCode.FENCED_INSTANCE_ID}
 
 
 @dataclass(frozen=True)
@@ -120,7 +118,7 @@ class GroupOffsets:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         metadata = self._cluster.metadata
         ids = {metadata.topic_id(t): t for t in by_topic}
-        version = conn.version_for(OFFSET_FETCH, 1, None if NO_TOPIC_ID not in ids else 9)
+        version = conn.version_for(ApiKey.OFFSET_FETCH, 1, None if NO_TOPIC_ID not in ids else 9)
         request = messages.OffsetFetchRequest()
         if version >= 8:
             group = messages.OffsetFetchRequest.OffsetFetchRequestGroup(
@@ -147,7 +145,7 @@ class GroupOffsets:
             name = ids.get(topic.topic_id) if version >= 10 else topic.name
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition_index)
-                if p.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: nothing committed there
+                if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # nothing committed there
                     continue
                 if p.error_code:
                     self._raise(p.error_code, f"OffsetFetch for {tp}")
@@ -189,7 +187,7 @@ class GroupOffsets:
                 committed_metadata=om.metadata))
         ids = {metadata.topic_id(t): t for t in by_topic}
         # v10 names topics by id; v1 is the first with generation and member id.
-        version = conn.version_for(OFFSET_COMMIT, 1 if identity.generation_id >= 0 else 0,
+        version = conn.version_for(ApiKey.OFFSET_COMMIT, 1 if identity.generation_id >= 0 else 0,
                                    None if NO_TOPIC_ID not in ids else 9)
         request = messages.OffsetCommitRequest(
             group_id=self.group_id, generation_id_or_member_epoch=identity.generation_id,
@@ -213,7 +211,7 @@ class GroupOffsets:
         if rebalanced:
             code = min(rebalanced)
             refused = ", ".join(map(str, sorted(tp for c in rebalanced for tp in failed[c])))
-            if code == FENCED_INSTANCE_ID:
+            if code == ErrorCode.FENCED_INSTANCE_ID:
                 raise CommitFailedError(
                     f"the group coordinator refused the commit of {refused} with FENCED_INSTANCE_ID: another "
                     f"consumer joined group {self.group_id!r} with this consumer's group.instance.id "

@@ -70,7 +70,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import KafkaError
 from kwire.protocol.records import Compression
 from kwire.protocol.records.bulk import encode_headers, encode_records
@@ -88,7 +88,7 @@ from .producer_bulk import BulkDelivery
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
 from .producer_futures import RecordFuture, resolve
 from .retry import retrying
-from .sender import FIRST_BATCH_PRODUCE_VERSION, PRODUCE, Sender, raise_partition_errors
+from .sender import FIRST_BATCH_PRODUCE_VERSION, Sender, raise_partition_errors
 from .transactions import (
     RETRY,
     TRANSACTION_COORDINATOR,
@@ -289,9 +289,9 @@ class AsyncProducer:
     def _choose_format(self, conn) -> bool:
         """Record batches (Produce v3+), or message sets for a broker that only has Produce 0-2."""
         top = self._max_produce_version
-        if conn.supports(PRODUCE, FIRST_BATCH_PRODUCE_VERSION, top):
+        if conn.supports(ApiKey.PRODUCE, FIRST_BATCH_PRODUCE_VERSION, top):
             return False
-        if not conn.supports(PRODUCE, 0, top if top is not None and top < 2 else 2):
+        if not conn.supports(ApiKey.PRODUCE, 0, top if top is not None and top < 2 else 2):
             raise UnsupportedApiError(f"{conn.host}:{conn.port} has no Produce version kwire speaks")
         if self._txn is not None:
             raise UnsupportedApiError(f"transactional.id is set, but {conn.host}:{conn.port} only speaks Produce v0-2 "

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from kwire.protocol import messages
-from kwire.protocol.errors import error_name
+from kwire.protocol import ApiKey, messages
+from kwire.protocol.errors import ErrorCode, error_name
 from kwire.security.errors import AuthenticationError as _SecurityAuthenticationError
 from kwire.security.plain import plain_token
 from kwire.security.scram import ScramClient
@@ -36,10 +36,6 @@ __all__ = ["authenticate"]
 
 logger = logging.getLogger("kwire.client")
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
 
 Step = Callable[[bytes], Awaitable[bytes]]
 
@@ -52,19 +48,19 @@ async def authenticate(conn: BrokerConnection, login: SaslLogin, *, framed: bool
     """
     where = f"{conn.host}:{conn.port}"
     failed = f"authentication failed for user {login.username} with {login.mechanism}"
-    if not conn.supports(SASL_HANDSHAKE):
+    if not conn.supports(ApiKey.SASL_HANDSHAKE):
         raise SecurityProtocolMismatchError(
             f"{where} does not speak SASL (no SaslHandshake in its ApiVersions), and security.protocol is "
             f"{conn.protocol}")
     # v1 handshake + SaslAuthenticate when the broker has both; else v0 and bare tokens.
     if framed is None:
-        framed = conn.supports(SASL_AUTHENTICATE) and conn.supports(SASL_HANDSHAKE, low=1)
+        framed = conn.supports(ApiKey.SASL_AUTHENTICATE) and conn.supports(ApiKey.SASL_HANDSHAKE, low=1)
     response = await conn.send(messages.SaslHandshakeRequest(mechanism=login.mechanism), version=1 if framed else 0)
-    if response.error_code == UNSUPPORTED_SASL_MECHANISM:
+    if response.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
         enabled = ", ".join(response.mechanisms or []) or "none"
         raise AuthenticationError(f"{failed}: the broker does not enable {login.mechanism} (it enables {enabled}) "
                                   f"(broker {where})")
-    if response.error_code == ILLEGAL_SASL_STATE:
+    if response.error_code == ErrorCode.ILLEGAL_SASL_STATE:
         # What Kafka answers a SaslHandshake on a listener without SASL.
         raise SecurityProtocolMismatchError(
             f"{where} refused SaslHandshake (ILLEGAL_SASL_STATE): it is not a SASL listener, and "
@@ -91,7 +87,7 @@ async def authenticate(conn: BrokerConnection, login: SaslLogin, *, framed: bool
 
 
 def _framed_step(conn: BrokerConnection, failed: str, where: str) -> Step:
-    version = conn.version_for(SASL_AUTHENTICATE)
+    version = conn.version_for(ApiKey.SASL_AUTHENTICATE)
 
     async def step(token: bytes) -> bytes:
         response = await conn.send(messages.SaslAuthenticateRequest(auth_bytes=token), version=version)

@@ -41,9 +41,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
     CoordinatorNotAvailableError,
+    ErrorCode,
     InvalidProducerIdMappingError,
     KafkaError,
     NotCoordinatorError,
@@ -72,19 +73,13 @@ from .transactions import (
 )
 from .types import TopicPartition
 
-__all__ = ["Sender", "PRODUCE", "raise_partition_errors"]
+__all__ = ["Sender", "raise_partition_errors"]
 
 logger = logging.getLogger("kwire.client.producer")
 
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
 FIRST_BATCH_PRODUCE_VERSION = 3     # Produce v3+ carries record batches (magic 2)
 TOPIC_ID_PRODUCE_VERSION = 13       # Produce v13 names topics by id
 
-DUPLICATE_SEQUENCE_NUMBER = 46
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-UNKNOWN_PRODUCER_ID = 59
 # Errors after which the client's metadata is wrong (Kafka's InvalidMetadataException family).
 _STALE_METADATA = frozenset({
     3,    # UNKNOWN_TOPIC_OR_PARTITION
@@ -355,11 +350,11 @@ class Sender:
 
     def _request(self, conn, batches: list[ProducerBatch]) -> tuple[messages.ProduceRequest, int, dict]:
         if self._legacy:
-            version = conn.version_for(PRODUCE, 0, min(2, self._max_version if self._max_version is not None else 2))
+            version = conn.version_for(ApiKey.PRODUCE, 0, min(2, self._max_version if self._max_version is not None else 2))
             magic = 1 if version == 2 else 0
         else:
             top = self._max_version if self._txn is None else self._txn.produce_ceiling(self._max_version)
-            version = conn.version_for(PRODUCE, FIRST_BATCH_PRODUCE_VERSION, top)
+            version = conn.version_for(ApiKey.PRODUCE, FIRST_BATCH_PRODUCE_VERSION, top)
             magic = 2
         metadata = self._cluster.metadata
         if version >= TOPIC_ID_PRODUCE_VERSION:
@@ -397,7 +392,7 @@ class Sender:
                 if batch is None:
                     continue
                 code = p.error_code
-                if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
+                if code == 0 or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                     self._succeed(batch, p.base_offset, getattr(p, "log_append_time_ms", -1))
                 else:
                     error = KafkaError.for_code(code)(p.error_message or f"producing to {batch.tp}")
@@ -411,7 +406,7 @@ class Sender:
             self._want_metadata()
         idem = self._idem
         if idem is not None and batch.producer_id >= 0:
-            if code == OUT_OF_ORDER_SEQUENCE_NUMBER:
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
                 # Not the next sequence: an earlier batch is still on its way (or being resent),
                 # and this one goes again after it.  The next one refused: a gap only a new epoch
                 # closes.
@@ -422,11 +417,11 @@ class Sender:
                         return
                 self._retry_or_fail(batch, error, retriable=True)
                 return
-            if code == UNKNOWN_PRODUCER_ID:
+            if code == ErrorCode.UNKNOWN_PRODUCER_ID:
                 idem.request_reset(batch.tp, "the broker no longer knows the producer id")
                 self._retry_or_fail(batch, error, retriable=not idem.transactional)
                 return
-            if code == INVALID_PRODUCER_EPOCH:
+            if code == ErrorCode.INVALID_PRODUCER_EPOCH:
                 if (batch.producer_id, batch.epoch) != (idem.producer_id, idem.epoch) and not idem.transactional:
                     # Numbered under an epoch the producer has left: renumber it.
                     idem.request_reset(batch.tp, f"epoch {batch.epoch} is stale")
@@ -527,7 +522,7 @@ class Sender:
 
         async def attempt():
             conn = await cluster.any_connection()
-            version = conn.version_for(INIT_PRODUCER_ID)
+            version = conn.version_for(ApiKey.INIT_PRODUCER_ID)
             request = messages.InitProducerIdRequest(transactional_id=None,
                                                      transaction_timeout_ms=_NO_TRANSACTION_TIMEOUT_MS)
             response = await conn.send(request, version=version)

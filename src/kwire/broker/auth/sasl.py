@@ -22,6 +22,7 @@ import logging
 import secrets
 import time
 
+from kwire.protocol import ApiKey
 from kwire.security import AuthenticationError, ScramCredential, ScramServer, make_credential, parse_plain_token
 from kwire.security.scram import verify_password
 
@@ -31,7 +32,7 @@ __all__ = ["FailedLogins", "PRE_AUTH_APIS", "PRE_AUTH_MAX_FRAME", "Session", "Sa
 
 logger = logging.getLogger("kwire.broker.auth")
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
+SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.API_VERSIONS
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 PRE_AUTH_APIS = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 PRE_AUTH_MAX_FRAME = 512 * 1024

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from kwire.protocol.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    ErrorCode,
     FencedInstanceIdError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
@@ -103,7 +104,6 @@ OFFSETS_RETENTION_CHECK_INTERVAL_MS = 10 * 60 * 1000  # offsets.retention.check.
 # Every group here is a classic group (KIP-848's ListGroups v5 type name).
 GROUP_TYPE = "classic"
 
-NONE = 0
 _Waiting = asyncio.Future  # a parked request's answer
 
 
@@ -438,7 +438,7 @@ class GroupCoordinator:
                     len(group.members), group.protocol_name, group.leader_id)
         everyone = [JoinedMember(mid, iid, metadata) for mid, iid, metadata in group.current_member_metadata()]
         for member in group.members.values():
-            result = JoinResult(NONE, member.member_id, group.generation_id, group.protocol_type,
+            result = JoinResult(ErrorCode.NONE, member.member_id, group.generation_id, group.protocol_type,
                                 group.protocol_name, group.leader_id or "",
                                 list(everyone) if group.is_leader(member.member_id) else [])
             _resolve(member.join_waiter, result)
@@ -471,7 +471,7 @@ class GroupCoordinator:
     def _propagate_assignments(self, group: Group) -> None:
         for member in group.members.values():
             if member.sync_waiter is not None:
-                _resolve(member.sync_waiter, SyncResult(NONE, group.protocol_type, group.protocol_name,
+                _resolve(member.sync_waiter, SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name,
                                                         member.assignment))
                 member.sync_waiter = None
                 self._schedule_session(group, member)
@@ -590,7 +590,7 @@ class GroupCoordinator:
         members = ([JoinedMember(mid, iid, md) for mid, iid, md in group.current_member_metadata()]
                    if with_members else [])
         leader = group.leader_id if leader_id is None else leader_id
-        return JoinResult(NONE, member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
+        return JoinResult(ErrorCode.NONE, member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
                           leader or "", members)
 
     def _add_member_and_rebalance(self, group: Group, member_id: str, req: JoinRequest) -> _Waiting:
@@ -688,7 +688,7 @@ class GroupCoordinator:
         group.pending_sync.discard(member_id)
         self._schedule_session(group, member)
         if group.is_(GroupState.STABLE):
-            return SyncResult(NONE, group.protocol_type, group.protocol_name, member.assignment)
+            return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment)
         # CompletingRebalance: wait for the leader's assignment (or hand it in).
         _resolve(member.sync_waiter, SyncResult(RebalanceInProgressError.code))
         waiter = member.sync_waiter = self._new_future()
@@ -723,7 +723,7 @@ class GroupCoordinator:
         if not group_id:
             return InvalidGroupIdError.code
         if self.loading(group_id):
-            return NONE  # Kafka's GroupCoordinatorService: "the group is still loading, so blindly respond"
+            return ErrorCode.NONE  # Kafka's GroupCoordinatorService: "the group is still loading, so blindly respond"
         group = self._groups.get(group_id)
         if group is None:
             return UnknownMemberIdError.code
@@ -735,7 +735,7 @@ class GroupCoordinator:
         self._schedule_session(group, group.members[member_id])
         if group.is_(GroupState.PREPARING_REBALANCE):
             return RebalanceInProgressError.code
-        return NONE
+        return ErrorCode.NONE
 
     def leave_group(self, group_id: str, members: Sequence[tuple[str, str | None]],
                     reason: str | None = None) -> tuple[int, list[int]]:
@@ -751,7 +751,7 @@ class GroupCoordinator:
             return CoordinatorLoadInProgressError.code, []
         group = self._groups.get(group_id)
         if group is None:
-            return NONE, [UnknownMemberIdError.code] * len(members)
+            return ErrorCode.NONE, [UnknownMemberIdError.code] * len(members)
         if group.is_(GroupState.DEAD):
             return CoordinatorNotAvailableError.code, []
         why = f"member left ({reason})" if reason else "member left"
@@ -767,7 +767,7 @@ class GroupCoordinator:
                 group.pending_members.discard(member_id)
                 self._timers.cancel(("pending", group_id, member_id))
                 self._try_complete_join(group)
-                results.append(NONE)
+                results.append(ErrorCode.NONE)
                 continue
             elif group.is_static_member_fenced(instance_id, member_id):
                 results.append(FencedInstanceIdError.code)
@@ -778,8 +778,8 @@ class GroupCoordinator:
                 continue
             logger.info("group %s: member %s leaves%s", group_id, member_id, f" ({reason})" if reason else "")
             self._remove_member_and_rebalance(group, member, why)
-            results.append(NONE)
-        return NONE, results
+            results.append(ErrorCode.NONE)
+        return ErrorCode.NONE, results
 
     # ------------------------------------------------------------------ offsets
 
@@ -833,7 +833,7 @@ class GroupCoordinator:
                 self._store.put_offsets(group_id, to_store, fsync=not defer_fsync)
             except OSError:
                 logger.exception("group %s: could not write committed offsets", group_id)
-                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == NONE else errors[i]
+                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == ErrorCode.NONE else errors[i]
                         for i in range(len(entries))]
             group.offsets.update(to_store)
             self._register(group)
@@ -845,7 +845,7 @@ class GroupCoordinator:
     def _existing_partitions(self, entries: Sequence[OffsetCommitEntry]) -> tuple[list[int], list[int]]:
         """An error code per entry (UNKNOWN_TOPIC_OR_PARTITION for a partition that does not
         exist, else none yet) and the indexes of the entries whose partition exists."""
-        errors = [NONE] * len(entries)
+        errors = [ErrorCode.NONE] * len(entries)
         valid = []
         for i, entry in enumerate(entries):
             if self._topics.partition_exists(entry.topic, entry.partition):
@@ -890,7 +890,7 @@ class GroupCoordinator:
                                             producer_epoch=producer_epoch)
             except OSError:
                 logger.exception("group %s: could not write transactional offsets", group_id)
-                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == NONE else errors[i]
+                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == ErrorCode.NONE else errors[i]
                         for i in range(len(entries))]
             group.pending_txn_offsets.setdefault(producer_id, {}).update(staged)
             self._register(group)
@@ -975,9 +975,9 @@ class GroupCoordinator:
             return CoordinatorNotAvailableError.code, {}
         for tp in eligible:
             group.offsets.pop(tp, None)
-            results[tp] = NONE
+            results[tp] = ErrorCode.NONE
         self._maybe_remove_empty(group)
-        return NONE, results
+        return ErrorCode.NONE, results
 
     def on_topic_deleted(self, topic: str) -> int:
         """Forget every group's offsets of a deleted topic (a new topic of that name starts over).
@@ -1067,7 +1067,7 @@ class GroupCoordinator:
                     results[group_id] = CoordinatorNotAvailableError.code
                     continue
                 logger.info("group %s deleted", group_id)
-                results[group_id] = NONE
+                results[group_id] = ErrorCode.NONE
         return results
 
     # ------------------------------------------------------------------ KIP-848 conversion
@@ -1088,7 +1088,7 @@ class GroupCoordinator:
         members = list(group.members.values())
         rebalancing = not group.is_(GroupState.STABLE)
         for member in members:
-            self._drop_member(group, member, RebalanceInProgressError.code if rebalancing else NONE)
+            self._drop_member(group, member, RebalanceInProgressError.code if rebalancing else ErrorCode.NONE)
         self._timers.cancel_matching(lambda key: len(key) > 1 and key[1] == group_id)
         self._initial_delay_left.pop(group_id, None)
         now = self._clock()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from kwire.protocol import messages
-from kwire.protocol.errors import ClusterAuthorizationFailedError, InvalidRequestError, SecurityDisabledError
+from kwire.protocol import ApiKey, messages
+from kwire.protocol.errors import ClusterAuthorizationFailedError, ErrorCode, InvalidRequestError, SecurityDisabledError
 
 from ..auth.acls import (
     AclBinding,
@@ -23,7 +23,7 @@ from ..auth.acls import (
 )
 from .registry import handler
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS
 _DISABLED = "No Authorizer is configured on the broker (set authorizer = true)"
 
 logger = logging.getLogger("kwire.broker.handlers")
@@ -104,7 +104,7 @@ def handle_describe_acls(ctx, request):
         acls=[R.DescribeAclsResource.AclDescription(principal=b.principal, host=b.host, operation=b.operation,
                                                     permission_type=b.permission) for b in bindings])
         for (rt, name, pattern), bindings in grouped.items()]
-    return R(throttle_time_ms=0, error_code=0, error_message=None, resources=resources)
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, resources=resources)
 
 
 @handler(DELETE_ACLS, 0)
@@ -144,8 +144,8 @@ def handle_delete_acls(ctx, request):
         gone = next(removed)
         for b in gone:
             logger.info("%s removed ACL: %s", ctx.principal, b.describe())
-        results.append(F(error_code=0, error_message=None, matching_acls=[F.DeleteAclsMatchingAcl(
-            error_code=0, error_message=None, resource_type=b.resource_type, resource_name=b.name,
+        results.append(F(error_code=ErrorCode.NONE, error_message=None, matching_acls=[F.DeleteAclsMatchingAcl(
+            error_code=ErrorCode.NONE, error_message=None, resource_type=b.resource_type, resource_name=b.name,
             pattern_type=b.pattern, principal=b.principal, host=b.host, operation=b.operation,
             permission_type=b.permission) for b in gone]))
     return R(throttle_time_ms=0, filter_results=results)

@@ -8,13 +8,12 @@ receives.
 
 from __future__ import annotations
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import UnsupportedVersionError
 
 from .features import SUPPORTED, features_of
 from .registry import handler, supported_versions
 
-API_VERSIONS = 18
 Response = messages.ApiVersionsResponse
 # Served without being advertised (see the module's docstring).
 UNADVERTISED = frozenset({messages.GetTelemetrySubscriptionsRequest.API_KEY, messages.PushTelemetryRequest.API_KEY})
@@ -31,6 +30,10 @@ def unsupported_version_response() -> Response:
     """KIP-511: a client asking for a newer ApiVersions than ours gets our list at v0, with
     UNSUPPORTED_VERSION, and retries with the highest version in it."""
     return api_versions_response(UnsupportedVersionError.code)
+
+
+# The name the dispatcher imports (ApiVersions is answered even for versions it lacks).
+API_VERSIONS = ApiKey.API_VERSIONS
 
 
 @handler(API_VERSIONS, 0, 4)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from kwire.protocol import messages
-from kwire.protocol.errors import ClusterAuthorizationFailedError, UnknownServerError
+from kwire.protocol.errors import ClusterAuthorizationFailedError, ErrorCode, UnknownServerError
 from kwire.protocol.schema import api_key_for
 
 from ..auth.acls import AclOperation, ResourceType
@@ -40,7 +40,7 @@ def handle_describe_client_quotas(ctx, request):
     entries = [R.EntryData(entity=[R.EntryData.EntityData(entity_type=k, entity_name=v) for k, v in entity],
                            values=[R.EntryData.ValueData(key=k, value=v) for k, v in sorted(values.items())])
                for entity, values in found]
-    return R(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, entries=entries)
 
 
 @handler(ALTER_CLIENT_QUOTAS, 0)

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from kwire.protocol import messages
-from kwire.protocol.errors import UnsupportedEndpointTypeError
+from kwire.protocol import ApiKey, messages
+from kwire.protocol.errors import ErrorCode, UnsupportedEndpointTypeError
 
 from ..auth.acls import ResourceType
 from .authorized_ops import authorized_operations
 from .common import NO_AUTHORIZED_OPERATIONS
 from .registry import handler
 
-DESCRIBE_CLUSTER = 60
 BROKERS_ENDPOINT = 1
 
 
-@handler(DESCRIBE_CLUSTER, 0)
+@handler(ApiKey.DESCRIBE_CLUSTER, 0)
 def handle_describe_cluster(ctx, request):
     R = messages.DescribeClusterResponse
     broker = ctx.broker
     host, port = ctx.advertised
     node = broker.config.node_id
-    resp = R(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
+    resp = R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=BROKERS_ENDPOINT,
              cluster_id=broker.cluster_id, controller_id=node,
              brokers=[R.DescribeClusterBroker(broker_id=node, host=host, port=port, rack=None, is_fenced=False)],
              cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS)

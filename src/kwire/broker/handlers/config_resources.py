@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kwire.protocol import messages
 from kwire.protocol.configs import ConfigResourceType
-from kwire.protocol.errors import ClusterAuthorizationFailedError, UnsupportedVersionError
+from kwire.protocol.errors import ClusterAuthorizationFailedError, ErrorCode, UnsupportedVersionError
 
 from ..auth.acls import AclOperation, ResourceType
 from .registry import handler
@@ -27,7 +27,7 @@ def handle_list_config_resources(ctx, request):
     if not ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
         return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code, config_resources=[])
     if ctx.api_version == 0:
-        return R(throttle_time_ms=0, error_code=0, config_resources=[])  # no client-metrics subscriptions
+        return R(throttle_time_ms=0, error_code=ErrorCode.NONE, config_resources=[])  # no client-metrics subscriptions
     wanted = list(request.resource_types) or [int(t) for t in V1_TYPES]
     if any(t not in V1_TYPES for t in wanted):
         return R(throttle_time_ms=0, error_code=UnsupportedVersionError.code, config_resources=[])
@@ -39,5 +39,5 @@ def handle_list_config_resources(ctx, request):
         found += [(ConfigResourceType.TOPIC, n) for n in broker.topics.names(internal=True)]
     if ConfigResourceType.GROUP in wanted:
         found += [(ConfigResourceType.GROUP, g) for g in broker.group_configs.groups()]
-    return R(throttle_time_ms=0, error_code=0,
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE,
              config_resources=[R.ConfigResource(resource_name=n, resource_type=int(t)) for t, n in found])

@@ -24,6 +24,7 @@ from kwire.protocol import messages
 from kwire.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource, ConfigType
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
+    ErrorCode,
     GroupAuthorizationFailedError,
     InvalidConfigError,
     InvalidRequestError,
@@ -247,7 +248,7 @@ def handle_describe_configs(ctx, request):
     v = ctx.api_version
     results = []
     for res in request.resources:
-        result = R.DescribeConfigsResult(error_code=0, error_message=None, resource_type=res.resource_type,
+        result = R.DescribeConfigsResult(error_code=ErrorCode.NONE, error_message=None, resource_type=res.resource_type,
                                          resource_name=res.resource_name, configs=[])
         try:
             if res.resource_type == TOPIC:
@@ -386,7 +387,7 @@ def _answer(Response, request, apply: Callable[[object], None]):
         seen[key] = seen.get(key, 0) + 1
     results = []
     for res in request.resources:
-        result = Response.AlterConfigsResourceResponse(error_code=0, error_message=None,
+        result = Response.AlterConfigsResourceResponse(error_code=ErrorCode.NONE, error_message=None,
                                                        resource_type=res.resource_type,
                                                        resource_name=res.resource_name)
         try:

@@ -18,6 +18,7 @@ from kwire.protocol import messages
 from kwire.protocol.admin import GroupMemberType
 from kwire.protocol.errors import (
     CoordinatorLoadInProgressError,
+    ErrorCode,
     GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     KafkaError,
@@ -90,7 +91,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
         code, _ = error_of(exc)
         # Kafka sends the bare message ("MemberId can't be empty.").
         return failed(code, exc.message if isinstance(exc, KafkaError) else None)
-    resp = R(throttle_time_ms=0, error_code=0, error_message=None, member_id=result.member_id,
+    resp = R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, member_id=result.member_id,
              member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=None)
     if result.assignment is not None:
         A = R.Assignment
@@ -147,7 +148,7 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                      assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, {})),
                      member_type=_member_type(m))
                    for m in group]
-        described = G(error_code=0, error_message=None, group_id=group.group_id, group_state=group.state.value,
+        described = G(error_code=ErrorCode.NONE, error_message=None, group_id=group.group_id, group_state=group.state.value,
                       group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
                       assignor_name=coordinator.assignor_of(group), members=members)
         if request.include_authorized_operations:

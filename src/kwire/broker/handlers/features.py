@@ -23,6 +23,7 @@ from kwire.protocol import messages
 from kwire.protocol.admin import FeatureUpgradeType
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
+    ErrorCode,
     InvalidRequestError,
     InvalidUpdateVersionError,
     KafkaError,
@@ -154,6 +155,6 @@ def handle_update_features(ctx, request):
             code, message = exc.code, exc.message  # Kafka sends the bare message
     resp = R(throttle_time_ms=0, error_code=code, error_message=message)
     if v < 2:
-        resp.results = [] if code else [R.UpdatableFeatureResult(feature=u.feature, error_code=0, error_message=None)
+        resp.results = [] if code else [R.UpdatableFeatureResult(feature=u.feature, error_code=ErrorCode.NONE, error_message=None)
                                         for u in request.feature_updates]
     return resp

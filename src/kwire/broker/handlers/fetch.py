@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
+    ErrorCode,
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
     OffsetOutOfRangeError,
@@ -34,7 +35,6 @@ from ..storage.file_records import FileRecords
 from .common import error_of
 from .registry import handler
 
-FETCH = 1
 LEADER_EPOCH = 0  # one node that never changes leader: every batch carries epoch 0
 R = messages.FetchResponse
 TopicResponse = R.FetchableTopicResponse
@@ -46,7 +46,7 @@ READ_COMMITTED = 1
 def _read_partition(broker, name: str | None, p, budget: int, first: bool, v: int,
                     committed: bool = False) -> tuple[PartitionData, int]:
     """One partition's answer and the bytes of records in it (``committed``: read_committed)."""
-    out = PartitionData(partition_index=p.partition, error_code=0, high_watermark=-1, last_stable_offset=-1,
+    out = PartitionData(partition_index=p.partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
                         log_start_offset=-1, aborted_transactions=[] if v >= 4 else None,
                         preferred_read_replica=-1, records=b"")
     try:
@@ -115,16 +115,16 @@ def _build(broker, request, v: int, denied: frozenset[str] = frozenset()) -> tup
                 continue
             pd, n = _read_partition(broker, name, p, budget - total, first=total == 0, v=v, committed=committed)
             total += n
-            errors = errors or pd.error_code != 0
+            errors = errors or pd.error_code != ErrorCode.NONE
             if name is not None:
                 keys.append((name, p.partition))
             tr.partitions.append(pd)
         topics.append(tr)
-    resp = R(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    resp = R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
     return resp, total, errors, keys
 
 
-@handler(FETCH, 4)  # v0-3 need message format v0/v1 (down-conversion), gone since Kafka 4.0 (KIP-896)
+@handler(ApiKey.FETCH, 4)  # v0-3 need message format v0/v1 (down-conversion), gone since Kafka 4.0 (KIP-896)
 def handle_fetch(ctx, request):
     v = ctx.api_version
     if v >= 7 and request.session_id != 0:

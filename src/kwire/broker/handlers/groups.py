@@ -28,10 +28,11 @@ import asyncio
 import concurrent.futures
 from typing import TYPE_CHECKING, Any
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    ErrorCode,
     GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     InconsistentGroupProtocolError,
@@ -51,8 +52,8 @@ from .share_groups import share_of
 if TYPE_CHECKING:
     from ..context import RequestContext
 
-FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
-OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 15, 16, 42, 47
+FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP
+OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE
 
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE = 0, 1, 2
 # Without an authorizer every operation on a group is allowed: READ, DELETE and DESCRIBE (AclOperation bits 3, 6, 8).
@@ -340,7 +341,7 @@ async def answer_when_synced(synced, response):
         # As for a failed write: the commit may not be on disk, so it is not acknowledged.
         for t in response.topics:
             for p in t.partitions:
-                if p.error_code == 0:
+                if p.error_code == ErrorCode.NONE:
                     p.error_code = CoordinatorNotAvailableError.code
     return response
 
@@ -451,7 +452,7 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
             topics.append(T(topic_id=t.topic_id, partitions=[
                 P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
                   error_code=UnknownTopicIdError.code) for p in t.partition_indexes]))
-        groups.append(G(group_id=g.group_id, topics=topics, error_code=0))
+        groups.append(G(group_id=g.group_id, topics=topics, error_code=ErrorCode.NONE))
     return R(throttle_time_ms=0, groups=groups)
 
 
@@ -485,13 +486,13 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                                 group_id=group_id))
             else:
                 # Before v6 Kafka describes a group it doesn't know as Dead, without an error.
-                groups.append(G(error_code=0, group_id=group_id, group_state="Dead", protocol_type="",
+                groups.append(G(error_code=ErrorCode.NONE, group_id=group_id, group_state="Dead", protocol_type="",
                                 protocol_data=""))
             continue
         members = [M(member_id=m.member_id, group_instance_id=m.group_instance_id if v >= 4 else None,
                      client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
                      member_assignment=m.assignment) for m in desc.members]
-        group = G(error_code=0, group_id=desc.group_id, group_state=desc.state, protocol_type=desc.protocol_type,
+        group = G(error_code=ErrorCode.NONE, group_id=desc.group_id, group_state=desc.state, protocol_type=desc.protocol_type,
                   protocol_data=desc.protocol_data, members=members)
         if include_ops:
             group.authorized_operations = sum(1 << op for op in (AclOperation.READ, AclOperation.DELETE,
@@ -526,7 +527,7 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         if v >= 5:
             g.group_type = group_type
         groups.append(g)
-    return R(throttle_time_ms=0, error_code=0, groups=groups)
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 
 
 @handler(DELETE_GROUPS, 0, 2)
@@ -563,4 +564,4 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     topics: dict[str, list] = {}
     for topic, partition in wanted:
         topics.setdefault(topic, []).append(P(partition_index=partition, error_code=results[(topic, partition)]))
-    return R(error_code=0, throttle_time_ms=0, topics=[T(name=name, partitions=parts) for name, parts in topics.items()])
+    return R(error_code=ErrorCode.NONE, throttle_time_ms=0, topics=[T(name=name, partitions=parts) for name, parts in topics.items()])

@@ -11,6 +11,7 @@ import os
 from kwire.protocol import messages
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
+    ErrorCode,
     InvalidTopicException,
     KafkaStorageError,
     LogDirNotFoundError,
@@ -63,7 +64,7 @@ def handle_describe_log_dirs(ctx, request):
         by_topic.setdefault(topic, []).append(Result.DescribeLogDirsTopic.DescribeLogDirsPartition(
             partition_index=partition, partition_size=log.size_in_bytes, offset_lag=lag, is_future_key=False))
     path = log_dir_path(broker)
-    result = Result(error_code=0, log_dir=path, topics=[
+    result = Result(error_code=ErrorCode.NONE, log_dir=path, topics=[
         Result.DescribeLogDirsTopic(name=t, partitions=ps) for t, ps in sorted(by_topic.items())])
     try:
         result.total_bytes, result.usable_bytes = _disk(path)
@@ -71,7 +72,7 @@ def handle_describe_log_dirs(ctx, request):
         result = Result(error_code=KafkaStorageError.code, log_dir=path, topics=[], total_bytes=-1,
                         usable_bytes=-1)
     result.is_cordoned = False  # v5 (KIP-1066): kwire cannot cordon its one directory
-    return R(throttle_time_ms=0, error_code=0, results=[result])
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[result])
 
 
 @handler(messages.AlterReplicaLogDirsRequest.API_KEY, 1, 2)

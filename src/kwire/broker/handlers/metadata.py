@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import uuid
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
+    ErrorCode,
     InvalidTopicException,
     KafkaError,
     TopicAuthorizationFailedError,
@@ -29,7 +30,6 @@ from .common import NO_AUTHORIZED_OPERATIONS
 from .registry import CloseConnection, handler
 from .topic_admin import create_topic
 
-METADATA = 3
 Response = messages.MetadataResponse
 _ZERO_UUID = uuid.UUID(int=0)
 
@@ -54,7 +54,7 @@ def _topic(ctx, name: str, topic_id: uuid.UUID | None = None, error: int = 0) ->
     partitions = []
     if info is not None and not error:
         partitions = [Response.MetadataResponseTopic.MetadataResponsePartition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=0 if v >= 7 else -1, replica_nodes=[node],
+            error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0 if v >= 7 else -1, replica_nodes=[node],
             isr_nodes=[node], offline_replicas=[]) for p in range(info.partitions)]
     tid = info.topic_id if info is not None else (topic_id or _ZERO_UUID)
     return Response.MetadataResponseTopic(
@@ -62,7 +62,7 @@ def _topic(ctx, name: str, topic_id: uuid.UUID | None = None, error: int = 0) ->
         is_internal=info is not None and info.internal, partitions=partitions, topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
 
 
-@handler(METADATA, 0)
+@handler(ApiKey.METADATA, 0)
 def handle_metadata(ctx, request) -> Response:
     broker = ctx.broker
     host, port = ctx.advertised
@@ -119,7 +119,7 @@ def handle_metadata(ctx, request) -> Response:
     # (v8-v10; Kafka 4 moved them to DescribeCluster).
     if v >= 8 and request.include_topic_authorized_operations:
         for topic in topics:
-            if topic.error_code == 0 and topic.name is not None:
+            if topic.error_code == ErrorCode.NONE and topic.name is not None:
                 topic.topic_authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, topic.name)
     cluster_ops = NO_AUTHORIZED_OPERATIONS
     if 8 <= v <= 10 and request.include_cluster_authorized_operations:
@@ -128,4 +128,4 @@ def handle_metadata(ctx, request) -> Response:
         throttle_time_ms=0,
         brokers=[Response.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)],
         cluster_id=broker.cluster_id, controller_id=node, topics=topics,
-        cluster_authorized_operations=cluster_ops, error_code=0)
+        cluster_authorized_operations=cluster_ops, error_code=ErrorCode.NONE)

@@ -5,8 +5,9 @@ offset, and finds no record at or past it by timestamp (as Kafka)."""
 
 from __future__ import annotations
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
+    ErrorCode,
     InvalidTopicException,
     OffsetOutOfRangeError,
     TopicAuthorizationFailedError,
@@ -21,7 +22,7 @@ from .common import error_of
 from .fetch import LEADER_EPOCH, READ_COMMITTED
 from .registry import handler
 
-LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 2, 21, 23
+LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = ApiKey.LIST_OFFSETS, ApiKey.DELETE_RECORDS, ApiKey.OFFSET_FOR_LEADER_EPOCH
 EARLIEST_LOCAL_TIMESTAMP = -4    # KIP-405, v8+: no tiered storage, so the log start offset
 LATEST_TIERED_TIMESTAMP = -5     # KIP-1005, v9+: nothing is tiered: no offset
 EARLIEST_PENDING_UPLOAD = -6     # KIP-1023, v11+: nothing is tiered: no offset
@@ -53,7 +54,7 @@ def handle_list_offsets(ctx, request):
     for t in request.topics:
         tr = T(name=t.name, partitions=[])
         for p in t.partitions:
-            pr = P(partition_index=p.partition_index, error_code=0, old_style_offsets=[], timestamp=-1, offset=-1,
+            pr = P(partition_index=p.partition_index, error_code=ErrorCode.NONE, old_style_offsets=[], timestamp=-1, offset=-1,
                    leader_epoch=-1)
             try:
                 _authorize(ctx, AclOperation.DESCRIBE, t.name)
@@ -91,7 +92,7 @@ def handle_delete_records(ctx, request):
     for t in request.topics:
         tr = T(name=t.name, partitions=[])
         for p in t.partitions:
-            pr = P(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+            pr = P(partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.NONE)
             try:
                 _authorize(ctx, AclOperation.DELETE, t.name)
                 if is_internal(t.name):
@@ -118,7 +119,7 @@ def handle_offset_for_leader_epoch(ctx, request):
     for t in request.topics:
         tr = T(topic=t.topic, partitions=[])
         for p in t.partitions:
-            pr = P(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
+            pr = P(error_code=ErrorCode.NONE, partition=p.partition, leader_epoch=-1, end_offset=-1)
             try:
                 _authorize(ctx, AclOperation.DESCRIBE, t.topic)
                 log = _log(ctx.broker, t.topic, p.partition)

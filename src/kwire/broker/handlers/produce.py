@@ -24,9 +24,10 @@ import asyncio
 import concurrent.futures
 import time
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
     ConcurrentTransactionsError,
+    ErrorCode,
     InvalidRecordError,
     InvalidRequiredAcksError,
     InvalidTopicException,
@@ -47,7 +48,6 @@ from .common import error_of, storage_error
 from .registry import handler
 from .transactions import for_version
 
-PRODUCE = 0
 R = messages.ProduceResponse
 TopicResponse = R.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
@@ -97,7 +97,7 @@ def _refused(index: int, code: int, message: str | None = None) -> PartitionResp
 
 
 def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionResponse, object | None]:
-    resp = PartitionResponse(index=index, error_code=0, base_offset=-1, log_append_time_ms=-1,
+    resp = PartitionResponse(index=index, error_code=ErrorCode.NONE, base_offset=-1, log_append_time_ms=-1,
                              log_start_offset=-1, record_errors=[], error_message=None)
     log = None
     try:
@@ -127,7 +127,7 @@ def _append(broker, name: str, index: int, records, v: int) -> tuple[PartitionRe
     return resp, log
 
 
-@handler(PRODUCE, 3)  # v0-2 carry message format v0/v1, which this broker does not store (KIP-896 too)
+@handler(ApiKey.PRODUCE, 3)  # v0-2 carry message format v0/v1, which this broker does not store (KIP-896 too)
 def handle_produce(ctx, request):
     broker = ctx.broker
     acks = request.acks
@@ -200,10 +200,10 @@ async def _after_fsync(broker, durable, response, logs, answers):
     except OSError as exc:  # the data may not be on disk: say so instead of acknowledging it
         for t in response.responses:
             for p in t.partition_responses:
-                if p.error_code == 0:
+                if p.error_code == ErrorCode.NONE:
                     p.error_code, p.error_message = KafkaStorageError.code, f"fsync failed: {exc}"
     for log, answer in zip(logs, answers, strict=True):
-        if log.dropped and answer.error_code == 0:
+        if log.dropped and answer.error_code == ErrorCode.NONE:
             # Closed unflushed while the records waited for the disk: the topic was deleted
             # (they are gone with it; Kafka answers so when a partition goes away in purgatory).
             answer.base_offset = -1

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
+    ErrorCode,
     InvalidRequestError,
     KafkaError,
     TransactionalIdAuthorizationFailedError,
@@ -30,7 +31,6 @@ from ..transactions import InitResult
 from .registry import handler
 from .transactions import for_version
 
-INIT_PRODUCER_ID = 22
 R = messages.InitProducerIdResponse
 
 logger = logging.getLogger("kwire.broker.handlers")
@@ -45,7 +45,7 @@ def _error(code: int) -> R:
     return R(throttle_time_ms=0, error_code=code, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
 
 
-@handler(INIT_PRODUCER_ID, 0, 6)
+@handler(ApiKey.INIT_PRODUCER_ID, 0, 6)
 def handle_init_producer_id(ctx, request) -> R:
     if request.transactional_id is not None:
         if request.transactional_id == "":
@@ -79,7 +79,7 @@ def handle_init_producer_id(ctx, request) -> R:
 
 
 def _granted(pid: int, epoch: int) -> R:
-    return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch)
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=epoch)
 
 
 def _init_transactional(ctx, request):

@@ -12,7 +12,7 @@ reports the batch's), no coordinator epoch (-1), and the first offset of its ope
 from __future__ import annotations
 
 from kwire.protocol import messages
-from kwire.protocol.errors import KafkaError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
+from kwire.protocol.errors import ErrorCode, KafkaError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 
 from ..auth.acls import AclOperation, ResourceType
 from ..storage import validate_topic_name
@@ -55,6 +55,6 @@ def handle_describe_producers(ctx, request):
                 producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
                 last_timestamp=e.last_update_ms, coordinator_epoch=-1, current_txn_start_offset=e.txn_first_offset)
                 for _, e in entries]
-            parts.append(Partition(partition_index=p, error_code=0, error_message=None, active_producers=producers))
+            parts.append(Partition(partition_index=p, error_code=ErrorCode.NONE, error_message=None, active_producers=producers))
         topics.append(Topic(name=t.name, partitions=parts))
     return R(throttle_time_ms=0, topics=topics)

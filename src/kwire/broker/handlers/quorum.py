@@ -16,7 +16,7 @@ import uuid
 
 from kwire.protocol import messages
 from kwire.protocol.admin import METADATA_TOPIC
-from kwire.protocol.errors import ClusterAuthorizationFailedError, UnknownTopicOrPartitionError
+from kwire.protocol.errors import ClusterAuthorizationFailedError, ErrorCode, UnknownTopicOrPartitionError
 
 from ..auth.acls import AclOperation, ResourceType
 from .features import features_of
@@ -55,7 +55,7 @@ def handle_describe_quorum(ctx, request):
             if valid:
                 me = Partition.ReplicaState(replica_id=node, replica_directory_id=_ZERO_UUID, log_end_offset=offset,
                                             last_fetch_timestamp=now, last_caught_up_timestamp=now)
-                parts.append(Partition(partition_index=0, error_code=0, error_message=None, leader_id=node,
+                parts.append(Partition(partition_index=0, error_code=ErrorCode.NONE, error_message=None, leader_id=node,
                                        leader_epoch=LEADER_EPOCH, high_watermark=offset, current_voters=[me],
                                        observers=[]))
             else:
@@ -63,7 +63,7 @@ def handle_describe_quorum(ctx, request):
                                        error_message=None, leader_id=-1, leader_epoch=-1, high_watermark=-1,
                                        current_voters=[], observers=[]))
         topics.append(Topic(topic_name=t.topic_name, partitions=parts))
-    resp = R(error_code=0, error_message=None, topics=topics)
+    resp = R(error_code=ErrorCode.NONE, error_message=None, topics=topics)
     if v >= 2:
         # The voter's endpoints: kwire's node has no separate controller listener, so its own.
         listeners = [(lst.name, *lst.advertised) for lst in broker.listeners] or \

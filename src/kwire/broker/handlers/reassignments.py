@@ -13,6 +13,7 @@ from kwire.protocol.admin import ElectionType
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
     ElectionNotNeededError,
+    ErrorCode,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -127,4 +128,4 @@ def handle_list_partition_reassignments(ctx, request):
     R = messages.ListPartitionReassignmentsResponse
     if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
         return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code, error_message=None, topics=[])
-    return R(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, topics=[])

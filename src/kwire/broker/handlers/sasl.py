@@ -7,14 +7,14 @@ connection closes (``Session.close_after``), as Kafka's authenticator does.
 
 from __future__ import annotations
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import IllegalSaslStateError, SaslAuthenticationFailedError
 from kwire.security import AuthenticationError
 
 from ..auth.sasl import SaslStateError
 from .registry import handler
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+SASL_HANDSHAKE, SASL_AUTHENTICATE = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE
 
 
 @handler(SASL_HANDSHAKE, 0, 1)

@@ -19,6 +19,7 @@ from kwire.protocol.admin import ScramMechanism
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
     DuplicateResourceError,
+    ErrorCode,
     KafkaError,
     ResourceNotFoundError,
     UnacceptableCredentialError,
@@ -69,7 +70,7 @@ def handle_describe_user_scram_credentials(ctx, request):
     users = store.users()
     results = []
     if not request.users:  # null or empty: every user with a credential
-        results = [Result(user=n, error_code=0, error_message=None, credential_infos=infos(n)) for n in users]
+        results = [Result(user=n, error_code=ErrorCode.NONE, error_message=None, credential_infos=infos(n)) for n in users]
     else:
         names = [u.name for u in request.users]
         for name in dict.fromkeys(names):
@@ -82,8 +83,8 @@ def handle_describe_user_scram_credentials(ctx, request):
                                       error_message=f"Attempt to describe a user credential that does not exist: "
                                                     f"{name}", credential_infos=[]))
             else:
-                results.append(Result(user=name, error_code=0, error_message=None, credential_infos=infos(name)))
-    return R(throttle_time_ms=0, error_code=0, error_message=None, results=results)
+                results.append(Result(user=name, error_code=ErrorCode.NONE, error_message=None, credential_infos=infos(name)))
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, results=results)
 
 
 @handler(messages.AlterUserScramCredentialsRequest.API_KEY, 0)
@@ -135,7 +136,7 @@ def handle_alter_user_scram_credentials(ctx, request):
         store.change_user(user, delete=[mechanism])
     for user, credential in upserts.items():
         store.change_user(user, upsert=[credential])
-    results = [Result(user=n, error_code=0, error_message=None) for n in [*deletions, *upserts]]
+    results = [Result(user=n, error_code=ErrorCode.NONE, error_message=None) for n in [*deletions, *upserts]]
     results += [Result(user=n, error_code=e.code, error_message=e.message) for n, e in errors.items()]
     return R(throttle_time_ms=0, results=results)
 

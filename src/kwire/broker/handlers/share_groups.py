@@ -24,6 +24,7 @@ import uuid
 from kwire.protocol import messages
 from kwire.protocol.errors import (
     CoordinatorLoadInProgressError,
+    ErrorCode,
     GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     InvalidGroupIdError,
@@ -94,7 +95,7 @@ def _whole_failed(resp, exc: KafkaError) -> None:
 @handler(messages.ShareGroupHeartbeatRequest.API_KEY, 1)
 def handle_share_group_heartbeat(ctx, request):
     mgr = share_of(ctx.broker)
-    resp = HB(throttle_time_ms=0, error_code=0, error_message=None, member_id=request.member_id,
+    resp = HB(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, member_id=request.member_id,
               member_epoch=request.member_epoch, heartbeat_interval_ms=0, assignment=None)
     try:
         if not request.group_id:
@@ -132,7 +133,7 @@ def handle_share_group_describe(ctx, request):
     mgr.expire()
     out = []
     for gid in request.group_ids:
-        g = DESC.DescribedGroup(error_code=0, error_message=None, group_id=gid, group_state="Dead", group_epoch=-1,
+        g = DESC.DescribedGroup(error_code=ErrorCode.NONE, error_message=None, group_id=gid, group_state="Dead", group_epoch=-1,
                                 assignment_epoch=-1, assignor_name="", members=[],
                                 authorized_operations=-(2**31))
         group = mgr.groups.group(gid)
@@ -198,7 +199,7 @@ async def handle_share_fetch(ctx, request):
     mgr = share_of(ctx.broker)
     v = ctx.api_version
     mgr.expire()
-    resp = SF(throttle_time_ms=0, error_code=0, error_message=None, acquisition_lock_timeout_ms=0, responses=[],
+    resp = SF(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, acquisition_lock_timeout_ms=0, responses=[],
               node_endpoints=[])
     has_acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
     try:
@@ -216,7 +217,7 @@ async def handle_share_fetch(ctx, request):
         pd = answers.get((topic_id, p))
         if pd is None:
             pd = answers[(topic_id, p)] = SF.ShareFetchableTopicResponse.PartitionData(
-                partition_index=p, error_code=0, error_message=None, acknowledge_error_code=0,
+                partition_index=p, error_code=ErrorCode.NONE, error_message=None, acknowledge_error_code=ErrorCode.NONE,
                 acknowledge_error_message=None, current_leader=_leader(ctx, SF.ShareFetchableTopicResponse.PartitionData),
                 # Empty, not null: Kafka sends MemoryRecords.EMPTY, and librdkafka refuses a null here.
                 records=b"", acquired_records=[])
@@ -348,7 +349,7 @@ def handle_share_acknowledge(ctx, request):
     mgr = share_of(ctx.broker)
     v = ctx.api_version
     mgr.expire()
-    resp = SA(throttle_time_ms=0, error_code=0, error_message=None, responses=[], node_endpoints=[])
+    resp = SA(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, responses=[], node_endpoints=[])
     if v >= 2:
         resp.acquisition_lock_timeout_ms = 0
     try:
@@ -364,7 +365,7 @@ def handle_share_acknowledge(ctx, request):
     for t in request.topics:
         for p in t.partitions:
             pd = answers[(t.topic_id, p.partition_index)] = SA.ShareAcknowledgeTopicResponse.PartitionData(
-                partition_index=p.partition_index, error_code=0, error_message=None,
+                partition_index=p.partition_index, error_code=ErrorCode.NONE, error_message=None,
                 current_leader=_leader(ctx, SA.ShareAcknowledgeTopicResponse.PartitionData))
             try:
                 name = _topic_name(ctx, t.topic_id)
@@ -401,7 +402,7 @@ def handle_describe_share_group_offsets(ctx, request):
     mgr = share_of(ctx.broker)
     groups = []
     for rg in request.groups:
-        g = G(group_id=rg.group_id, topics=[], error_code=0, error_message=None)
+        g = G(group_id=rg.group_id, topics=[], error_code=ErrorCode.NONE, error_message=None)
         groups.append(g)
         try:
             _check_group(ctx, mgr, rg.group_id, AclOperation.DESCRIBE)
@@ -425,7 +426,7 @@ def handle_describe_share_group_offsets(ctx, request):
             t = T(topic_name=name, topic_id=info.topic_id if info else _ZERO_UUID, partitions=[])
             g.topics.append(t)
             for p in parts:
-                pr = P(partition_index=p, start_offset=-1, leader_epoch=-1, error_code=0, error_message=None)
+                pr = P(partition_index=p, start_offset=-1, leader_epoch=-1, error_code=ErrorCode.NONE, error_message=None)
                 pr.lag = -1
                 if info is None or not ctx.broker.topics.partition_exists(name, p):
                     pr.error_code, pr.error_message = UnknownTopicOrPartitionError.code, \
@@ -446,7 +447,7 @@ def handle_alter_share_group_offsets(ctx, request):
     T, P = R.AlterShareGroupOffsetsResponseTopic, R.AlterShareGroupOffsetsResponseTopic.\
         AlterShareGroupOffsetsResponsePartition
     mgr = share_of(ctx.broker)
-    resp = R(throttle_time_ms=0, error_code=0, error_message=None, responses=[])
+    resp = R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, responses=[])
     try:
         _check_group(ctx, mgr, request.group_id, AclOperation.READ)
         mgr.require_empty(request.group_id)
@@ -458,7 +459,7 @@ def handle_alter_share_group_offsets(ctx, request):
         t = T(topic_name=rt.topic_name, topic_id=info.topic_id if info else _ZERO_UUID, partitions=[])
         resp.responses.append(t)
         for rp in rt.partitions:
-            pr = P(partition_index=rp.partition_index, error_code=0, error_message=None)
+            pr = P(partition_index=rp.partition_index, error_code=ErrorCode.NONE, error_message=None)
             try:
                 if info is None or info.internal or not ctx.broker.topics.partition_exists(rt.topic_name,
                                                                                          rp.partition_index):
@@ -480,7 +481,7 @@ def handle_delete_share_group_offsets(ctx, request):
     R = messages.DeleteShareGroupOffsetsResponse
     T = R.DeleteShareGroupOffsetsResponseTopic
     mgr = share_of(ctx.broker)
-    resp = R(throttle_time_ms=0, error_code=0, error_message=None, responses=[])
+    resp = R(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, responses=[])
     try:
         _check_group(ctx, mgr, request.group_id, AclOperation.DELETE)
         if not mgr.is_share_group(request.group_id):
@@ -491,7 +492,7 @@ def handle_delete_share_group_offsets(ctx, request):
         return resp
     for rt in request.topics:
         info = ctx.broker.topics.get(rt.topic_name)
-        t = T(topic_name=rt.topic_name, topic_id=info.topic_id if info else _ZERO_UUID, error_code=0,
+        t = T(topic_name=rt.topic_name, topic_id=info.topic_id if info else _ZERO_UUID, error_code=ErrorCode.NONE,
               error_message=None)
         resp.responses.append(t)
         try:

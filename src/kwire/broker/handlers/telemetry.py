@@ -24,6 +24,7 @@ from crc32c import crc32c
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    ErrorCode,
     InvalidRequestError,
     KafkaError,
     TelemetryTooLargeError,
@@ -109,7 +110,7 @@ def handle_get_telemetry_subscriptions(ctx, request):
         return R(throttle_time_ms=0, error_code=ThrottlingQuotaExceededError.code, client_instance_id=_ZERO,
                  subscription_id=0, accepted_compression_types=[], push_interval_ms=0, telemetry_max_bytes=0,
                  delta_temporality=False, requested_metrics=[])
-    return R(throttle_time_ms=0, error_code=0, client_instance_id=instance_id, subscription_id=instance.subscription_id,
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, client_instance_id=instance_id, subscription_id=instance.subscription_id,
              accepted_compression_types=[int(c) for c in ACCEPTED_COMPRESSION], push_interval_ms=DEFAULT_PUSH_INTERVAL_MS,
              telemetry_max_bytes=TELEMETRY_MAX_BYTES, delta_temporality=True, requested_metrics=[])
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
+    ErrorCode,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -25,7 +26,7 @@ from .common import storage_error
 from .configs import check_topic_configs, topic_config_entries
 from .registry import handler
 
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS
 MAX_PARTITIONS = 100_000  # a sanity bound: each partition is a directory with open files
 
 
@@ -106,8 +107,8 @@ def handle_create_topics(ctx, request):
     cluster_create = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER)
     budget = _mutation_budget(ctx)
     for t in request.topics:
-        result = R.CreatableTopicResult(name=t.name, error_code=0, error_message=None, num_partitions=-1,
-                                        replication_factor=-1, configs=None, topic_config_error_code=0)
+        result = R.CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE, error_message=None, num_partitions=-1,
+                                        replication_factor=-1, configs=None, topic_config_error_code=ErrorCode.NONE)
         try:
             if t.name in seen:
                 raise InvalidRequestError(f"topic {t.name!r} appears more than once in the request")
@@ -149,7 +150,7 @@ def handle_delete_topics(ctx, request):
     budget = _mutation_budget(ctx)
     results = []
     for name, topic_id in wanted:
-        result = R.DeletableTopicResult(name=name, error_code=0, error_message=None)
+        result = R.DeletableTopicResult(name=name, error_code=ErrorCode.NONE, error_message=None)
         if topic_id is not None and topic_id.int:
             result.topic_id = topic_id
         try:
@@ -185,7 +186,7 @@ def handle_create_partitions(ctx, request):
     budget = _mutation_budget(ctx)
     results = []
     for t in request.topics:
-        result = R.CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
+        result = R.CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.NONE, error_message=None)
         try:
             _authorize(ctx, AclOperation.ALTER, t.name)
             info = broker.topics.get(t.name)

@@ -18,6 +18,7 @@ import uuid
 
 from kwire.protocol import messages
 from kwire.protocol.errors import (
+    ErrorCode,
     InvalidRequestError,
     InvalidTopicException,
     TopicAuthorizationFailedError,
@@ -89,9 +90,9 @@ def handle_describe_topic_partitions(ctx, request):
         start = max(start, 0)
         end = min(info.partitions, start + remaining)
         partitions = [Topic.DescribeTopicPartitionsResponsePartition(
-            error_code=0, partition_index=p, leader_id=node, leader_epoch=0, replica_nodes=[node], isr_nodes=[node],
+            error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0, replica_nodes=[node], isr_nodes=[node],
             eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[]) for p in range(start, end)]
-        topics.append(Topic(error_code=0, name=name, topic_id=info.topic_id, is_internal=info.internal,
+        topics.append(Topic(error_code=ErrorCode.NONE, name=name, topic_id=info.topic_id, is_internal=info.internal,
                             partitions=partitions, topic_authorized_operations=operations))
         if end < info.partitions:
             next_cursor = R.Cursor(topic_name=name, partition_index=end)

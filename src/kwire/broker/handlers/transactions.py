@@ -32,10 +32,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from kwire.protocol import messages
+from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
     ClusterAuthorizationFailedError,
     CoordinatorLoadInProgressError,
+    ErrorCode,
     GroupAuthorizationFailedError,
     InvalidProducerEpochError,
     InvalidRegularExpressionError,
@@ -60,8 +61,8 @@ from .registry import handler
 if TYPE_CHECKING:
     from ..context import RequestContext
 
-ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 
 _TXN_DENIED = TransactionalIdAuthorizationFailedError.code
 
@@ -98,7 +99,7 @@ def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=ClusterAuthorizationFailedError.code, results_by_transaction=[])
     if any(not t.transactional_id for t in request.transactions):
         return R(throttle_time_ms=0, error_code=InvalidRequestError.code, results_by_transaction=[])
-    return R(throttle_time_ms=0, error_code=0, results_by_transaction=[
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=[
         R.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=_add_partitions(
             ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics, verify_only=t.verify_only))
         for t in request.transactions])
@@ -262,7 +263,7 @@ def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
     S = R.TransactionState
     states = []
     for tid in request.transactional_ids:
-        out = S(error_code=0, transactional_id=tid, transaction_state="", transaction_timeout_ms=0,
+        out = S(error_code=ErrorCode.NONE, transactional_id=tid, transaction_state="", transaction_timeout_ms=0,
                 transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
         txn = ctx.broker.transactions.describe(tid or "")
         if not _txn_allowed(ctx, AclOperation.DESCRIBE, tid):
@@ -310,5 +311,5 @@ def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     listed = [R.TransactionState(transactional_id=t.transactional_id, producer_id=t.producer_id,
                                  transaction_state=t.state.value)
               for t in found if _txn_allowed(ctx, AclOperation.DESCRIBE, t.transactional_id)]
-    return R(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=listed)
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown, transaction_states=listed)
 

@@ -28,6 +28,7 @@ import ipaddress
 import time
 from collections.abc import Callable
 
+from kwire.protocol.errors import ErrorCode
 from kwire.protocol.quotas import CLIENT_ID, IP, USER, QuotaKey
 from kwire.protocol.schema import api_key_for
 
@@ -282,7 +283,7 @@ class RequestMeter:
             if throttle:
                 # Kafka answers a throttled Fetch with no data (and does not count what it would have sent).
                 m.record_found(self.by_bytes, -(size or 0), now)
-                response = type(response)(throttle_time_ms=throttle, error_code=0, session_id=0, responses=[])
+                response = type(response)(throttle_time_ms=throttle, error_code=ErrorCode.NONE, session_id=0, responses=[])
             return response, throttle
         return response, time_throttle
 

@@ -66,6 +66,7 @@ from kwire.protocol.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    ErrorCode,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
@@ -97,7 +98,6 @@ __all__ = ["TransactionCoordinator", "InitResult", "EndTxnResult", "MARKER_RETRY
 
 logger = logging.getLogger("kwire.broker.transactions")
 
-NONE = 0
 MARKER_RETRY_MS = 1000
 EXPIRATION_CHECK_INTERVAL_MS = 60 * 60 * 1000  # transaction.remove.expired.transaction.cleanup.interval.ms
 
@@ -297,7 +297,7 @@ class TransactionCoordinator:
         new) and answer COORDINATOR_NOT_AVAILABLE, which clients retry."""
         try:
             self._save()
-            return NONE
+            return ErrorCode.NONE
         except OSError as exc:
             logger.error("could not store the state of transactional id %s: %s", txn.transactional_id, exc)
             if before is None:
@@ -314,7 +314,7 @@ class TransactionCoordinator:
             return ProducerFencedError.code
         if txn.state.preparing:
             return ConcurrentTransactionsError.code
-        return NONE
+        return ErrorCode.NONE
 
     def _coordinator_bumps(self) -> bool:
         """Whether an abort the coordinator makes on its own bumps the epoch once more (Kafka's
@@ -396,7 +396,7 @@ class TransactionCoordinator:
         error = self._change(txn, before)
         if error:
             return InitResult(error)
-        return InitResult(NONE, txn.producer_id, txn.producer_epoch)
+        return InitResult(ErrorCode.NONE, txn.producer_id, txn.producer_epoch)
 
     def _fence(self, txn: TransactionMetadata) -> int:
         """Bump the epoch of an open transaction before the broker aborts it, so that its producer
@@ -422,7 +422,7 @@ class TransactionCoordinator:
             return error
         assert txn is not None
         if txn.state is TxnState.ONGOING and set(partitions) <= txn.partitions:
-            return NONE
+            return ErrorCode.NONE
         return self._add(txn, partitions, (), client_tv)
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
@@ -438,7 +438,7 @@ class TransactionCoordinator:
             return error
         assert txn is not None
         if txn.state is TxnState.ONGOING and group_id in txn.groups:
-            return NONE
+            return ErrorCode.NONE
         return self._add(txn, [(OFFSETS_TOPIC, self._groups.store.partition_of(group_id))], (group_id,), client_tv)
 
     def _add(self, txn: TransactionMetadata, partitions: Iterable[tuple[str, int]], groups: Iterable[str],
@@ -471,7 +471,7 @@ class TransactionCoordinator:
         assert txn is not None
         if txn.state is not TxnState.ONGOING:
             return TransactionAbortableError.code, None
-        return NONE, txn
+        return ErrorCode.NONE, txn
 
     @staticmethod
     def _as_partition_error(code: int) -> int:
@@ -494,7 +494,7 @@ class TransactionCoordinator:
         error, txn = self._ongoing(transactional_id, producer_id, epoch)
         if error:
             return error
-        return NONE if (topic, partition) in txn.partitions else TransactionAbortableError.code
+        return ErrorCode.NONE if (topic, partition) in txn.partitions else TransactionAbortableError.code
 
     def check_txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
                                 *, add: bool = False) -> int:
@@ -511,11 +511,11 @@ class TransactionCoordinator:
         if error:
             return error
         if group_id in txn.groups:
-            return NONE
+            return ErrorCode.NONE
         if (OFFSETS_TOPIC, self._groups.store.partition_of(group_id)) in txn.partitions:
             # Added before a restart (the stored record keeps the group's partition, not its id).
             txn.groups.add(group_id)
-            return NONE
+            return ErrorCode.NONE
         return TransactionAbortableError.code
 
     # ------------------------------------------------------------------ EndTxn
@@ -543,7 +543,7 @@ class TransactionCoordinator:
                 return EndTxnResult(pending)
             return self._then(pending, EndTxnResult)
         if state is wanted_complete:
-            return EndTxnResult(NONE)  # a retry of an EndTxn that was done
+            return EndTxnResult(ErrorCode.NONE)  # a retry of an EndTxn that was done
         if state is wanted_prepare:
             return EndTxnResult(ConcurrentTransactionsError.code)
         return EndTxnResult(self._refuse_end(transactional_id, commit, state))
@@ -586,7 +586,7 @@ class TransactionCoordinator:
                                 else self._refuse_end(transactional_id, commit, state))
         if retry:
             if state is wanted_complete:
-                return EndTxnResult(NONE, txn.producer_id, txn.producer_epoch)
+                return EndTxnResult(ErrorCode.NONE, txn.producer_id, txn.producer_epoch)
             return EndTxnResult(self._refuse_end(transactional_id, commit, state))
         if not commit:  # Empty, CompleteCommit or CompleteAbort: an abort with nothing added
             return self._end_v2(txn, commit, empty=True)
@@ -603,8 +603,8 @@ class TransactionCoordinator:
         """The id and epoch a v2 client goes on with: the new producer id at epoch 0 when the
         epoch ran out (before or after the transaction completed), else the bumped epoch."""
         if txn.next_producer_id != NO_PRODUCER_ID:
-            return EndTxnResult(NONE, txn.next_producer_id, 0)
-        return EndTxnResult(NONE, txn.producer_id, txn.producer_epoch)
+            return EndTxnResult(ErrorCode.NONE, txn.next_producer_id, 0)
+        return EndTxnResult(ErrorCode.NONE, txn.producer_id, txn.producer_epoch)
 
     def _end(self, txn: TransactionMetadata, commit: bool, *, bump: bool = False, rotate: bool = False,
              empty: bool = False, client_tv: int = TV_0) -> int | asyncio.Future:
@@ -663,7 +663,7 @@ class TransactionCoordinator:
         if txn.partitions or txn.groups:
             self._try_save()
             self._schedule(("markers", tid), MARKER_RETRY_MS, self._retry_markers, tid)
-            return NONE
+            return ErrorCode.NONE
         return self._make_durable(txn)
 
     def _make_durable(self, txn: TransactionMetadata) -> int | asyncio.Future:
@@ -671,7 +671,7 @@ class TransactionCoordinator:
         logs = self._unsynced.get(txn.transactional_id, [])
         if self._config.fsync != "always" or not logs:
             self._finish(txn)
-            return NONE
+            return ErrorCode.NONE
         try:
             durable = self._durability.request(logs)
         except OSError as exc:  # no event loop: the fsync ran at once
@@ -681,7 +681,7 @@ class TransactionCoordinator:
             if exc is not None:
                 return self._fsync_failed(txn, exc)
             self._finish(txn)
-            return NONE
+            return ErrorCode.NONE
         done = durable.get_loop().create_future()
 
         def settle(fut: asyncio.Future) -> None:
@@ -691,7 +691,7 @@ class TransactionCoordinator:
             else:
                 self._fsync_failed(txn, exc)
             if not done.done():
-                done.set_result(NONE)
+                done.set_result(ErrorCode.NONE)
 
         durable.add_done_callback(settle)
         return done
@@ -715,7 +715,7 @@ class TransactionCoordinator:
     def _fsync_failed(self, txn: TransactionMetadata, exc: BaseException) -> int:
         logger.error("the markers of %s may not be on disk (fsync failed: %s); retrying", txn.transactional_id, exc)
         self._schedule(("markers", txn.transactional_id), MARKER_RETRY_MS, self._retry_markers, txn.transactional_id)
-        return NONE
+        return ErrorCode.NONE
 
     def _retry_markers(self, transactional_id: str) -> None:
         """Markers (or their fsync) that failed: try again (a timer calls this)."""
@@ -750,7 +750,7 @@ class TransactionCoordinator:
         bump) and write abort markers.  The timers call it; tests may too."""
         txn = self._txns.get(transactional_id)
         if txn is None or txn.state is not TxnState.ONGOING:
-            return NONE
+            return ErrorCode.NONE
         logger.info("transaction of %s (producer %d epoch %d) timed out after %d ms: aborting it", transactional_id,
                     txn.producer_id, txn.producer_epoch, self._clock() - txn.start_ms)
         error = self._fence(txn)

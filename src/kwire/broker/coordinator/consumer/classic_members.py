@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kwire.protocol.errors import (
+    ErrorCode,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     MemberIdRequiredError,
@@ -45,7 +46,6 @@ __all__ = ["MIGRATION_POLICIES", "ClassicMembers"]
 
 MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 CONSUMER_PROTOCOL_TYPE = "consumer"
-NONE = 0
 
 
 class ClassicMembers:
@@ -193,7 +193,7 @@ class ClassicMembers:
         owned = {t: sorted(ps) for t, ps in self._ids_of(owned_by_name).items()}
         updated = self._settle(group, member, bumped, changes, owned, req.session_timeout_ms,
                                "classic member joined" if existing is None else "classic member rejoined")
-        return JoinResult(NONE, member_id, generation_id=updated.member_epoch, protocol_type=CONSUMER_PROTOCOL_TYPE,
+        return JoinResult(ErrorCode.NONE, member_id, generation_id=updated.member_epoch, protocol_type=CONSUMER_PROTOCOL_TYPE,
                           protocol_name=name, leader_id="", members=[])
 
     def _classic_member(self: ConsumerGroupCoordinator, group_id: str, generation: int, member_id: str,
@@ -205,7 +205,7 @@ class ClassicMembers:
         if generation != member.member_epoch:
             return group, member, IllegalGenerationError.code
         self._sessions[(group_id, member_id)] = self._now() + member.classic.session_timeout_ms
-        return group, member, NONE
+        return group, member, ErrorCode.NONE
 
     def classic_sync(self: ConsumerGroupCoordinator, group_id: str, generation: int, member_id: str,
                      protocol_type: str | None, protocol_name: str | None) -> SyncResult:
@@ -215,7 +215,7 @@ class ClassicMembers:
         if protocol_type not in (None, CONSUMER_PROTOCOL_TYPE):
             return SyncResult(InconsistentGroupProtocolError.code)
         name = protocol_name or member.classic.protocols[0][0]
-        return SyncResult(NONE, CONSUMER_PROTOCOL_TYPE, name, encode_assignment(self._topics, member.assigned))
+        return SyncResult(ErrorCode.NONE, CONSUMER_PROTOCOL_TYPE, name, encode_assignment(self._topics, member.assigned))
 
     def classic_heartbeat(self: ConsumerGroupCoordinator, group_id: str, generation: int, member_id: str) -> int:
         from .coordinator import _Changes
@@ -228,7 +228,7 @@ class ClassicMembers:
             self._persist(group, changes)
         if member.state is not MemberState.STABLE or member.member_epoch != group.assignment_epoch:
             return RebalanceInProgressError.code  # it joins again to move towards its target
-        return NONE
+        return ErrorCode.NONE
 
     def classic_leave(self: ConsumerGroupCoordinator, group_id: str,
                       leaving: Sequence[tuple[str, str | None]]) -> tuple[int, list[int]]:
@@ -243,10 +243,10 @@ class ClassicMembers:
                 codes.append(UnknownMemberIdError.code)
                 continue
             self._remove(group, member.member_id, changes, "left (classic LeaveGroup)")
-            codes.append(NONE)
+            codes.append(ErrorCode.NONE)
         if group is not None:
             self._persist(group, changes)
             self._maybe_downgrade(group)
             self._deadline_moved()
-        return NONE, codes
+        return ErrorCode.NONE, codes
 
