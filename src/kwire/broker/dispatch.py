@@ -14,6 +14,10 @@ of it), and the network layer only moves bytes.  Refusals follow Kafka:
 On a SASL listener, before the login completes, only ApiVersions, SaslHandshake and
 SaslAuthenticate are served (anything else closes the connection), and after SaslHandshake v0 the
 frames are bare SASL tokens, answered as bare tokens (see ``auth.sasl``).
+
+What a frame is (a request and its header, or a bare SASL token) is the connection machine's
+reading (``kwire.protocol.connection.ServerConnection``, passed as ``wire`` by the network layer),
+and it learns from the answers given here what the next frames are.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ import logging
 import struct
 from dataclasses import dataclass
 
+from kwire.protocol.connection import FrameError, SaslTokenReceived, ServerConnection, read_request, sasl_token_frame
 from kwire.protocol.errors import KafkaStorageError, ProtocolError, UnknownServerError, UnsupportedVersionError
-from kwire.protocol.frames import decode_request_header, encode_response_parts
+from kwire.protocol.frames import encode_response_parts
 from kwire.protocol.messages import Message, request_class, response_class
 from kwire.protocol.quotas import client_throttles
 from kwire.protocol.schema import REQUEST_NAMES
 
-from .auth.sasl import PRE_AUTH_APIS, SaslStateError
+from .auth.sasl import PRE_AUTH_APIS, SASL_HANDSHAKE, SaslStateError
 from .context import RequestContext
 from .handlers import HANDLERS
 from .handlers.api_versions import API_VERSIONS, unsupported_version_response
@@ -141,7 +146,7 @@ def _unserved(header, request_name: str, client_host: str, why: str) -> Reply:
 
 
 def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id: int, session=None,
-             listener=None):
+             listener=None, wire: ServerConnection | None = None):
     """Serve one request frame body (no size prefix).
 
     ``records`` fields (Produce) are decoded as views into ``frame``, which the handler may
@@ -153,10 +158,19 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
 
     ``session`` (``auth.sasl.Session``) is who is on the connection; None means a trusted caller (no
     authentication, no ACL checks). ``listener`` is the listener the connection came in on.
+    ``wire``: the connection's machine, which reads the frame (a request, or a bare SASL token after
+    a SaslHandshake v0) and learns from the answer; None: a frame on its own (a request, or a token
+    when ``session`` is in the middle of a v0 login).
     """
+    if wire is not None:
+        event = wire.request_event(frame)
+    elif session is not None and session.raw_tokens:
+        event = SaslTokenReceived(frame, True)
+    else:
+        event = read_request(frame)
+    if event.__class__ is SaslTokenReceived:
+        return _raw_token(session, event.token, wire)
     if session is not None and not session.authenticated:
-        if session.raw_tokens:
-            return _raw_token(session, frame)
         key = _KEY_VERSION.unpack_from(frame, 0)[0] if len(frame) >= 4 else None
         if key not in PRE_AUTH_APIS:
             name = REQUEST_NAMES.get(key, f"api key {key}").removesuffix("Request") if key is not None \
@@ -170,10 +184,9 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
         if key != API_VERSIONS and not spec.has_version(version):
             raise CloseConnection(f"{spec.name} v{version} is unknown to this broker "
                                   f"(known: v{spec.min_version}-{spec.max_version})")
-    try:
-        header, offset = decode_request_header(frame)
-    except ProtocolError as exc:
-        raise CloseConnection(f"unreadable request header: {exc}") from None
+    if event.__class__ is FrameError:
+        raise CloseConnection(f"unreadable request header: {event.error}")
+    header, offset = event.header, event.body_offset
     key, version = header.request_api_key, header.request_api_version
     entry = HANDLERS.get(key)
     if key == API_VERSIONS and (entry is None or version > entry.max_version):
@@ -213,6 +226,8 @@ def dispatch(state, frame: bytes | bytearray, *, client_host: str, connection_id
         return _refuse(header, UnknownServerError.code, f"{cls.SPEC.name} handler failed")
     if result is not None and not isinstance(result, Message) and inspect.isawaitable(result):
         return PendingReply(header, cls.SPEC.name, result, meter)
+    if key == SASL_HANDSHAKE and wire is not None and result is not None:
+        wire.response_sent(key, version, result.error_code)  # v0 accepted: bare tokens follow
     return _finish(header, result, meter)
 
 
@@ -252,16 +267,19 @@ async def _await(header, name: str, pending, meter=None) -> Reply | None:
     return _finish(header, response, meter)
 
 
-def _raw_token(session, frame) -> PendingReply:
+def _raw_token(session, token, wire: ServerConnection | None) -> PendingReply:
     """SaslHandshake v0 was answered: this frame is a bare token; so is the answer (no header)."""
-    return PendingReply(None, "SASL token", _answer_token(session, bytes(frame)))
+    return PendingReply(None, "SASL token", _answer_token(session, bytes(token), wire))
 
 
-async def _answer_token(session, token: bytes) -> Reply:
+async def _answer_token(session, token: bytes, wire: ServerConnection | None) -> Reply:
     from kwire.security import AuthenticationError
 
     try:
         answer = await session.authenticate(token)
     except (AuthenticationError, SaslStateError) as exc:
         raise CloseConnection(f"SASL authentication failed (v0 framing): {exc}") from None
-    return Reply(-1, 0, -1, [struct.pack(">i", len(answer)) + answer])
+    if wire is None:
+        return Reply(-1, 0, -1, [sasl_token_frame(answer)])
+    # The login's last token: Kafka frames follow.
+    return Reply(-1, 0, -1, [wire.send_sasl_token(answer, last=session.authenticated)])

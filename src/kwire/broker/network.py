@@ -5,6 +5,11 @@ arrival order (Kafka does the same: a client pipelines, the broker answers in or
 long-polling Fetch holds back only its own connection.  Handlers that finish at once are
 answered inside ``buffer_updated`` without creating a task.
 
+The wire rules are the connection machine's (``kwire.protocol.connection.ServerConnection``,
+``Connection.wire``): its splitter frames the bytes, and each frame is read as a request (or a
+bare SASL token after a SaslHandshake v0) when it is served, in the state the answers before it
+left the connection in.  This module queues frames, schedules their serving, and moves bytes.
+
 Receiving: a ``BufferedProtocol``, so the kernel writes into buffers the ``FrameSplitter``
 hands out; a large frame (a Produce request) is received straight into a buffer of its own,
 which then goes to the handler as it is: its record batches are stored from it, with no copy
@@ -49,6 +54,7 @@ import socket
 import struct
 import termios
 
+from kwire.protocol.connection import ServerConnection
 from kwire.protocol.errors import ProtocolError
 from kwire.protocol.framing import FrameSplitter
 from kwire.protocol.splice import SplicedBytes
@@ -304,9 +310,9 @@ class Connection(asyncio.BufferedProtocol):
         self.listener = listener  # kwire.broker.listeners.Listener; None: a trusted test connection
         self.session: Session | None = None
         self.max_request_size = max_request_size
-        self.splitter = FrameSplitter(max_request_size, reserve=self._reserve)
+        self.wire = ServerConnection(max_frame_size=max_request_size, reserve=self._reserve)
         if listener is not None and listener.sasl:  # small frames until the login (from the first byte on)
-            self.splitter.max_frame_size = min(PRE_AUTH_MAX_FRAME, max_request_size)
+            self.wire.max_frame_size = min(PRE_AUTH_MAX_FRAME, max_request_size)
         # Each frame is a bytearray of its own: handlers may keep views of it and write into it.
         # Queued with the bytes it holds of the registry's RequestMemory (0 for small frames).
         self.queue: collections.deque[tuple[bytearray, int]] = collections.deque()
@@ -327,6 +333,11 @@ class Connection(asyncio.BufferedProtocol):
         self._login_timer: asyncio.TimerHandle | None = None
         # Muted for a client quota (KIP-219): nothing is read or served until this timer fires.
         self._throttle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def splitter(self) -> FrameSplitter:
+        """The connection machine's frame splitter (its buffers, its memory reservations)."""
+        return self.wire.framing
 
     # -- asyncio.BufferedProtocol -------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -504,7 +515,7 @@ class Connection(asyncio.BufferedProtocol):
             frame, charge = self.queue.popleft()
             try:
                 result = dispatch(self.state, frame, client_host=self.peer, connection_id=self.id, session=self.session,
-                                  listener=self.listener)
+                                  listener=self.listener, wire=self.wire)
             except CloseConnection as exc:
                 self.close(str(exc), kind="refused request")
                 return
@@ -633,8 +644,8 @@ class Connection(asyncio.BufferedProtocol):
                 if self.queue:  # the client did not wait for the answer: nothing to linger for
                     self.close(reason, kind="failed login", flush=True)
             return False
-        if session.authenticated and self.splitter.max_frame_size != self.max_request_size:
-            self.splitter.max_frame_size = self.max_request_size
+        if session.authenticated and self.wire.max_frame_size != self.max_request_size:
+            self.wire.max_frame_size = self.max_request_size
             if self._login_timer is not None:
                 self._login_timer.cancel()
                 self._login_timer = None
@@ -741,8 +752,8 @@ class Connection(asyncio.BufferedProtocol):
         self._release_all()
         # The splitter refers back to this connection (its reserve callback): with it, a frame
         # buffer it was filling would live until the cyclic garbage collector runs, however large
-        # (40 closed connections with 99 MiB frames held 4 GB).  A new one holds nothing.
-        self.splitter = FrameSplitter(0)
+        # (40 closed connections with 99 MiB frames held 4 GB).  The machine takes a new one.
+        self.wire.close()
 
     def _abandon_task(self) -> None:
         """Cancel the request being served (a long-polling Fetch, a parked JoinGroup): nobody is

@@ -67,6 +67,8 @@ __all__ = [
     "api_versions_error_code",
     "api_versions_retry",
     "decode_api_versions_response",
+    "produce_acks",
+    "read_request",
     "sasl_token_frame",
 ]
 
@@ -82,7 +84,6 @@ UNAWAITED_KEPT = 1024
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_KEY_VERSION = struct.Struct(">hh")
 
 
 class _NeedData:
@@ -335,7 +336,8 @@ def api_versions_retry(response: Response, version: int) -> int | None:
     return max(min(theirs, version - 1), 0)
 
 
-def _request_event(frame, outstanding=None) -> RequestReceived | FrameError:
+def read_request(frame, outstanding: Outstanding | None = None) -> RequestReceived | FrameError:
+    """A request frame on its own (no connection state): its header read, or why it cannot be."""
     try:
         header, offset = decode_request_header(frame)
     except ProtocolError as exc:
@@ -550,7 +552,7 @@ class ServerConnection(_Framing):
         frames of ``framing`` themselves and take them one at a time)."""
         if self._raw:
             return SaslTokenReceived(frame, True)
-        return _request_event(frame)
+        return read_request(frame)
 
     def send_response(self, response: Response, version: int, correlation_id: int) -> list:
         """The response frame's pieces (``encode_response_parts``)."""
@@ -640,7 +642,7 @@ class ObserverConnection:
                 events.append(token)
                 return events
             self.lost_place(events)  # a real request: the SASL exchange is over
-        event = _request_event(frame)
+        event = read_request(frame)
         if event.__class__ is FrameError:
             events.append(event)
             return events
