@@ -6,6 +6,7 @@ heartbeats on with its member epoch instead of joining a new group."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from kwire.broker import EmbeddedBroker
@@ -13,6 +14,7 @@ from kwire.client import ShareConsumer
 from kwire.client.connection import BrokerConnection
 from kwire.protocol import messages
 
+from ...cli.test_consume_cmd import ok
 from ..test_share_group_clients import create_topic, poll_all, produce, set_group_configs, share_consumer, total
 
 
@@ -99,6 +101,8 @@ def test_a_kwire_share_consumer_resumes_after_a_restart_and_the_empty_group_is_l
     with EmbeddedBroker(data, default_partitions=1) as b:
         # No member since the last left, but the group and its offsets are still there.
         assert list_share_groups(b.port) == [(group, "Empty")]
+        listed = json.loads(ok("groups", "list", "--json", "-b", b.bootstrap))["groups"]  # as a user sees it
+        assert [(g["group_id"], g["type"], g["state"]) for g in listed] == [(group, "share", "Empty")]
         desc = describe(b.port, group)
         assert desc.error_code == 0 and desc.group_state == "Empty" and desc.members == []
         got = kwire_consume(b.bootstrap, group, topic, 20)
