@@ -196,3 +196,38 @@ def test_confluent_kafka_and_kafka_python_on_a_v2_cluster(tmp_path, requests):
         check_isolation(broker.bootstrap, "mixed", committed + kp_committed, aborted + kp_aborted)
     finally:
         broker.stop()
+
+
+def test_a_cluster_upgraded_to_v2_gets_a_bumped_epoch_then_v2_transactions(tmp_path, requests):
+    """Java's clientSideEpochBumpRequired: the producer sees transaction.version 2 on a new
+    connection; the v1 transaction it is in ends as v1, then InitProducerId bumps the epoch and
+    the next transaction is v2."""
+    data = tmp_path / "data"
+    broker = start_broker(tmp_path, 1)
+    port = broker.port
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "up", "reconnect.backoff.ms": 50})
+    try:
+        p.init_transactions(10)
+        p.begin_transaction()
+        p.produce("up", b"v1", partition=0)
+        p.commit_transaction(10)
+        assert requests.versions("EndTxn") == {4} and requests.seen[("InitProducerId", 5)] == 1
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            admin.update_features({"transaction.version": 2})
+        broker.stop()  # the producer's connections see the new level when they reconnect
+        broker = EmbeddedBroker(data, port=port, default_partitions=PARTITIONS)
+        broker.start()
+        for value in (b"still-v1", b"v2"):
+            p.begin_transaction()
+            p.produce("up", value, partition=0)
+            p.commit_transaction(30)
+        txn = broker.state.transactions.describe("up")
+        # epoch 0 (v1), bumped to 1 by InitProducerId after the last v1 transaction, 2 by EndTxn v5
+        assert (txn.producer_epoch, txn.client_tv) == (2, 2)
+        assert requests.versions("EndTxn") == {4, 5} and requests.seen[("InitProducerId", 5)] == 2
+    finally:
+        p.close()
+        broker.stop()
+    with EmbeddedBroker(data, default_partitions=PARTITIONS) as broker:
+        assert sorted(v for _, v in kwire_read_all(broker.bootstrap, "up", "read_committed")) == [
+            b"still-v1", b"v1", b"v2"]

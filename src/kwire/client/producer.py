@@ -686,6 +686,8 @@ class AsyncProducer:
                 except Exception:
                     self._raise_if_failed("commit the transaction")
                     raise
+            if txn.upgrading_to_v2:
+                await self._bump_epoch(bound)
             txn.completed()
 
         await self._txn_call("commit_transaction", txn.begin_commit, work, timeout)
@@ -703,16 +705,22 @@ class AsyncProducer:
                 raise txn.error
             if txn.started:
                 await self._end_txn(False, bound)
-            if self._idem.bump_needed:
+            if self._idem.bump_needed or txn.upgrading_to_v2:
                 # A record failed and left its partition's sequences with a gap: the coordinator
                 # bumps the epoch for this producer id (KIP-360), and every partition restarts at 0.
                 # (A v2 EndTxn bumped it already: the new epoch cleared bump_needed.)
-                producer_id, epoch = await self._init_producer_id((txn.producer_id, txn.epoch), bound)
-                self._idem.set_producer_id(producer_id, epoch)
-                txn.producer_id, txn.epoch = producer_id, epoch
+                await self._bump_epoch(bound)
             txn.completed()
 
         await self._txn_call("abort_transaction", txn.begin_abort, work, timeout)
+
+    async def _bump_epoch(self, bound: float) -> None:
+        """InitProducerId with the current id and epoch (KIP-360): the coordinator bumps the epoch
+        for this producer, and every partition's sequence restarts at 0."""
+        txn = self._txn
+        producer_id, epoch = await self._init_producer_id((txn.producer_id, txn.epoch), bound)
+        self._idem.set_producer_id(producer_id, epoch)
+        txn.producer_id, txn.epoch = producer_id, epoch
 
     async def send_offsets_to_transaction(self, offsets: Any, group_metadata: ConsumerGroupMetadata | str,
                                           timeout: float | None = None) -> None:

@@ -234,6 +234,13 @@ class TransactionManager:
             raise IllegalStateError("commit_transaction() is still in progress (it timed out): call it again")
         raise IllegalStateError(f"no transaction to abort ({self.state.value})")
 
+    @property
+    def upgrading_to_v2(self) -> bool:
+        """A v1 transaction ends while the cluster now finalizes transaction.version 2: the next
+        (v2) transaction starts on a bumped epoch, as Java's clientSideEpochBumpRequired, so that
+        nothing of the v1 transaction counts as part of it."""
+        return not self.v2 and self.finalized_tv >= 2 and self.producer_id >= 0
+
     def completed(self) -> None:
         """EndTxn succeeded (or was not needed): ready for the next transaction."""
         self._clear()
