@@ -6,6 +6,7 @@ transaction's producer id is taken over by a new producer afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import shutil
 import threading
@@ -33,11 +34,23 @@ def expected(g: int, partition: int) -> int:
 
 
 class GatedExecutor:
-    """One worker thread whose jobs start only once ``release()`` is called."""
+    """One worker thread whose jobs start only once ``release()`` is called; ``schedule`` holds
+    the loader's turns of the event loop (its small partitions' loads) until then too."""
 
     def __init__(self) -> None:
         self._gate = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-load")
+        self._lock = threading.Lock()
+        self._held: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
+
+    def schedule(self, fn: Callable[[], None]) -> None:
+        """(On the broker's event loop) ``fn`` on its next turn, once released."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if not self._gate.is_set():
+                self._held.append((loop, fn))
+                return
+        loop.call_soon(fn)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> concurrent.futures.Future:
         def held() -> Any:
@@ -48,7 +61,11 @@ class GatedExecutor:
         return self._pool.submit(held)
 
     def release(self) -> None:
-        self._gate.set()
+        with self._lock:
+            self._gate.set()
+            held, self._held = self._held, []
+        for loop, fn in held:
+            loop.call_soon_threadsafe(fn)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._gate.set()
@@ -94,6 +111,7 @@ def _restarted(template, tmp_path) -> tuple[EmbeddedBroker, GatedExecutor]:
     broker = EmbeddedBroker(data)
     gate = GatedExecutor()
     broker.broker.coordinator_load_executor = gate
+    broker.broker.coordinator_load_schedule = gate.schedule
     broker.start()
     return broker, gate
 
@@ -164,5 +182,28 @@ def test_the_open_transaction_is_there_after_the_load(template, tmp_path):
                                                    partitions=PARTITIONS)]
         assert b"uncommitted" not in values and len(values) == PARTITIONS * 10
         assert _confluent(broker.bootstrap, "txn-group") == {0: -1001, 1: -1001}
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("where", ["on the loop", "in the worker"])
+def test_an_unheld_load_serves_every_group(template, tmp_path, monkeypatch, where):
+    """The load as the broker runs it: small partitions on the event loop's turns (the usual
+    case), or every one in the worker thread when each counts as large."""
+    from kwire.broker.coordinator import loader
+
+    if where == "in the worker":
+        monkeypatch.setattr(loader, "INLINE_BYTES", -1)
+    data = tmp_path / "data"
+    shutil.copytree(template, data)
+    broker = EmbeddedBroker(data)
+    broker.start()
+    try:
+        for g in range(0, GROUPS, 4):  # asked at once: some while their partitions still load
+            assert _confluent(broker.bootstrap, f"group-{g}") == {i: expected(g, i) for i in range(PARTITIONS)}
+        assert broker.wait_loaded(30) and not broker.state.loader.failed
+        loads = len(broker.state.coordinator.store.partitions_on_disk()) + 1  # (+ __transaction_state)
+        assert broker.state.loader.inline_loads == (loads if where == "on the loop" else 0)
+        assert broker.state.transactions.describe("loader-tx").state.value == "Ongoing"
     finally:
         broker.stop()

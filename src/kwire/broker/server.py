@@ -14,6 +14,8 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from kwire.security import server_context
 
@@ -38,9 +40,12 @@ class Broker:
         self._connections = ConnectionRegistry(config.queued_max_request_bytes)
         self._tasks: list[asyncio.Task] = []
         self.started = asyncio.Event()
-        # Where the coordinators' partitions are loaded after start (None: a worker thread of
-        # their own); tests set an executor they hold, to see the broker while it loads.
+        # Where the coordinators' partitions are loaded after start (coordinator.loader): the
+        # large ones in an executor (None: a worker thread of their own), the small ones on the
+        # event loop's turns given by a schedule (None: loop.call_soon).  Tests set ones they
+        # hold, to see the broker while it loads.
         self.coordinator_load_executor: Executor | None = None
+        self.coordinator_load_schedule: Callable[[Callable[[], None]], Any] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -123,7 +128,7 @@ class Broker:
         self.state.transactions.start()  # transaction timeouts run on this loop from now on
         # __consumer_offsets and __transaction_state load in the background, as in Kafka: their
         # groups and transactional ids answer COORDINATOR_LOAD_IN_PROGRESS until then.
-        self.state.start_loading(executor=self.coordinator_load_executor)
+        self.state.start_loading(executor=self.coordinator_load_executor, schedule=self.coordinator_load_schedule)
         # Compaction of cleanup.policy=compact partitions, on its own threads (Kafka's LogCleaner).
         # state.config: the static settings with the dynamic log.cleaner.* ones (AlterConfigs) applied.
         self.state.logs.start_cleaner(CleanerConfig.from_broker(self.state.config))

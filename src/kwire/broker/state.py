@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kwire.protocol.errors import KafkaStorageError
 
@@ -158,13 +159,17 @@ class BrokerState:
             self.logs.delete_topic(name)
 
     def start_loading(self, *, post: Callable[[Callable[[], None]], None] | None = None,
-                      executor: Executor | None = None) -> CoordinatorLoader:
+                      executor: Executor | None = None,
+                      schedule: Callable[[Callable[[], None]], Any] | None = None) -> CoordinatorLoader:
         """Load what the coordinators have still to load, in the background (see
-        coordinator.loader); ``post`` defaults to the running loop's ``call_soon_threadsafe``."""
+        coordinator.loader); ``post`` defaults to the running loop's ``call_soon_threadsafe``,
+        ``schedule`` to its ``call_soon`` (to ``post`` when ``post`` is given)."""
         if self.loader is None:
             if post is None:
-                post = asyncio.get_running_loop().call_soon_threadsafe
-            self.loader = CoordinatorLoader(self.coordinator, self.transactions, post=post, executor=executor)
+                loop = asyncio.get_running_loop()
+                post, schedule = loop.call_soon_threadsafe, schedule or loop.call_soon
+            self.loader = CoordinatorLoader(self.coordinator, self.transactions, post=post, executor=executor,
+                                            schedule=schedule, data_dir=self.logs.data_dir)
             # Posted: the server's start returns (and its caller wakes) before the load begins.
             post(self.loader.start)
         return self.loader

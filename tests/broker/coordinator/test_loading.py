@@ -2,7 +2,9 @@
 __consumer_offsets or __transaction_state loads, requests for its groups or transactional ids get
 COORDINATOR_LOAD_IN_PROGRESS (heartbeats are answered blindly, FindCoordinator answers), and once
 it is loaded they are served from what it holds.  The load is held by an executor the test runs by
-hand (no sleeps)."""
+hand (no sleeps).  Each test runs twice: with the loads on the event loop (small partitions, the
+usual case: ``HeldExecutor.schedule`` holds those turns of the loop) and in the worker (every
+partition counted as large)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 
 from kwire.broker.config import load_config
+from kwire.broker.coordinator import loader
 from kwire.broker.coordinator.store import StoredGroup
 from kwire.broker.state import BrokerState
 from kwire.broker.transactions.state import TxnState
@@ -38,7 +41,8 @@ NONE = 0
 
 
 class HeldExecutor:
-    """An executor whose jobs run only when the test says so, in the test's thread."""
+    """An executor whose jobs run only when the test says so, in the test's thread; its
+    ``schedule`` holds the loader's turns of the event loop the same way."""
 
     def __init__(self) -> None:
         self.jobs: list[tuple[concurrent.futures.Future, Callable[..., Any], tuple]] = []
@@ -48,6 +52,9 @@ class HeldExecutor:
         future: concurrent.futures.Future = concurrent.futures.Future()
         self.jobs.append((future, fn, args))
         return future
+
+    def schedule(self, fn: Callable[[], None]) -> None:
+        self.submit(fn)
 
     def run_next(self) -> None:
         future, fn, args = self.jobs.pop(0)
@@ -125,11 +132,25 @@ def data(tmp_path):
     return tmp_path / "data", groups, (pid, epoch)
 
 
+@pytest.fixture(params=["on the loop", "in the worker"], autouse=True)
+def where(request, monkeypatch) -> str:
+    """Where the loads run: the data dirs here are small (loaded on the loop), unless every
+    partition counts as large."""
+    if request.param == "in the worker":
+        monkeypatch.setattr(loader, "INLINE_BYTES", -1)
+    return request.param
+
+
+def _start_loading(state: BrokerState) -> HeldExecutor:
+    executor = HeldExecutor()
+    # The worker's results installed at once; the loop's turns and the worker's jobs held.
+    state.start_loading(post=lambda fn: fn(), executor=executor, schedule=executor.schedule)
+    return executor
+
+
 def _loading_state(data_dir) -> tuple[BrokerState, HeldExecutor]:
     state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
-    executor = HeldExecutor()
-    state.start_loading(post=lambda fn: fn(), executor=executor)  # the results installed at once
-    return state, executor
+    return state, _start_loading(state)
 
 
 def test_the_log_manager_leaves_internal_partitions_unopened_after_a_clean_shutdown(data):
@@ -216,7 +237,7 @@ def test_group_requests_while_their_partition_loads(data):
         state.close()
 
 
-def test_each_partition_is_served_once_it_is_loaded(data):
+def test_each_partition_is_served_once_it_is_loaded(data, where):
     data_dir, groups, _ = data
     state, executor = _loading_state(data_dir)
     try:
@@ -232,6 +253,9 @@ def test_each_partition_is_served_once_it_is_loaded(data):
         assert call(state, messages.ListGroupsRequest(), 4).error_code == NONE
         assert executor.shut_down is False  # (an executor given is the caller's to shut down)
         assert state.loader.done.is_set() and not state.loader.failed
+        # Where they ran: every load (the group partitions and the transaction state) on the
+        # loop's turns, or every one in the worker.
+        assert state.loader.inline_loads == (len(order) + 1 if where == "on the loop" else 0)
     finally:
         state.close()
     assert executor.shut_down
@@ -327,8 +351,7 @@ def test_a_partition_that_fails_to_load_stays_loading(data, monkeypatch):
         return read(partition)
 
     monkeypatch.setattr(state.coordinator.store, "read_partition", failing)
-    executor = HeldExecutor()
-    state.start_loading(post=lambda fn: fn(), executor=executor)
+    executor = _start_loading(state)
     try:
         executor.run_all()
         assert state.coordinator.loading_partitions == [broken]

@@ -266,7 +266,7 @@ def test_while_the_groups_partition_loads_the_group_answers_load_in_progress(sta
     state.close()
     state = BrokerState(load_config(None, data_dir=path, port=9092), load_coordinators=False)
     executor = HeldExecutor()
-    state.start_loading(post=lambda fn: fn(), executor=executor)
+    state.start_loading(post=lambda fn: fn(), executor=executor, schedule=executor.schedule)
     try:
         r = serve(state, HB(group_id="g", member_id="m1", member_epoch=epoch, rack_id=None,
                             subscribed_topic_names=None), 1)

@@ -7,38 +7,55 @@ answered COORDINATOR_LOAD_IN_PROGRESS (FindCoordinator still answers), which cli
 kwire does the same, so a restart does not wait for up to 100 partitions to be opened and
 replayed before the broker accepts connections:
 
-* each ``__consumer_offsets`` partition with a log is replayed in a worker (opening its log, which
-  the log manager left unopened after a clean shutdown) and installed into the group
-  coordinator on the event loop (``GroupCoordinator.load_partition``): from then on its groups
-  are served;
-* ``__transaction_state`` is replayed in the worker too, and installed once every group
-  partition is (``TransactionCoordinator.install_state``): completing a transaction a crash
-  left half done ends the offsets it staged in its groups, so they must be there first.
+* each ``__consumer_offsets`` partition with a log is replayed (opening its log, which the log
+  manager left unopened after a clean shutdown) and installed into the group coordinator on the
+  event loop (``GroupCoordinator.load_partition``): from then on its groups are served;
+* ``__transaction_state`` is replayed too, and installed once every group partition is
+  (``TransactionCoordinator.install_state``): completing a transaction a crash left half done
+  ends the offsets it staged in its groups, so they must be there first.
 
-One worker thread, one partition at a time, in order except that a partition a client asked for
-goes first: the load is bounded and does not compete with the event loop for more than one core.  A partition that fails to load is logged and stays loading
-(its requests keep getting the retriable error) rather than being served empty.
+Where a load runs depends on its size on disk.  A small one (up to ``inline_bytes`` of log, the
+usual case: a test suite's groups take a few KiB per partition) is replayed on the event loop
+itself, one per turn of the loop (``schedule``), so the requests that came meanwhile are served
+between two of them; it costs about a millisecond.  A worker thread would not be faster: the
+replay is Python and holds the GIL, and the loop and the worker handed the GIL to each other at
+every system call of the load, which made a partition that loads in 1 ms take 20 ms while a
+client asked again every 0.5 ms.  A larger one is replayed in a worker thread (started when first
+needed), so a big partition does not stall the loop, and installed on the loop (``post``).
 
-Tests give an ``executor`` they run by hand and a ``post`` that runs at once, to hold the load
-at any point.
+One load at a time, in order except that a partition a client asked for goes next.  A partition
+that fails to load is logged and stays loading (its requests keep getting the retriable error)
+rather than being served empty.
+
+Tests give an ``executor`` and a ``schedule`` they run by hand and a ``post`` that runs at once,
+to hold the load at any point.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from kwire.protocol.coordinator_records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+
+from ..storage.log import parse_partition_dir
 
 if TYPE_CHECKING:
     from ..transactions import TransactionCoordinator
     from .coordinator import GroupCoordinator
 
-__all__ = ["CoordinatorLoader", "Executor"]
+__all__ = ["INLINE_BYTES", "CoordinatorLoader", "Executor"]
 
 logger = logging.getLogger("kwire.broker.coordinator.loader")
+
+# The largest load replayed on the event loop: ~256 KiB of commit records replay in a few ms.
+INLINE_BYTES = 256 * 1024
 
 
 class Executor(Protocol):
@@ -49,28 +66,49 @@ class Executor(Protocol):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...
 
 
+def _log_bytes(directory: Path) -> int:
+    """The bytes of a partition's segments (one directory listing; a missing one: 0)."""
+    try:
+        with os.scandir(directory) as entries:
+            return sum(e.stat().st_size for e in entries if e.name.endswith(".log"))
+    except FileNotFoundError:
+        return 0
+
+
 class CoordinatorLoader:
     """Loads what ``groups`` and ``transactions`` (built with ``load=False``) still have to load.
 
-    ``post(fn)`` runs ``fn`` on the event loop (``loop.call_soon_threadsafe``): the results are
-    installed there, where the handlers run, so the coordinators need no locks.
+    ``post(fn)`` runs ``fn`` on the event loop from another thread (``loop.call_soon_threadsafe``):
+    a worker's results are installed there, where the handlers run, so the coordinators need no
+    locks.  ``schedule(fn)`` runs ``fn`` on the loop's next turn (``loop.call_soon``; default:
+    ``post``).  ``data_dir`` holds the partitions' directories, sized to choose where each load
+    runs (None: every load in the worker); ``inline_bytes`` the most replayed on the loop
+    (default ``INLINE_BYTES``).
     """
 
     def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, *,
-                 post: Callable[[Callable[[], None]], None], executor: Executor | None = None):
+                 post: Callable[[Callable[[], None]], None], executor: Executor | None = None,
+                 schedule: Callable[[Callable[[], None]], Any] | None = None, data_dir: Path | None = None,
+                 inline_bytes: int | None = None):
         self._groups = groups
         self._transactions = transactions
         self._post = post
+        self._schedule = schedule or post
+        self._executor: Executor | None = executor  # None: a worker thread of our own, once needed
         self._own_executor = executor is None
-        self._executor: Executor = executor or concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="kwire-coordinator-load")
+        self._data_dir = None if data_dir is None else Path(data_dir)
+        self._inline_bytes = INLINE_BYTES if inline_bytes is None else inline_bytes
         self._txn_state: dict | None = None
         self._closed = False
         self._pending = 0  # loads not handled yet (on the event loop)
-        self._lock = threading.Lock()  # the loads still to submit: taken by the worker and start()
+        self._lock = threading.Lock()  # _closed and the executor: close() may come from another thread
+        # Held while a load runs on the loop: close() (the broker's stop runs it in another
+        # thread while the loop goes on) waits for it before the logs it reads close.
+        self._inline = threading.RLock()
         self._remaining: list[int] = []
         self._txn_to_read = False
         self._started: float | None = None
+        self.inline_loads = 0  # loads run on the event loop (the others in the worker), for tests and stats
         self.failed: list[str] = []  # what could not be loaded (logged), for tests
         self.done = threading.Event()  # set once everything is installed (or failed)
 
@@ -79,41 +117,76 @@ class CoordinatorLoader:
         if self._closed:
             return
         self._started = time.monotonic()
-        with self._lock:
-            self._remaining = self._groups.loading_partitions
-            self._txn_to_read = self._transactions.loading()
-            self._pending = len(self._remaining) + self._txn_to_read
+        self._remaining = self._groups.loading_partitions
+        self._txn_to_read = self._transactions.loading()
+        self._pending = len(self._remaining) + self._txn_to_read
         if not self._remaining and self._txn_to_read and not self._transactions.state_on_disk():
-            # Nothing stored (a new data dir): no worker thread, the broker is ready at once.
+            # Nothing stored (a new data dir): nothing to schedule, the broker is ready at once.
             self._txn_to_read = False
             self._pending -= 1
             self._transactions.install_state({})
         if not self._pending:
             self._finished()
-        self._submit_next()
+        self._next()
 
-    def _submit_next(self) -> None:
-        """One load at a time, so the next can be chosen when it starts: the partition of a
-        group a client asked for while loading first (a restarted test suite's group is served
-        after one partition's load, not after all of them), else the lowest."""
+    def _next(self) -> None:
+        """(On the event loop) start the next load, one at a time so the next can be chosen when
+        it starts: the partition of a group a client asked for while loading first (a restarted
+        test suite's group is served after one partition's load, not after all of them), else
+        the lowest; the transaction state last."""
+        if self._closed:
+            return
+        if self._remaining:
+            wanted = self._groups.wanted_partitions()
+            partition = min((p for p in self._remaining if p in wanted), default=self._remaining[0])
+            self._remaining.remove(partition)
+            size = self._bytes_of(OFFSETS_TOPIC, partition)
+            fn, then, args = self._groups.store.read_partition, self._group_partition_read, (partition,)
+        elif self._txn_to_read:
+            self._txn_to_read = False
+            size = self._bytes_of(TRANSACTION_STATE_TOPIC)
+            fn, then, args = self._transactions.read_state, self._txn_state_read, ()
+        else:
+            return
+        if size <= self._inline_bytes:
+            self._schedule(lambda: self._run_inline(fn, then, args))
+            return
         with self._lock:
             if self._closed:
                 return
-            if self._remaining:
-                wanted = self._groups.wanted_partitions()
-                partition = min((p for p in self._remaining if p in wanted), default=self._remaining[0])
-                self._remaining.remove(partition)
-                fn, then, args = self._groups.store.read_partition, self._group_partition_read, (partition,)
-            elif self._txn_to_read:
-                self._txn_to_read = False
-                fn, then, args = self._transactions.read_state, self._txn_state_read, ()
-            else:
-                return
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="kwire-coordinator-load")
+            executor = self._executor
         try:
-            future = self._executor.submit(fn, *args)
+            future = executor.submit(fn, *args)
         except RuntimeError:  # shut down meanwhile (the broker closes)
             return
         future.add_done_callback(lambda f: self._hand_over(then, f))
+
+    def _bytes_of(self, topic: str, partition: int | None = None) -> int:
+        """The log bytes of a partition (every partition of ``topic`` for None) on disk."""
+        if self._data_dir is None:
+            return self._inline_bytes + 1
+        if partition is not None:
+            return _log_bytes(self._data_dir / f"{topic}-{partition}")
+        with os.scandir(self._data_dir) as entries:
+            dirs = [e.path for e in entries if (parse_partition_dir(e.name) or ("",))[0] == topic]
+        return sum(_log_bytes(Path(d)) for d in dirs)
+
+    def _run_inline(self, fn: Callable[..., Any], then: Callable[[concurrent.futures.Future], None],
+                    args: tuple) -> None:
+        """(On the event loop, a turn of its own) one small load read and installed at once."""
+        with self._inline:
+            if self._closed:
+                return
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            try:
+                future.set_result(fn(*args))
+            except Exception as exc:  # noqa: BLE001 - handled as a worker's failure
+                future.set_exception(exc)
+            self.inline_loads += 1
+            then(future)
 
     def _hand_over(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
         """(In the worker) the result to the event loop; nothing once the broker closes."""
@@ -142,10 +215,10 @@ class CoordinatorLoader:
 
     def _handled(self) -> None:
         """(On the event loop) one load handled: the transactions once the groups are all in.
-        The next load is submitted from here, so the worker waits while the loop takes its
-        turn (the requests that came meanwhile) between two partitions."""
+        The next load starts from here, so the loop takes its turn (the requests that came
+        meanwhile) between two loads."""
         self._pending -= 1
-        self._submit_next()
+        self._next()
         if (self._txn_state is not None and not self._closed and not self._groups.loading_partitions
                 and self._transactions.loading()):
             # (A group partition that failed keeps the transactions loading too.)
@@ -158,8 +231,10 @@ class CoordinatorLoader:
             self._finished()
 
     def _finished(self) -> None:
-        if self._own_executor:
-            self._executor.shutdown(wait=False)
+        with self._lock:
+            executor, own = self._executor, self._own_executor
+        if own and executor is not None:
+            executor.shutdown(wait=False)
         if self._started is not None and not self.failed:
             logger.info("coordinators loaded in %.0f ms: %d group(s)", (time.monotonic() - self._started) * 1e3,
                         len(self._groups.store.groups))
@@ -171,7 +246,11 @@ class CoordinatorLoader:
         self.failed.append(f"{what}: {exc}")
 
     def close(self) -> None:
-        """Stop loading: the partition being read finishes, the rest is dropped."""
+        """Stop loading: a load under way in the worker finishes, the rest is dropped."""
         with self._lock:
             self._closed = True
-        self._executor.shutdown(wait=True, cancel_futures=True)
+            executor = self._executor
+        with self._inline:  # a load on the loop finishes first
+            pass
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
