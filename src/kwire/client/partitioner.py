@@ -151,7 +151,7 @@ class Partitioner:
         ``partition``; ``keys`` their keys, or None for keyless records.  None when the records are keyless and the
         strategy is sticky: the caller then asks ``partition(topic, None, ...)`` once per batch
         and reports each closed batch with ``on_new_batch``, as the per-record path does."""
-        if keys is None:
+        if keys is None or self.ignore_keys:
             if self._sticky_keyless:
                 return None
             keys = [None] * count
