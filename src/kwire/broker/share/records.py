@@ -29,6 +29,7 @@ from typing import Any
 from kwire.protocol import messages as m
 from kwire.protocol.coordinator_records import encode_key, encode_value
 
+from ..coordinator.consumer.member import MemberState
 from .groups import ShareGroup, ShareMember
 
 __all__ = ["ShareGroupRecords", "group_records", "rebuild"]
@@ -37,7 +38,7 @@ logger = logging.getLogger("kwire.broker.share")
 
 Record = tuple[bytes, bytes | None]
 VALUE_VERSION = 0
-STABLE = 0  # Kafka's MemberState.STABLE id: a share member is always reconciled
+STABLE = int(MemberState.STABLE)  # Kafka's MemberState id: a share member has no revocation step
 
 
 def _tps(cls, assignment: dict[str, tuple[int, ...]], topic_id: Callable[[str], uuid.UUID | None]) -> list:
