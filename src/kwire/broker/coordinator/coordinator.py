@@ -27,11 +27,9 @@ a worker thread, shared by the commits that arrive meanwhile, and answered after
 (``journal_synced``); the rarer group records are fsynced as they are written.  Members are not restored after a restart: groups come back Empty and
 their members rejoin, as they would after Kafka expired them.
 
-Transactional offsets (TxnOffsetCommit): each transactional producer's offsets are staged per
-group (a transactional batch in the group's partition, so they survive a restart) and become the group's committed offsets only when
-the transaction coordinator ends its transaction with a commit (``end_txn_offsets``); an abort
-drops them.  Until then OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for those
-partitions (KIP-447), so a read_committed consumer does not start from an offset that may vanish.
+The committed offsets (OffsetCommit, transactional offsets, OffsetFetch, OffsetDelete, expiry) are
+``offset_commits.OffsetCommits`` and the describe/list/delete calls ``group_admin.GroupAdmin``,
+both mixed into ``GroupCoordinator``; this module keeps the groups, their rebalances and timers.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,41 +47,31 @@ from kwire.protocol.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
     FencedInstanceIdError,
-    GroupIdNotFoundError,
-    GroupSubscribedToTopicError,
-    IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     MemberIdRequiredError,
-    NonEmptyGroupError,
     NotCoordinatorError,
-    OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
 )
 
 from ..durability import GroupCommit
 from ..topics import META_DIR
 from .group import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
+from .group_admin import GROUP_TYPE, GroupAdmin
 from .migration import journal_to_migrate, migrate_journal
 from .model import (
-    GroupDescription,
-    GroupListing,
     JoinedMember,
     JoinRequest,
     JoinResult,
-    MemberDescription,
-    OffsetCommitEntry,
     SyncResult,
 )
-from .offsets import CommittedOffset, newer_txn_offsets
+from .offset_commits import OFFSET_METADATA_MAX_BYTES, OffsetCommits
 from .offsets_topic import OffsetsTopicStore
-from .retention import expired_partitions
 from .store import GroupRecord, MemberRecord, StoredGroup
 from .timers import ManualClock, Timers
-from .validation import check_member, check_offset_commit, check_txn_offset_commit
+from .validation import check_member
 
 if TYPE_CHECKING:
     from ..config import BrokerConfig
@@ -99,10 +87,7 @@ GROUPS_DIR = "groups"
 # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: how long a member that never got a JoinGroup
 # answer is kept (its client may have given up and retried as another member).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
-OFFSET_METADATA_MAX_BYTES = 4096                    # offset.metadata.max.bytes
 OFFSETS_RETENTION_CHECK_INTERVAL_MS = 10 * 60 * 1000  # offsets.retention.check.interval.ms
-# Every group here is a classic group (KIP-848's ListGroups v5 type name).
-GROUP_TYPE = "classic"
 
 _Waiting = asyncio.Future  # a parked request's answer
 
@@ -122,7 +107,7 @@ def _with_reason(why: str, req: JoinRequest) -> str:
     return f"{why} (client: {req.reason})" if req.reason else why
 
 
-class GroupCoordinator:
+class GroupCoordinator(OffsetCommits, GroupAdmin):
     """All classic groups of the broker.  ``close()`` it on shutdown.
 
     ``clock`` (milliseconds since the epoch) stamps commits and drives offset expiry.  The
@@ -780,295 +765,6 @@ class GroupCoordinator:
             self._remove_member_and_rebalance(group, member, why)
             results.append(ErrorCode.NONE)
         return ErrorCode.NONE, results
-
-    # ------------------------------------------------------------------ offsets
-
-    def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
-                       entries: Sequence[OffsetCommitEntry], *, retention_ms: int = -1,
-                       api_version: int = 8, defer_fsync: bool = False) -> list[int]:
-        """Store offsets; an error code per entry, in order.
-
-        ``generation_id`` -1 with no member id is a commit outside group management (a
-        standalone consumer or the admin client), accepted while the group has no members.
-        ``retention_ms`` (v2-v4) >= 0 gives these offsets their own expiry time.
-
-        ``defer_fsync``: with fsync "always", return before the journal is fsynced; the caller
-        must wait for ``journal_synced()`` before answering.  The new offsets are served to
-        OffsetFetch meanwhile (a crash then can only take back offsets nobody was told were
-        committed).
-        """
-        self._timers.bind()
-        if self.loading(group_id):
-            return [CoordinatorLoadInProgressError.code] * len(entries)
-        errors, valid = self._existing_partitions(entries)
-        if not valid:
-            return errors
-        group = self._groups.get(group_id)
-        if group is None:
-            if generation_id >= 0:
-                # A member of a generation of a group that doesn't exist (v9+ has a name for it).
-                error = GroupIdNotFoundError.code if api_version >= 9 else IllegalGenerationError.code
-                return [error if i in valid else e for i, e in enumerate(errors)]
-            group = Group(group_id, state_timestamp_ms=self._clock())
-        error = check_offset_commit(group, generation_id, member_id, group_instance_id)
-        if error:
-            for i in valid:
-                errors[i] = error
-            return errors
-        now = self._clock()
-        expire = now + retention_ms if retention_ms >= 0 else None
-        to_store: dict[tuple[str, int], CommittedOffset] = {}
-        for i in valid:
-            entry = entries[i]
-            if entry.metadata is not None and len(entry.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
-                errors[i] = OffsetMetadataTooLargeError.code
-                continue
-            committed_at = entry.commit_timestamp_ms if entry.commit_timestamp_ms >= 0 else now
-            # Null metadata is stored as "" (Kafka's NoMetadata), so fetches return a string.
-            metadata = entry.metadata if entry.metadata is not None else ""
-            to_store[(entry.topic, entry.partition)] = CommittedOffset(entry.offset, entry.leader_epoch, metadata,
-                                                                       committed_at, expire)
-        if to_store:
-            try:
-                self._store.put_offsets(group_id, to_store, fsync=not defer_fsync)
-            except OSError:
-                logger.exception("group %s: could not write committed offsets", group_id)
-                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == ErrorCode.NONE else errors[i]
-                        for i in range(len(entries))]
-            group.offsets.update(to_store)
-            self._register(group)
-        member = group.members.get(member_id)
-        if member is not None:
-            self._schedule_session(group, member)
-        return errors
-
-    def _existing_partitions(self, entries: Sequence[OffsetCommitEntry]) -> tuple[list[int], list[int]]:
-        """An error code per entry (UNKNOWN_TOPIC_OR_PARTITION for a partition that does not
-        exist, else none yet) and the indexes of the entries whose partition exists."""
-        errors = [ErrorCode.NONE] * len(entries)
-        valid = []
-        for i, entry in enumerate(entries):
-            if self._topics.partition_exists(entry.topic, entry.partition):
-                valid.append(i)
-            else:
-                errors[i] = UnknownTopicOrPartitionError.code
-        return errors, valid
-
-    def commit_txn_offsets(self, group_id: str, producer_id: int, generation_id: int, member_id: str,
-                           group_instance_id: str | None, entries: Sequence[OffsetCommitEntry], *,
-                           defer_fsync: bool = False, producer_epoch: int = 0) -> list[int]:
-        """TxnOffsetCommit: stage offsets for the transaction of ``producer_id``; an error code per
-        entry.  The transaction coordinator has checked the producer and that the group is in its
-        transaction; here the group checks the member (v3+ send one) as for OffsetCommit.
-        ``defer_fsync``: as for ``commit_offsets``."""
-        self._timers.bind()
-        if self.loading(group_id):
-            return [CoordinatorLoadInProgressError.code] * len(entries)
-        errors, valid = self._existing_partitions(entries)
-        if not valid:
-            return errors
-        group = self._groups.get(group_id)
-        if group is None:
-            if generation_id >= 0:
-                return [IllegalGenerationError.code if i in valid else e for i, e in enumerate(errors)]
-            group = Group(group_id, state_timestamp_ms=self._clock())  # registered below, once it holds something
-        error = check_txn_offset_commit(group, generation_id, member_id, group_instance_id)
-        if error:
-            return [error if i in valid else e for i, e in enumerate(errors)]
-        now = self._clock()
-        staged: dict[tuple[str, int], CommittedOffset] = {}
-        for i in valid:
-            entry = entries[i]
-            if entry.metadata is not None and len(entry.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
-                errors[i] = OffsetMetadataTooLargeError.code
-                continue
-            staged[(entry.topic, entry.partition)] = CommittedOffset(entry.offset, entry.leader_epoch,
-                                                                     entry.metadata or "", now)
-        if staged:
-            try:
-                self._store.put_txn_offsets(group_id, producer_id, staged, fsync=not defer_fsync,
-                                            producer_epoch=producer_epoch)
-            except OSError:
-                logger.exception("group %s: could not write transactional offsets", group_id)
-                return [CoordinatorNotAvailableError.code if i in valid and errors[i] == ErrorCode.NONE else errors[i]
-                        for i in range(len(entries))]
-            group.pending_txn_offsets.setdefault(producer_id, {}).update(staged)
-            self._register(group)
-        member = group.members.get(member_id)
-        if member is not None:
-            self._schedule_session(group, member)
-        return errors
-
-    def end_txn_offsets(self, group_id: str, producer_id: int, commit: bool) -> None:
-        """The transaction of ``producer_id`` ended: its staged offsets become the group's
-        (commit) or are dropped (abort).  Idempotent: the coordinator may complete a transaction
-        again after a restart.  ``OSError`` when the journal can't be written (nothing changed)."""
-        group = self._groups.get(group_id)
-        if group is None or producer_id not in group.pending_txn_offsets:
-            return
-        staged = group.pending_txn_offsets[producer_id]
-        committed: dict[tuple[str, int], CommittedOffset] = {}
-        if commit:
-            # Offsets of a topic deleted meanwhile stay deleted.
-            live = {tp: c for tp, c in staged.items() if self._topics.partition_exists(*tp)}
-            committed = newer_txn_offsets(group.offsets, live)
-        stored = self._store.groups.get(group_id)
-        written = stored.pending.get(producer_id, {}) if stored is not None else {}
-        # Staged for a topic deleted since: the log's marker would commit them at the next replay.
-        gone = [tp for tp in written if not self._topics.partition_exists(*tp)] if commit else []
-        self._store.end_txn(group_id, producer_id, committed, commit=commit, deleted=gone)
-        del group.pending_txn_offsets[producer_id]
-        group.offsets.update(committed)
-        if committed:
-            logger.debug("group %s: transaction of producer %d committed %d offset(s)", group_id, producer_id,
-                         len(committed))
-        self._maybe_remove_empty(group)
-
-    def groups_with_staged_offsets(self, producer_id: int) -> list[str]:
-        """The groups holding offsets the transaction of ``producer_id`` staged."""
-        return sorted(g.group_id for g in self._groups.values() if producer_id in g.pending_txn_offsets)
-
-    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
-        """Partitions of the group with offsets staged by an open transaction."""
-        group = self._groups.get(group_id)
-        return group.pending_txn_partitions if group is not None else set()
-
-    def fetch_offsets(self, group_id: str,
-                      partitions: Iterable[tuple[str, int]] | None) -> list[tuple[str, int, CommittedOffset | None]]:
-        """Committed offsets of the partitions asked for (None: all the group has), None where none."""
-        group = self._groups.get(group_id)
-        offsets = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
-        if partitions is None:
-            return [(t, p, offsets[(t, p)]) for t, p in sorted(offsets)]
-        return [(t, p, offsets.get((t, p))) for t, p in partitions]
-
-    def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
-        """OffsetDelete: (group error, error per partition).  Offsets of topics members read stay."""
-        if not group_id:
-            return InvalidGroupIdError.code, {}
-        if self.loading(group_id):
-            return CoordinatorLoadInProgressError.code, {}
-        group = self._groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
-            return GroupIdNotFoundError.code, {}
-        if not group.is_(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            # Only the consumer protocol says which topics members read; other groups must be empty.
-            return NonEmptyGroupError.code, {}
-        results: dict[tuple[str, int], int] = {}
-        eligible = []
-        in_use = self.topics_in_use(group_id) if self.topics_in_use is not None else ()
-        for tp in partitions:
-            if not self._topics.partition_exists(*tp):
-                results[tp] = UnknownTopicOrPartitionError.code
-            elif tp[0] in in_use:
-                results[tp] = GroupSubscribedToTopicError.code
-            elif group.is_(GroupState.EMPTY):
-                eligible.append(tp)
-            elif group.is_subscribed_to(tp[0]):
-                results[tp] = GroupSubscribedToTopicError.code
-            else:
-                eligible.append(tp)
-        try:
-            self._store.delete_offsets(group_id, eligible)
-        except OSError:
-            logger.exception("group %s: could not record deleted offsets", group_id)
-            return CoordinatorNotAvailableError.code, {}
-        for tp in eligible:
-            group.offsets.pop(tp, None)
-            results[tp] = ErrorCode.NONE
-        self._maybe_remove_empty(group)
-        return ErrorCode.NONE, results
-
-    def on_topic_deleted(self, topic: str) -> int:
-        """Forget every group's offsets of a deleted topic (a new topic of that name starts over).
-        Groups of partitions still loading forget them when they are loaded."""
-        if self._loading:
-            self._deleted_while_loading.add(topic)
-        return self._forget_topic(topic, list(self._groups.values()))
-
-    def _forget_topic(self, topic: str, groups: list[Group]) -> int:
-        removed = 0
-        for group in groups:
-            for staged in group.pending_txn_offsets.values():
-                for tp in [tp for tp in staged if tp[0] == topic]:
-                    del staged[tp]  # the journal's txn_end lists what commits: these never will
-            gone = [tp for tp in group.offsets if tp[0] == topic]
-            if gone:
-                self._store.delete_offsets(group.group_id, gone)
-                for tp in gone:
-                    del group.offsets[tp]
-                removed += len(gone)
-                self._maybe_remove_empty(group)
-        return removed
-
-    def expire_offsets(self) -> int:
-        """Drop expired offsets (see ``retention``), then Empty groups left with nothing.
-
-        Runs every ``retention_check_interval_ms`` on the loop.  Returns how many offsets went.
-        """
-        now = self._clock()
-        removed = 0
-        for group in list(self._groups.values()):
-            expired = expired_partitions(group, now, self._config.offsets_retention_ms)
-            if expired and self.topics_in_use is not None:
-                in_use = self.topics_in_use(group.group_id)
-                expired = [tp for tp in expired if tp[0] not in in_use]
-            if expired:
-                self._store.delete_offsets(group.group_id, expired)
-                for tp in expired:
-                    del group.offsets[tp]
-                removed += len(expired)
-                logger.info("group %s: %d committed offset(s) expired", group.group_id, len(expired))
-            self._maybe_remove_empty(group)
-        if self.on_expiry_check is not None:
-            self.on_expiry_check()
-        return removed
-
-    # ------------------------------------------------------------------ admin
-
-    def describe_group(self, group_id: str) -> GroupDescription | None:
-        """The group's state and members; None if there is no such group."""
-        group = self._groups.get(group_id)
-        if group is None:
-            return None
-        stable = group.is_(GroupState.STABLE)
-        members = [MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                     m.metadata(group.protocol_name) if stable else b"",
-                                     m.assignment if stable else b"")
-                   for m in group.members.values()]
-        return GroupDescription(group.group_id, group.state.value, group.protocol_type or "",
-                                (group.protocol_name or "") if stable else "", members)
-
-    def list_groups(self, states: Collection[str] = (), types: Collection[str] = ()) -> list[GroupListing]:
-        """Every group, or those in one of ``states`` / of one of ``types`` (case-insensitive)."""
-        if types and GROUP_TYPE not in {t.lower() for t in types}:
-            return []
-        wanted = {s.lower() for s in states}
-        return [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-                for g in sorted(self._groups.values(), key=lambda g: g.group_id)
-                if not wanted or g.state.value.lower() in wanted]
-
-    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
-        """Delete empty groups with their offsets; an error per group id."""
-        results: dict[str, int] = {}
-        for group_id in dict.fromkeys(group_ids):
-            group = self._groups.get(group_id)
-            if self.loading(group_id):
-                results[group_id] = CoordinatorLoadInProgressError.code
-            elif group is None or group.is_(GroupState.DEAD):
-                results[group_id] = GroupIdNotFoundError.code
-            elif not group.is_(GroupState.EMPTY):
-                results[group_id] = NonEmptyGroupError.code
-            else:
-                try:
-                    self._remove_group(group)
-                except OSError:
-                    logger.exception("group %s: could not record its deletion", group_id)
-                    results[group_id] = CoordinatorNotAvailableError.code
-                    continue
-                logger.info("group %s deleted", group_id)
-                results[group_id] = ErrorCode.NONE
-        return results
 
     # ------------------------------------------------------------------ KIP-848 conversion
 
