@@ -600,7 +600,8 @@ def render_api_keys(apis: dict[int, dict]) -> str:
             "    request_header_versions: tuple[tuple[int, int, int], ...]",
             "    response_header_versions: tuple[tuple[int, int, int], ...]",
             "", "",
-            "API_INFO: dict[ApiKey, ApiInfo] = {"]
+            "# By api key (an ApiKey, or the plain int read from a frame).",
+            "API_INFO: dict[int, ApiInfo] = {"]
     for key in sorted(apis):
         req, resp = apis[key]["request"], apis[key]["response"]
         if req["validVersions"] != resp["validVersions"]:

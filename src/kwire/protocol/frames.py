@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
+from .compiler import Codec
 from .errors import DecodeError, ProtocolError, UnknownApiVersionError
 from .generated.api_keys import API_INFO, ApiInfo
 from .generated.headers import RequestHeader, ResponseHeader
@@ -22,13 +23,22 @@ from .message_base import Request, Response, request_class, response_class
 from .schema import REQUEST_NAMES
 from .splice import SpliceBuffer, SplicedBytes
 
+__all__ = [
+    "RequestHeader", "ResponseHeader", "correlation_id_of_response", "decode_request", "decode_request_header",
+    "decode_response", "encode_request", "encode_response", "encode_response_parts", "request_header_version",
+    "response_header_version",
+]
+
+# A frame body as the splitter or a socket hands it over.
+Buffer = bytes | bytearray | memoryview
+
 _SIZE = struct.Struct(">i")
 _HEADER_V1_FIXED = struct.Struct(">hhi")
 
 
 def _api_info(api_key: int) -> ApiInfo:
     try:
-        return API_INFO[api_key]  # type: ignore[index]
+        return API_INFO[api_key]
     except KeyError:
         raise UnknownApiVersionError(f"unknown api key {api_key}") from None
 
@@ -68,7 +78,7 @@ def encode_request(request: Request, version: int, correlation_id: int, client_i
 # Every request a broker serves asks for these two; bounded, since the key and version come
 # from the peer (or from a capture) and may be anything.
 @lru_cache(maxsize=4096)
-def _request_header_codec(api_key: int, api_version: int):
+def _request_header_codec(api_key: int, api_version: int) -> Codec:
     """The header codec for requests of this api key and version (header v1 for those kwire
     does not know)."""
     known = api_key in REQUEST_NAMES and request_class(api_key).SPEC.has_version(api_version)
@@ -76,11 +86,11 @@ def _request_header_codec(api_key: int, api_version: int):
 
 
 @lru_cache(maxsize=4096)
-def _response_header_codec(api_key: int, api_version: int):
+def _response_header_codec(api_key: int, api_version: int) -> Codec:
     return ResponseHeader.codec(response_header_version(api_key, api_version))
 
 
-def decode_request_header(frame) -> tuple[RequestHeader, int]:  # type: ignore[valid-type]
+def decode_request_header(frame: Buffer) -> tuple[RequestHeader, int]:
     """The header of a request frame body and the offset where the request body starts.
 
     Works for api keys and versions kwire does not know (so a broker can still answer them with
@@ -90,10 +100,11 @@ def decode_request_header(frame) -> tuple[RequestHeader, int]:  # type: ignore[v
     if len(frame) < 8:
         raise DecodeError(f"a request needs at least 8 bytes of header, got {len(frame)}", what="RequestHeader")
     api_key, api_version, _ = _HEADER_V1_FIXED.unpack_from(frame, 0)
-    return _request_header_codec(api_key, api_version).decode(frame, 0, strict=False)
+    header, offset = _request_header_codec(api_key, api_version).decode(frame, 0, strict=False)
+    return header, offset
 
 
-def decode_request(frame, *, strict: bool = True) -> tuple[RequestHeader, Request]:  # type: ignore[valid-type]
+def decode_request(frame: Buffer, *, strict: bool = True) -> tuple[RequestHeader, Request]:
     """Header and typed request from a frame body (no size prefix)."""
     header, offset = decode_request_header(frame)
     if header.request_api_key not in REQUEST_NAMES:
@@ -135,9 +146,9 @@ def encode_response_parts(response: Response, version: int, correlation_id: int)
     return out.parts() if out.splices else [bytes(out)]
 
 
-def decode_response(frame, api_key: int, version: int, *, strict: bool = True,
+def decode_response(frame: Buffer, api_key: int, version: int, *, strict: bool = True,
                     record_views: bool = False, forgive_null_arrays: bool = False
-                    ) -> tuple[ResponseHeader, Response]:  # type: ignore[valid-type]
+                    ) -> tuple[ResponseHeader, Response]:
     """Header and typed response from a frame body, given the request's api key and version.
 
     ``record_views``: ``records`` fields are memoryviews of ``frame`` rather than copies;
@@ -154,8 +165,9 @@ def decode_response(frame, api_key: int, version: int, *, strict: bool = True,
     return header, response
 
 
-def correlation_id_of_response(frame) -> int:
+def correlation_id_of_response(frame: Buffer) -> int:
     """The correlation id of a response frame body (the first field of every response header)."""
     if len(frame) < 4:
         raise DecodeError("a response needs at least 4 bytes", what="ResponseHeader")
-    return _SIZE.unpack_from(frame, 0)[0]
+    correlation_id: int = _SIZE.unpack_from(frame, 0)[0]
+    return correlation_id

@@ -204,7 +204,7 @@ def message_class(name: str) -> type[Message]:
 
 def _api(api_key: int) -> str:
     try:
-        return API_INFO[api_key].name  # type: ignore[index]
+        return API_INFO[api_key].name
     except KeyError:
         raise UnknownApiVersionError(f"unknown api key {api_key}") from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import keyword
 import re
 import uuid
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -54,7 +55,7 @@ class FieldSpec:
                  "default_text", "map_key", "flexible_override", "has_flexible_override",
                  "struct", "is_array", "element")
 
-    def __init__(self, d: dict, owner: str, parent: StructSpec | None = None):
+    def __init__(self, d: dict[str, Any], owner: str, parent: StructSpec | None = None):
         self.name: str = d["name"]
         self.attr: str = snake_case(self.name)
         self.type: str = d["type"]
@@ -92,7 +93,7 @@ class FieldSpec:
             return _in(self.flexible_override, v)
         return message_flexible
 
-    def default(self):
+    def default(self) -> Any:
         """A fresh default value (lists and structs are new objects each call)."""
         t = self.default_text
         if self.is_array:
@@ -105,7 +106,7 @@ class FieldSpec:
         return self.type
 
 
-def parse_default(type_name: str, text: str | None):
+def parse_default(type_name: str, text: str | None) -> Any:
     """A scalar default from the schema's text form."""
     if text == "null":
         return None
@@ -131,7 +132,7 @@ class StructSpec:
 
     __slots__ = ("name", "fields", "owner", "parent", "_class")
 
-    def __init__(self, name: str, fields: list[dict], owner: str, parent: StructSpec | None = None):
+    def __init__(self, name: str, fields: list[dict[str, Any]], owner: str, parent: StructSpec | None = None):
         self.name = name
         self.owner = owner
         self.parent = parent  # the struct whose field this is (None for a message body)
@@ -153,7 +154,7 @@ class StructSpec:
                 self._class = getattr(self.parent.python_class(), self.name)
         return self._class
 
-    def walk(self):
+    def walk(self) -> Iterator[StructSpec]:
         """This struct and every nested struct, depth first."""
         yield self
         for f in self.fields:
@@ -166,7 +167,7 @@ class MessageSpec:
 
     __slots__ = ("name", "kind", "api_key", "valid", "flexible", "struct")
 
-    def __init__(self, d: dict):
+    def __init__(self, d: dict[str, Any]):
         self.name: str = d["name"]
         self.kind: str = d["type"]  # request, response, header, data
         self.api_key: int | None = d.get("apiKey")
@@ -205,12 +206,12 @@ API_KEYS: tuple[int, ...] = tuple(sorted(REQUEST_NAMES))
 
 def api_name(api_key: int) -> str:
     """Kafka's API name for a key, e.g. 3 -> ``Metadata``."""
-    return API_INFO[api_key].name  # type: ignore[index]
+    return API_INFO[api_key].name
 
 
 def api_versions(api_key: int) -> Range:
     """(min, max) versions kwire speaks for an API key."""
-    info = API_INFO[api_key]  # type: ignore[index]
+    info = API_INFO[api_key]
     return (info.min_version, info.max_version)
 
 

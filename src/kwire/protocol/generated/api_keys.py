@@ -123,7 +123,8 @@ class ApiInfo(NamedTuple):
     response_header_versions: tuple[tuple[int, int, int], ...]
 
 
-API_INFO: dict[ApiKey, ApiInfo] = {
+# By api key (an ApiKey, or the plain int read from a frame).
+API_INFO: dict[int, ApiInfo] = {
     ApiKey.PRODUCE: ApiInfo(
         ApiKey.PRODUCE, "Produce", 0, 13,
         (9, 13), (9, 13),
