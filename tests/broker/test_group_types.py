@@ -4,6 +4,8 @@ Each refusal is Kafka's error, and the share group goes on working."""
 
 from __future__ import annotations
 
+from kwire.broker.config import load_config
+from kwire.broker.state import BrokerState
 from kwire.protocol import messages as M
 from kwire.protocol.errors import (
     GroupIdNotFoundError,
@@ -65,3 +67,22 @@ def test_a_share_group_does_not_take_a_consumer_groups_id(state):
     assert refused.error_code == GroupIdNotFoundError.code
     assert refused.error_message == "Group modern is not a share group."
     assert _join(state, "fresh").error_code != InconsistentGroupProtocolError.code  # no share group: joins as ever
+
+
+def test_a_share_group_keeps_its_id_across_a_restart(tmp_path):
+    """After a restart the share manager starts with the first share request; before it, the
+    group's ShareGroup* records in __consumer_offsets still hold the id."""
+    config = load_config(None, data_dir=tmp_path / "data", port=9092)
+    first = BrokerState(config)
+    try:
+        _share_group(first)
+    finally:
+        first.close()
+    again = BrokerState(config)
+    try:
+        assert getattr(again, "share", None) is None  # nothing has asked for share groups yet
+        joined = _join(again, "shared")
+        assert (joined.error_code, joined.member_id) == (InconsistentGroupProtocolError.code, "")
+        assert _consumer_heartbeat(again, "shared").error_code == GroupIdNotFoundError.code
+    finally:
+        again.close()

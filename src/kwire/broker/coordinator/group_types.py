@@ -33,7 +33,11 @@ def group_type(state: Any, group_id: str) -> str | None:
 
 
 def is_share_group(state: Any, group_id: str) -> bool:
-    """Whether a share group holds ``group_id`` (without starting the share manager if it is not
-    running: a broker that never saw a share group has none)."""
+    """Whether a share group holds ``group_id``, without starting the share manager: until a
+    share request starts it after a restart, the share groups are the ShareGroup* records the
+    group coordinator loaded from ``__consumer_offsets``."""
     share = getattr(state, "share", None)
-    return share is not None and share.groups.group(group_id) is not None
+    if share is not None:
+        return share.groups.group(group_id) is not None
+    store = getattr(state.coordinator, "store", None)
+    return store is not None and group_id in getattr(store, "share_groups", {})
