@@ -35,6 +35,7 @@ test-tools:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests tools benchmarks
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 pytest: $(STAMP) test-tools
 	$(PY) -m pytest -q
@@ -50,4 +51,4 @@ generate: $(STAMP)
 	$(PY) tools/gen_protocol.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
