@@ -289,6 +289,14 @@ def test_add_partitions_of_a_missing_partition_fails_the_whole_request(state):
     assert state.transactions.describe("tx").partitions == set()
 
 
+def test_an_internal_topic_cannot_be_added_to_a_transaction(state):
+    """Kafka leaves internal topics out of the ones it authorizes for AddPartitionsToTxn."""
+    _, pid, epoch = init(state, "tx")
+    assert add_partitions(state, "tx", pid, epoch, {"t": [0], "__consumer_offsets": [0]}) == {
+        ("t", 0): OperationNotAttemptedError.code, ("__consumer_offsets", 0): TopicAuthorizationFailedError.code}
+    assert state.transactions.describe("tx").partitions == set()
+
+
 # -- Produce of transactional data -------------------------------------------------------------
 @pytest.mark.parametrize("version", [3, 9, 11])
 def test_transactional_produce_needs_the_partition_in_the_transaction(state, version):

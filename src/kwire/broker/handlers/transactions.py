@@ -53,6 +53,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator import OffsetCommitEntry
+from ..topics import is_internal
 from ..transactions import EndTxnResult, TxnState
 from ..transactions.version import add_partitions_version, end_txn_version, txn_offset_commit_adds_group
 from .groups import answer_when_synced
@@ -122,8 +123,11 @@ def _add_partitions(ctx: RequestContext, tid: str | None, producer_id: int, prod
     else:
         refused: dict[tuple[str, int], int] = {}
         for topic, parts in wanted:
-            # A broker's request (v4+) was authorized by the client's Produce already.
-            may_write = v >= 4 or ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic)
+            # A broker's request (v4+) was authorized by the client's Produce already.  A client's
+            # may not add an internal topic: Kafka leaves those out of the topics it authorizes
+            # (KafkaApis.handleAddPartitionsToTxnRequest), so they are TOPIC_AUTHORIZATION_FAILED.
+            may_write = v >= 4 or (not is_internal(topic)
+                                   and ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic))
             for p in parts:
                 if not may_write:
                     refused[(topic, p)] = TopicAuthorizationFailedError.code
