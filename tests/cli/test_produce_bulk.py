@@ -71,3 +71,20 @@ def test_records_too_large_are_counted_with_the_first_error(broker, topic):
     assert "2 records failed" in line and "max.request.size (2000)" in line
     assert "2 of 4 records written" in result.stdout
     assert [r.value for b in stored(broker, topic) for r in b] == [b"small", b"small again"]
+
+
+def test_the_progress_line_counts_deliveries_only_when_it_shows_them(capsys):
+    progress = produce_cmd._Progress()
+    progress.enabled = True
+    asked = []
+
+    def delivered() -> int:
+        asked.append(1)
+        return 3
+
+    progress.next = float("inf")
+    progress.tick(5, delivered)
+    assert asked == [] and capsys.readouterr().err == ""
+    progress.next = 0
+    progress.tick(5, delivered)
+    assert asked == [1] and "5 sent, 3 delivered" in capsys.readouterr().err

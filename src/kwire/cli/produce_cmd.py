@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from .arg_types import delimiter
@@ -159,11 +159,12 @@ class _Progress:
         self.next = time.monotonic() + 0.5
         self.start = time.monotonic()
 
-    def tick(self, sent: int, delivered: int) -> None:
+    def tick(self, sent: int, delivered: Callable[[], int]) -> None:
         if self.enabled and time.monotonic() >= self.next:
             self.next += 0.5
-            rate = delivered / max(time.monotonic() - self.start, 1e-9)
-            print(f"\r{sent:,} sent, {delivered:,} delivered ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
+            count = delivered()  # counted only when shown: a long input makes many calls
+            rate = count / max(time.monotonic() - self.start, 1e-9)
+            print(f"\r{sent:,} sent, {count:,} delivered ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
 
     def done(self) -> None:
         if self.enabled and time.monotonic() - self.start >= 0.5:
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
                 deliveries.append(producer.produce_many(args.topic, values, keys, key=key, partition=args.partition,
                                                         headers=headers))
                 sent += len(values)
-                progress.tick(sent, sum(d.delivered for d in deliveries))
+                progress.tick(sent, lambda: sum(d.delivered for d in deliveries))
         except _BadLine as exc:
             bad_line = exc
         left = producer.flush(args.timeout)
