@@ -271,10 +271,9 @@ TOP = {top}
 
 
 def render(data: dict) -> str:
+    # The error table goes to generated/error_codes.py (render_error_codes), not here.
     body = pprint.pformat(data["messages"], width=110, sort_dicts=False, compact=True)
-    errors = pprint.pformat(data["errors"], width=110, compact=True)
-    return (HEADER.format(top=TOP) + f"MESSAGES: dict[str, dict[str, Any]] = {body}\n\n"
-            f"ERRORS: list[tuple[int, str, bool]] = {errors}\n")
+    return HEADER.format(top=TOP) + f"MESSAGES: dict[str, dict[str, Any]] = {body}\n"
 
 
 # ---------------------------------------------------------------- typed Python source

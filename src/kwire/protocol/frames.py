@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from .compiler import Codec
 from .errors import DecodeError, ProtocolError, UnknownApiVersionError
-from .generated.api_keys import API_INFO, ApiInfo
+from .generated.api_keys import API_INFO, ApiInfo, ApiKey
 from .generated.headers import RequestHeader, ResponseHeader
 from .message_base import Request, Response, request_class, response_class
 from .schema import REQUEST_NAMES
@@ -28,6 +28,10 @@ __all__ = [
     "decode_response", "encode_request", "encode_response", "encode_response_parts", "request_header_version",
     "response_header_version",
 ]
+
+# The names these api keys had here before ApiKey (kept for existing imports).
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
+CONTROLLED_SHUTDOWN_KEY = ApiKey.CONTROLLED_SHUTDOWN
 
 # A frame body as the splitter or a socket hands it over.
 Buffer = bytes | bytearray | memoryview
