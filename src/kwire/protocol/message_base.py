@@ -77,7 +77,6 @@ class Struct:
             return NotImplemented
         # _values reads every field at once (an attrgetter): encoders compare each field that a
         # version lacks with its default, so this runs for every struct of many responses.
-        assert isinstance(other, Struct)
         return self._values(self) == other._values(other) and (
             (self.unknown_tags or None) == (other.unknown_tags or None)
         )
