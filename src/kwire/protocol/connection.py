@@ -42,13 +42,26 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
-from .errors import DecodeError, ProtocolError, UnsupportedVersionError
-from .frames import decode_request, decode_request_header, decode_response, encode_request, encode_response_parts
+from .errors import DecodeError, ProtocolError
+from .frames import (
+    Buffer,
+    decode_request,
+    decode_request_header,
+    decode_response,
+    encode_request,
+    encode_response_parts,
+)
 from .framing import DEFAULT_MAX_FRAME_SIZE, FrameSplitter
-from .messages import Request, Response, request_class
-from .schema import REQUEST_NAMES, api_key_for
+from .generated.api_keys import ApiKey
+from .generated.error_codes import ErrorCode
+from .generated.headers import RequestHeader
+from .message_base import Request, Response, request_class
+from .messages import ApiVersionsResponse, ProduceRequest
+from .schema import REQUEST_NAMES
+from .splice import SplicedBytes
 
 __all__ = [
     "NEED_DATA",
@@ -72,10 +85,11 @@ __all__ = [
     "sasl_token_frame",
 ]
 
-PRODUCE = api_key_for("Produce")
-API_VERSIONS = api_key_for("ApiVersions")
-SASL_HANDSHAKE = api_key_for("SaslHandshake")
-_UNSUPPORTED_VERSION = UnsupportedVersionError.code
+# Plain ints: compared for every frame.
+PRODUCE = int(ApiKey.PRODUCE)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+_UNSUPPORTED_VERSION = int(ErrorCode.UNSUPPORTED_VERSION)
 
 # How many unanswered acks=0 correlation ids a client remembers.  A broker that does answer them
 # answers in order, long before a thousand more are sent; Kafka, which never answers, leaves the
@@ -102,16 +116,18 @@ class Event:
 
     __slots__ = ()
 
-    def _fields(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
+    def _fields(self) -> tuple[Any, ...]:
+        slots: tuple[str, ...] = self.__slots__
+        return tuple(getattr(self, name) for name in slots)
 
     def __eq__(self, other: object) -> bool:
-        return other.__class__ is self.__class__ and self._fields() == other._fields()  # type: ignore[attr-defined]
+        return isinstance(other, Event) and other.__class__ is self.__class__ and self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__
+        slots: tuple[str, ...] = self.__slots__
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in slots
                            if name not in ("frame", "header"))
         return f"{type(self).__name__}({fields})"
 
@@ -124,7 +140,8 @@ class RequestReceived(Event):
 
     __slots__ = ("frame", "header", "body_offset", "outstanding")
 
-    def __init__(self, frame, header, body_offset: int, outstanding: Outstanding | None = None):
+    def __init__(self, frame: Buffer, header: RequestHeader, body_offset: int,
+                 outstanding: Outstanding | None = None):
         self.frame = frame
         self.header = header
         self.body_offset = body_offset
@@ -133,15 +150,15 @@ class RequestReceived(Event):
 
     @property
     def api_key(self) -> int:
-        return self.header.request_api_key
+        return int(self.header.request_api_key)
 
     @property
     def api_version(self) -> int:
-        return self.header.request_api_version
+        return int(self.header.request_api_version)
 
     @property
     def correlation_id(self) -> int:
-        return self.header.correlation_id
+        return int(self.header.correlation_id)
 
     @property
     def known(self) -> bool:
@@ -161,7 +178,7 @@ class ResponseReceived(Event):
 
     __slots__ = ("frame", "outstanding")
 
-    def __init__(self, frame, outstanding: Outstanding):
+    def __init__(self, frame: Buffer, outstanding: Outstanding):
         self.frame = frame
         self.outstanding = outstanding
 
@@ -181,7 +198,7 @@ class ResponseReceived(Event):
     def context(self) -> Any:
         return self.outstanding.context
 
-    def decode(self, **options) -> Response:
+    def decode(self, **options: bool) -> Response:
         """The typed response; ApiVersions with the KIP-511 fallback (``decode_api_versions_response``).
         ``options`` go to ``decode_response`` (not for ApiVersions, which is read strictly)."""
         out = self.outstanding
@@ -196,7 +213,7 @@ class SaslTokenReceived(Event):
 
     __slots__ = ("token", "from_client", "context")
 
-    def __init__(self, token, from_client: bool, context: Any = None):
+    def __init__(self, token: Buffer, from_client: bool, context: Any = None):
         self.token = token
         self.from_client = from_client
         self.context = context
@@ -234,12 +251,12 @@ class FrameError(Event):
 
     __slots__ = ("error", "from_client", "frame")
 
-    def __init__(self, error: ProtocolError, from_client: bool | None, frame=None):
+    def __init__(self, error: ProtocolError, from_client: bool | None, frame: Buffer | None = None):
         self.error = error
         self.from_client = from_client
         self.frame = frame
 
-    def _fields(self) -> tuple:
+    def _fields(self) -> tuple[Any, ...]:
         return (str(self.error), self.from_client, self.frame)
 
 
@@ -265,8 +282,9 @@ class Outstanding:
         self.context = context
 
     def __eq__(self, other: object) -> bool:
-        return (other.__class__ is Outstanding and self.correlation_id == other.correlation_id  # type: ignore[attr-defined]
-                and self.api_key == other.api_key and self.api_version == other.api_version)  # type: ignore[attr-defined]
+        return (isinstance(other, Outstanding) and other.__class__ is Outstanding
+                and self.correlation_id == other.correlation_id and self.api_key == other.api_key
+                and self.api_version == other.api_version)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -280,7 +298,7 @@ def sasl_token_frame(token: bytes) -> bytes:
     return _INT32.pack(len(token)) + token
 
 
-def produce_acks(frame, offset: int, version: int) -> int | None:
+def produce_acks(frame: Buffer, offset: int, version: int) -> int | None:
     """The acks of a Produce request whose body starts at ``offset`` (None when unreadable):
     read without decoding the records.  The body starts with transactional_id (v3+; a compact
     string in flexible versions), then acks."""
@@ -299,18 +317,22 @@ def produce_acks(frame, offset: int, version: int) -> int | None:
                 offset += max(length - 1, 0)
             else:
                 offset += 2 + max(_INT16.unpack_from(frame, offset)[0], 0)
-        return _INT16.unpack_from(frame, offset)[0]
+        acks: int = _INT16.unpack_from(frame, offset)[0]
+        return acks
     except (IndexError, struct.error):
         return None
 
 
-def api_versions_error_code(frame) -> int | None:
+def api_versions_error_code(frame: Buffer) -> int | None:
     """The error code of an ApiVersions response frame (its header is always v0: the code
     follows the correlation id), None when too short."""
-    return _INT16.unpack_from(frame, 4)[0] if len(frame) >= 6 else None
+    if len(frame) < 6:
+        return None
+    code: int = _INT16.unpack_from(frame, 4)[0]
+    return code
 
 
-def decode_api_versions_response(frame, version: int) -> Response:
+def decode_api_versions_response(frame: Buffer, version: int) -> ApiVersionsResponse:
     """An ApiVersions response, read as KIP-511 has brokers write it: a broker that refuses the
     request's version (UNSUPPORTED_VERSION) answers in the v0 layout, which every client can
     read, so a refusal is read in v0 first; anything else in the request's version first, v0
@@ -319,24 +341,24 @@ def decode_api_versions_response(frame, version: int) -> Response:
     first_error: ProtocolError | None = None
     for layout in dict.fromkeys((0, version) if refused else (version, 0)):
         try:
-            return decode_response(frame, API_VERSIONS, layout)[1]
+            return cast(ApiVersionsResponse, decode_response(frame, API_VERSIONS, layout)[1])
         except ProtocolError as exc:
             first_error = first_error or exc
     assert first_error is not None
     raise first_error
 
 
-def api_versions_retry(response: Response, version: int) -> int | None:
+def api_versions_retry(response: ApiVersionsResponse, version: int) -> int | None:
     """After an ApiVersions answer at ``version``: the version to ask again in (KIP-511: the
     broker refused ours and named its newest in its v0 answer; v0 when it named none), or None
     when this answer stands."""
     if response.error_code != _UNSUPPORTED_VERSION or version <= 0:
         return None
-    theirs = {k.api_key: k.max_version for k in response.api_keys or ()}.get(API_VERSIONS, 0)
+    theirs: int = {k.api_key: k.max_version for k in response.api_keys or ()}.get(API_VERSIONS, 0)
     return max(min(theirs, version - 1), 0)
 
 
-def read_request(frame, outstanding: Outstanding | None = None) -> RequestReceived | FrameError:
+def read_request(frame: Buffer, outstanding: Outstanding | None = None) -> RequestReceived | FrameError:
     """A request frame on its own (no connection state): its header read, or why it cannot be."""
     try:
         header, offset = decode_request_header(frame)
@@ -350,9 +372,9 @@ class _Framing:
 
     __slots__ = ("framing", "_frames", "_ended", "_error")
 
-    def __init__(self, max_frame_size: int, reserve=None, reuse_frames: int = 0):
+    def __init__(self, max_frame_size: int, reserve: Callable[[int], bool] | None = None, reuse_frames: int = 0):
         self.framing = FrameSplitter(max_frame_size, reserve=reserve, reuse_frames=reuse_frames)
-        self._frames: deque = deque()
+        self._frames: deque[Buffer | FrameError] = deque()
         self._ended: ConnectionClosed | None = None
         self._error: FrameError | None = None
 
@@ -372,7 +394,7 @@ class _Framing:
     def _peer_is_client(self) -> bool:
         raise NotImplementedError
 
-    def receive_data(self, data) -> None:
+    def receive_data(self, data: Buffer) -> None:
         """Bytes from the peer; ``b""``: the peer ended its side."""
         if self._ended is not None or self._error is not None:
             return
@@ -399,8 +421,8 @@ class _Framing:
             return NEED_DATA
         if self._frames:
             frame = self._frames.popleft()
-            event = frame if frame.__class__ is FrameError else self._event_for(frame)
-            if event.__class__ is FrameError:
+            event = frame if isinstance(frame, FrameError) else self._event_for(frame)
+            if isinstance(event, FrameError):
                 self._error = event
                 self._frames.clear()
             return event
@@ -410,7 +432,7 @@ class _Framing:
             return ended
         return NEED_DATA
 
-    def _event_for(self, frame) -> Event:
+    def _event_for(self, frame: Buffer) -> Event:
         raise NotImplementedError
 
 
@@ -478,7 +500,7 @@ class ClientConnection(_Framing):
         frame = encode_request(request, version, cid, self.client_id)
         key = request.API_KEY
         if expect_response is None:
-            expect_response = not (key == PRODUCE and request.acks == 0)
+            expect_response = not (key == PRODUCE and cast(ProduceRequest, request).acks == 0)
         if expect_response:
             self._pending[cid] = Outstanding(cid, key, version, context)
         else:
@@ -494,17 +516,17 @@ class ClientConnection(_Framing):
         self._token_out = True
         return sasl_token_frame(token)
 
-    def _event_for(self, frame) -> Event:
+    def _event_for(self, frame: Buffer) -> Event:
         return self.response_event(frame)
 
-    def response_event(self, frame) -> Event:
+    def response_event(self, frame: Buffer) -> Event:
         """What a response frame is (for drivers that take frames from ``framing`` themselves)."""
         if self._token_out:  # SaslHandshake v0: a bare token, no response header
             self._token_out = False
             return SaslTokenReceived(frame, False)
         if len(frame) < 4:
             return FrameError(DecodeError("a response needs at least 4 bytes", what="ResponseHeader"), False, frame)
-        cid = _INT32.unpack_from(frame, 0)[0]
+        cid: int = _INT32.unpack_from(frame, 0)[0]
         if cid in self._unawaited:
             del self._unawaited[cid]
             return UnawaitedResponse(cid)
@@ -532,7 +554,8 @@ class ServerConnection(_Framing):
 
     __slots__ = ("_raw",)
 
-    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, reserve=None):
+    def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 reserve: Callable[[int], bool] | None = None):
         super().__init__(max_frame_size, reserve=reserve)
         self._raw = False
 
@@ -544,10 +567,10 @@ class ServerConnection(_Framing):
         """Frames are bare SASL tokens (a SaslHandshake v0 was accepted, the login is not over)."""
         return self._raw
 
-    def _event_for(self, frame) -> Event:
+    def _event_for(self, frame: Buffer) -> Event:
         return self.request_event(frame)
 
-    def request_event(self, frame) -> Event:
+    def request_event(self, frame: Buffer) -> Event:
         """What a request frame is, in the connection's state now (for drivers that queue the
         frames of ``framing`` themselves and take them one at a time)."""
         if self._raw:
@@ -558,11 +581,11 @@ class ServerConnection(_Framing):
             return FrameError(exc, True, frame)
         return RequestReceived(frame, header, offset)
 
-    def send_response(self, response: Response, version: int, correlation_id: int) -> list:
+    def send_response(self, response: Response, version: int, correlation_id: int) -> list[bytes | SplicedBytes]:
         """The response frame's pieces (``encode_response_parts``)."""
         parts = encode_response_parts(response, version, correlation_id)
         if response.API_KEY == SASL_HANDSHAKE:
-            self.response_sent(SASL_HANDSHAKE, version, response.error_code)
+            self.response_sent(SASL_HANDSHAKE, version, getattr(response, "error_code", 0))
         return parts
 
     def response_sent(self, api_key: int, version: int, error_code: int) -> None:
@@ -612,16 +635,16 @@ class ObserverConnection:
         self._events: deque[Event] = deque()
 
     # -- bytes ----------------------------------------------------------------------------------
-    def receive_data(self, data, *, from_client: bool) -> None:
+    def receive_data(self, data: Buffer, *, from_client: bool) -> None:
         """Bytes of one direction, in the order they were seen; ``b""``: that side ended."""
         splitter = self._splitters[from_client]
         if not data:
             self._events.append(ConnectionClosed(from_client, splitter.buffered))
             return
+        frames: list[bytes] = []
         try:
             frames = splitter.feed(data)
         except ProtocolError as exc:
-            frames = []
             self._events.append(FrameError(exc, from_client))
         take = self.request_frame if from_client else self.response_frame
         for frame in frames:
@@ -631,7 +654,7 @@ class ObserverConnection:
         return self._events.popleft() if self._events else NEED_DATA
 
     # -- frames ---------------------------------------------------------------------------------
-    def request_frame(self, frame) -> list[Event]:
+    def request_frame(self, frame: Buffer) -> list[Event]:
         """The events of a client frame: a request (tracked unless no response is expected),
         or a bare SASL token; before it, requests it leaves unanswered."""
         events: list[Event] = []
@@ -647,13 +670,13 @@ class ObserverConnection:
                 return events
             self.lost_place(events)  # a real request: the SASL exchange is over
         event = read_request(frame)
-        if event.__class__ is FrameError:
+        if isinstance(event, FrameError):
             events.append(event)
             return events
         if event.expects_response:
             header = event.header
-            cid = header.correlation_id
-            out = event.outstanding = Outstanding(cid, header.request_api_key, header.request_api_version)
+            cid = int(header.correlation_id)
+            out = event.outstanding = Outstanding(cid, int(header.request_api_key), int(header.request_api_version))
             in_flight = self.in_flight
             old = in_flight.pop(cid, None)
             if old is not None:  # the correlation id was reused while waiting: the first lost its answer
@@ -664,7 +687,7 @@ class ObserverConnection:
         events.append(event)
         return events
 
-    def response_frame(self, frame) -> list[Event]:
+    def response_frame(self, frame: Buffer) -> list[Event]:
         """The events of a server frame: the response paired with its request (requests sent
         before it unanswered), a SASL token, or ``FrameError`` for a response nothing waits for."""
         if self._tokens:  # the server's answer to a bare SASL token
@@ -672,8 +695,8 @@ class ObserverConnection:
         in_flight = self.in_flight
         out = in_flight.get(_INT32.unpack_from(frame, 0)[0]) if len(frame) >= 4 else None
         if out is None:
-            cid = _INT32.unpack_from(frame, 0)[0] if len(frame) >= 4 and not self.sasl_tokens else -1
-            return [FrameError(DecodeError(f"a response to correlation id {cid}, which no request waits for",
+            orphan: int = _INT32.unpack_from(frame, 0)[0] if len(frame) >= 4 and not self.sasl_tokens else -1
+            return [FrameError(DecodeError(f"a response to correlation id {orphan}, which no request waits for",
                                            what="ResponseHeader"), False, frame)]
         events: list[Event] = []
         cid = out.correlation_id
