@@ -3,10 +3,10 @@
 Each exposes the analyzer's tables as the views of ``rules.INPUT_VIEWS`` and runs SQL text; the
 rules and the aggregation are the same text for both (``rules.run_rules``).
 
-* ``DuckDBEngine``: an in-process DuckDB over Arrow tables.  ``LocalTables`` gathers the rows
-  ``kwire analyze`` makes (exchanges streamed into Arrow batches of the columns the rules read,
-  so memory holds a few columns per exchange, not the exchanges) and hands them to it.  DuckDB
-  and pyarrow are imported only when the findings are computed.
+* ``DuckDBEngine``: an in-process DuckDB.  ``LocalTables`` loads the rows ``kwire analyze`` makes
+  into it (exchanges streamed in batches, only the columns the rules read).  DuckDB and NumPy are
+  imported only when an analysis starts (not by ``import kwire.analyze``), and pyarrow (with the
+  pandas it loads when installed) not at all.
 * ``SparkEngine``: the tables as DataFrames, registered as temporary views of the session.
 """
 
@@ -22,43 +22,34 @@ from .tables import SCHEMAS
 __all__ = ["INSTALL_HINT", "DuckDBEngine", "EngineUnavailable", "LocalTables", "SparkEngine", "local_findings", "spark_findings"]
 
 INSTALL_HINT = "pip install 'kwire[analyze]'"
-_BATCH_ROWS = 65_536  # exchange rows per Arrow batch
+_BATCH_ROWS = 65_536  # exchange rows gathered before they go into DuckDB
+_SQL_TYPES = {"string": "VARCHAR", "int32": "INTEGER", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN",
+              "list<string>": "VARCHAR[]", "list<int64>": "BIGINT[]"}
 
 
 class EngineUnavailable(RuntimeError):
-    """DuckDB or pyarrow, which the local findings need, is not installed."""
+    """DuckDB or NumPy, which the local findings need, is not installed."""
 
 
 def _imports():
     try:
         import duckdb
-        import pyarrow
+        import numpy
     except ImportError as e:
-        raise EngineUnavailable(f"the findings need DuckDB and pyarrow ({e.name} is not installed: "
+        raise EngineUnavailable(f"the findings need DuckDB and NumPy ({e.name} is not installed: "
                                 f"{INSTALL_HINT})") from e
-    return duckdb, pyarrow
-
-
-def _arrow_schema(pa, view: str):
-    """The Arrow schema of a view's columns, named as the table names them."""
-    from .export import arrow_type
-
-    table, columns = INPUT_VIEWS[view]
-    return pa.schema([(source, arrow_type(SCHEMAS[table][source])) for source in columns.values()])
+    return duckdb, numpy
 
 
 class DuckDBEngine:
-    """The rules on one machine: the four tables as Arrow tables, queried by an in-memory DuckDB."""
+    """The rules on one machine: an in-memory DuckDB holding the four tables (``tables.SCHEMAS``'
+    names, at least the columns the rules read), seen through the rules' views."""
 
-    def __init__(self, tables: Mapping[str, Any]):
-        """``tables``: table name (``tables.SCHEMAS``) -> pyarrow Table holding at least the columns
-        the rules read."""
-        duckdb, _ = _imports()
-        self._con = duckdb.connect(":memory:")
+    def __init__(self, con):
+        self._con = con
         for view, (table, columns) in INPUT_VIEWS.items():
-            self._con.register(f"{view}_source", tables[table])
             select = ", ".join(f'"{source}" AS {name}' for name, source in columns.items())
-            self._con.execute(f"CREATE VIEW {view} AS SELECT {select} FROM {view}_source")
+            con.execute(f'CREATE OR REPLACE VIEW {view} AS SELECT {select} FROM "{table}"')
 
     def query(self, sql: str) -> list[dict[str, Any]]:
         cursor = self._con.execute(sql)
@@ -68,55 +59,71 @@ class DuckDBEngine:
     def materialize(self, name: str, sql: str) -> None:
         self._con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
 
-    def close(self) -> None:
-        self._con.close()
-
 
 class LocalTables:
-    """The rows of one ``kwire analyze`` run, gathered for ``DuckDBEngine``.
+    """The rows of one ``kwire analyze`` run, loaded into an in-memory DuckDB for the rules.
 
-    Exchanges come one at a time (``add_exchange``) and are kept as Arrow batches of the columns
-    the rules read; the smaller tables are passed whole to ``findings``.
+    Exchanges come one at a time (``add_exchange``) and go into DuckDB in batches, as columns
+    (NumPy object arrays, which DuckDB scans without pyarrow or pandas), holding only the columns
+    the rules read; DuckDB keeps them compressed, so memory grows by a few bytes per exchange, not by
+    the exchanges.  The smaller tables are passed whole to ``findings``.
     """
 
     def __init__(self):
-        self._duckdb, self._pa = _imports()
-        self._schemas = {view: _arrow_schema(self._pa, view) for view in INPUT_VIEWS}
-        self._exchange_columns = list(INPUT_VIEWS["kw_exchanges"][1].values())
+        duckdb, self._np = _imports()
+        self._con = duckdb.connect(":memory:")
+        self._columns: dict[str, dict[str, str]] = {}  # table -> column -> SCHEMAS type, the rules' only
+        for table, columns in INPUT_VIEWS.values():
+            types = {source: SCHEMAS[table][source] for source in columns.values()}
+            self._columns[table] = types
+            ddl = ", ".join(f'"{c}" {_SQL_TYPES[t]}' for c, t in types.items())
+            self._con.execute(f'CREATE TABLE "{table}" ({ddl})')
+        self._rows = dict.fromkeys(self._columns, 0)
         self._pending: list[Mapping[str, Any]] = []
-        self._batches: list = []
 
     def add_exchange(self, row: Mapping[str, Any]) -> None:
         """Take one ``exchanges`` row (``tables.exchange_row``)."""
         self._pending.append(row)
         if len(self._pending) >= _BATCH_ROWS:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._pending:
-            schema = self._schemas["kw_exchanges"]
-            self._batches.append(self._pa.RecordBatch.from_pylist(self._pending, schema=schema))
+            self._insert("exchanges", self._pending)
             self._pending = []
 
-    def _table(self, view: str, rows: Iterable[Mapping[str, Any]]):
-        return self._pa.Table.from_pylist(list(rows), schema=self._schemas[view])
+    def _insert(self, table: str, rows: list[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        np = self._np
+        types = self._columns[table]
+        arrays = {}
+        for column, kind in types.items():
+            values = [r.get(column) for r in rows]
+            if kind.startswith("list<"):  # element by element: equal-length lists would make a 2-D array
+                array = np.empty(len(values), dtype=object)
+                for i, value in enumerate(values):
+                    array[i] = value
+            else:
+                array = np.array(values, dtype=object)
+            arrays[column] = array
+        self._con.register("incoming", arrays)
+        try:
+            casts = ", ".join(f'CAST("{c}" AS {_SQL_TYPES[t]})' for c, t in types.items())
+            self._con.execute(f'INSERT INTO "{table}" SELECT {casts} FROM incoming')
+        finally:
+            self._con.unregister("incoming")
+        self._rows[table] += len(rows)
 
     def findings(self, commits: Iterable[Mapping[str, Any]], group_events: Iterable[Mapping[str, Any]],
                  connections: Iterable[Mapping[str, Any]], thresholds: Thresholds | None = None) -> list[Finding]:
         """Every finding of the exchanges taken so far and the three other tables."""
-        self._flush()
-        exchanges = self._pa.Table.from_batches(self._batches, schema=self._schemas["kw_exchanges"])
-        tables = {
-            "exchanges": exchanges, "offset_commits": self._table("kw_commits", commits),
-            "group_events": self._table("kw_group_events", group_events),
-            "connections": self._table("kw_connections", connections),
-        }
-        empty = frozenset(view for view, (table, _) in INPUT_VIEWS.items() if not tables[table].num_rows)
-        engine = DuckDBEngine(tables)
-        try:
-            return run_rules(engine, thresholds, empty=empty)
-        finally:
-            engine.close()
+        self._insert("exchanges", self._pending)
+        self._pending = []
+        self._insert("offset_commits", list(commits))
+        self._insert("group_events", list(group_events))
+        self._insert("connections", list(connections))
+        empty = frozenset(view for view, (table, _) in INPUT_VIEWS.items() if not self._rows[table])
+        return run_rules(DuckDBEngine(self._con), thresholds, empty=empty)
+
+    def close(self) -> None:
+        self._con.close()
 
 
 def local_findings(exchanges: Iterable[Mapping[str, Any]] = (), commits: Iterable[Mapping[str, Any]] = (),
@@ -124,9 +131,12 @@ def local_findings(exchanges: Iterable[Mapping[str, Any]] = (), commits: Iterabl
                    thresholds: Thresholds | None = None) -> list[Finding]:
     """Every finding of the four tables' rows, computed by DuckDB (what ``kwire analyze`` gives)."""
     tables = LocalTables()
-    for row in exchanges:
-        tables.add_exchange(row)
-    return tables.findings(commits, group_events, connections, thresholds)
+    try:
+        for row in exchanges:
+            tables.add_exchange(row)
+        return tables.findings(commits, group_events, connections, thresholds)
+    finally:
+        tables.close()
 
 
 class SparkEngine:
@@ -141,14 +151,19 @@ class SparkEngine:
         self._views: list[str] = []
         for view, (table, columns) in INPUT_VIEWS.items():
             df = tables[table].select(*[F.col(source).alias(name) for name, source in columns.items()])
+            # Computed once and cut from its lineage (the decoding, the renumbering joins): the rules
+            # read each view several times, and planning that whole lineage under every read made
+            # the evidence query's plan take minutes.
+            df = df.localCheckpoint()
             df.createOrReplaceTempView(view)
+            self._cached.append(df)
             self._views.append(view)
 
     def query(self, sql: str) -> list[dict[str, Any]]:
         return [row.asDict() for row in self._spark.sql(sql).collect()]
 
     def materialize(self, name: str, sql: str) -> None:
-        df = self._spark.sql(sql).cache()  # read by three queries
+        df = self._spark.sql(sql).localCheckpoint()  # computed once, read by three queries
         self._cached.append(df)
         df.createOrReplaceTempView(name)
         self._views.append(name)

@@ -3,7 +3,7 @@
 ``analyze_captures(paths, options)`` decodes each capture with ``analyzer.CaptureDecoder`` and
 passes every exchange once through everything that needs it - the ``Summary``, the
 ``exchanges`` table the findings read (``engines.LocalTables``: the dozen columns the rules use,
-in Arrow batches), the ``offset_commits`` / ``group_events`` tables, and the optional JSON lines
+loaded into DuckDB in batches), the ``offset_commits`` / ``group_events`` tables, and the optional JSON lines
 and Parquet writers - then drops it.  The findings are then computed by DuckDB over the tables
 (``rules``, the same SQL ``kwire analyze --spark`` runs).  Memory is bounded by the open
 connections, the summary's counters, the group tables (one row per committed partition and per
@@ -138,6 +138,7 @@ def analyze_captures(paths: Sequence[str | os.PathLike], options: AnalyzeOptions
             tables.write_many("connections", decoder.connections)
             tables.write_many("findings", (f.to_row() for f in analysis.findings))
     finally:
+        rule_tables.close()
         if tables is not None:
             tables.close()
         analysis.seconds = time.monotonic() - started
