@@ -66,7 +66,7 @@ VersionRange = tuple[int, int]
 # A TLS record starts with its content type (0x15 alert, 0x16 handshake) and major version 3; a Kafka
 # response starts with a size, which would then be over 350 MB.
 _TLS_RECORD_TYPES = (0x15, 0x16)
-_HANDSHAKE_APIS = (ApiKey.API_VERSIONS, 17, 36)  # ApiVersions, SaslHandshake, SaslAuthenticate
+_HANDSHAKE_APIS = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 # How long a closing connection with acks=0 requests behind it waits for the broker to close its side.
 _LINGER_SECONDS = 5.0
 
