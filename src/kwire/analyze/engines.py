@@ -13,6 +13,7 @@ rules and the aggregation are the same text for both (``rules.run_rules``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from .findings import Finding, Thresholds
@@ -93,9 +94,12 @@ class LocalTables:
             return
         np = self._np
         types = self._columns[table]
+        try:  # rows made by ``tables`` carry every column: picked in C, one tuple per row
+            picked = list(map(itemgetter(*types), rows))
+        except KeyError:
+            picked = [tuple(r.get(c) for c in types) for r in rows]
         arrays = {}
-        for column, kind in types.items():
-            values = [r.get(column) for r in rows]
+        for (column, kind), values in zip(types.items(), zip(*picked, strict=True), strict=True):
             if kind.startswith("list<"):  # element by element: equal-length lists would make a 2-D array
                 array = np.empty(len(values), dtype=object)
                 for i, value in enumerate(values):
