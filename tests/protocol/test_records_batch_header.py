@@ -85,3 +85,14 @@ def test_write_crc_repairs_a_changed_covered_byte_and_refuses_what_is_not_a_batc
     short = data[:-1]
     with pytest.raises(CorruptRecordError, match="runs past the buffer"):
         v2.write_crc(short)
+
+
+def test_build_batch_gives_back_the_batch_its_header_and_records_came_from() -> None:
+    data = _batch()
+    header = v2.read_header(data)
+    assert v2.batch_size(data) == len(data)
+    # The length and CRC it is given are not used: they are computed.
+    rebuilt = v2.build_batch(header._replace(batch_length=0, crc=0), data[v2.HEADER_SIZE:])
+    assert bytes(rebuilt) == data
+    changed = v2.build_batch(header._replace(base_offset=99), data[v2.HEADER_SIZE:])
+    assert RecordBatch(bytes(changed)).base_offset == 99  # and its CRC checks

@@ -36,15 +36,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from crc32c import crc32c
-
 from kwire.protocol.primitives import varint, varlong
-from kwire.protocol.records import (
+from kwire.protocol.records import ControlRecordType, RecordBatch, compress
+from kwire.protocol.records.batch_header import (
+    COMPRESSION_MASK,
+    CONTROL_BIT,
     DELETE_HORIZON_BIT,
-    HEADER_STRUCT,
-    ControlRecordType,
-    RecordBatch,
-    compress,
+    TRANSACTIONAL_BIT,
+    RecordBatchHeader,
+    build_batch,
 )
 
 from .offset_map import OffsetMap
@@ -52,12 +52,6 @@ from .txn_index import AbortedTxn
 
 __all__ = ["BatchFilter", "TransactionTracker", "FilterStats", "encode_batch", "empty_batch"]
 
-_CRC_AT = 17
-_ATTRIBUTES_AT = 21
-_TIMESTAMP_TYPE_BIT = 0x08
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
-_COMPRESSION_MASK = 0x07
 
 
 class TransactionTracker:
@@ -198,11 +192,13 @@ class BatchFilter:
         # batch's base offset and base timestamp, which stay) into a batch of the same codec.
         stats.batches_rewritten += 1
         payload = b"".join([buf[spans[i]:spans[i + 1]] for i in range(0, len(spans), 2)])
-        codec = h[5] & _COMPRESSION_MASK
+        codec = h.compression_codec
         if codec:
             payload = compress(codec, payload)
-        max_ts = h[8] if h[5] & _TIMESTAMP_TYPE_BIT else h[7] + max_ts_delta  # LogAppendTime: the batch's time
-        return _pack(h[0], batch, h[5], h[6], h[7], max_ts, kept, payload, producer=True)
+        # LogAppendTime: every record has the batch's time.
+        max_ts = h.max_timestamp if h.is_log_append_time else h.base_timestamp + max_ts_delta
+        return _pack(h.base_offset, batch, h.attributes, h.last_offset_delta, h.base_timestamp, max_ts, kept, payload,
+                     producer=True)
 
     def _retain_empty(self, batch: RecordBatch) -> bool:
         """Kafka's isBatchLastRecordOfProducer: the batch holding an active producer's last
@@ -284,7 +280,7 @@ def encode_batch(original: RecordBatch, records: Sequence[tuple], *, delete_hori
         body += (varint(len(rec)), rec)
         max_ts = max(max_ts, timestamp)
     payload = b"".join(body)
-    codec = original.attributes & _COMPRESSION_MASK
+    codec = original.attributes & COMPRESSION_MASK
     if codec:
         payload = compress(codec, payload)
     if original.timestamp_type == 1:  # LogAppendTime: every record has the batch's time
@@ -297,9 +293,9 @@ def empty_batch(original: RecordBatch, *, keep_producer: bool = True) -> bytes:
     """A batch with ``original``'s offsets and no record (Kafka's writeEmptyHeader): what stays of
     a producer's last batch, or fills the end of a cleaned segment.  ``keep_producer=False``
     drops the producer fields and the transactional/control bits (a filler owned by nobody)."""
-    attributes = original.attributes & ~(_COMPRESSION_MASK | DELETE_HORIZON_BIT)
+    attributes = original.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_BIT)
     if not keep_producer:
-        attributes &= ~(_TRANSACTIONAL_BIT | _CONTROL_BIT)
+        attributes &= ~(TRANSACTIONAL_BIT | CONTROL_BIT)
     ts = original.max_timestamp
     return _pack(original.base_offset, original, attributes, original.last_offset_delta, ts, ts, 0, b"",
                  producer=keep_producer)
@@ -309,9 +305,5 @@ def _pack(base_offset: int, original: RecordBatch, attributes: int, last_offset_
           max_ts: int, count: int, payload: bytes, *, producer: bool) -> bytes:
     pid, epoch, seq = (original.producer_id, original.producer_epoch, original.base_sequence) if producer \
         else (-1, -1, -1)
-    header = bytearray(HEADER_STRUCT.pack(base_offset, HEADER_STRUCT.size - 12 + len(payload),
-                                          original.partition_leader_epoch, 2, 0, attributes, last_offset_delta,
-                                          base_ts, max_ts, pid, epoch, seq, count))
-    crc = crc32c(payload, crc32c(bytes(header[_ATTRIBUTES_AT:])))
-    header[_CRC_AT:_ATTRIBUTES_AT] = crc.to_bytes(4, "big")
-    return bytes(header) + payload
+    return bytes(build_batch(RecordBatchHeader(base_offset, 0, original.partition_leader_epoch, 2, 0, attributes,
+                                               last_offset_delta, base_ts, max_ts, pid, epoch, seq, count), payload))

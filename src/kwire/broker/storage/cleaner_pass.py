@@ -11,13 +11,13 @@ work out of the broker process's GIL.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kwire.protocol.errors import KafkaStorageError
-from kwire.protocol.records import HEADER_SIZE, RecordBatch
+from kwire.protocol.records import HEADER_SIZE, LOG_OVERHEAD, RecordBatch
+from kwire.protocol.records.batch_header import batch_size
 
 from ._files import CLEANED_SUFFIX, pread_exact, segment_path
 from .batch_filter import BatchFilter, FilterStats, TransactionTracker, empty_batch
@@ -29,7 +29,6 @@ from .txn_index import AbortedTxn
 
 __all__ = ["CleanAborted", "CleanJob", "CleanPass", "PassResult", "SegmentInfo", "Output"]
 
-_PREFIX = struct.Struct(">qi")
 
 
 class CleanAborted(Exception):
@@ -115,13 +114,13 @@ class Output:
 def _batches(fd: int, size: int, chunk: int) -> Iterator[memoryview]:
     """The raw batches of a segment file, read ``chunk`` bytes at a time (a bigger batch whole)."""
     pos, buf, buf_start = 0, memoryview(b""), 0
-    while pos + 12 <= size:
+    while pos + LOG_OVERHEAD <= size:
         off = pos - buf_start
-        if off + 12 > len(buf):
+        if off + LOG_OVERHEAD > len(buf):
             buf, buf_start, off = memoryview(pread_exact(fd, min(chunk, size - pos), pos)), pos, 0
-        n = _PREFIX.unpack_from(buf, off)[1] + 12
+        n = batch_size(buf, off)
         if n < HEADER_SIZE or pos + n > size:
-            raise KafkaStorageError(f"bad batch length {n - 12} at position {pos}")
+            raise KafkaStorageError(f"bad batch length {n - LOG_OVERHEAD} at position {pos}")
         if off + n > len(buf):
             buf, buf_start, off = memoryview(pread_exact(fd, min(max(chunk, n), size - pos), pos)), pos, 0
         yield buf[off:off + n]

@@ -10,10 +10,9 @@ compressed and stay as they are.
 
 from __future__ import annotations
 
-from crc32c import crc32c
-
 from kwire.protocol.errors import CorruptMessageError, CorruptRecordError, MessageTooLargeError
-from kwire.protocol.records import HEADER_SIZE, HEADER_STRUCT, Compression, compress, decompress
+from kwire.protocol.records import HEADER_SIZE, Compression, compress, decompress
+from kwire.protocol.records.batch_header import COMPRESSION_MASK, build_batch, read_attributes, read_header
 
 from .batch_header import BatchHeader
 
@@ -26,10 +25,6 @@ CODECS: dict[str, Compression] = {
     "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD,
 }
 
-_CODEC_MASK = 0x07
-_CRC_AT, _ATTRIBUTES_AT = 17, 21  # the CRC covers from the attributes to the end
-_LENGTH_BEFORE = 12  # base offset and length: not counted in the batch length
-_CRC_FIELD, _LENGTH_FIELD, _ATTRIBUTES_FIELD = 4, 1, 5
 
 
 def target_codec(compression_type: str) -> Compression | None:
@@ -45,15 +40,15 @@ def recompress(data: bytes | bytearray | memoryview, headers: list[BatchHeader],
 
     Raises CorruptMessageError for records that do not decompress, MessageTooLargeError for a
     rebuilt batch over max.message.bytes (Kafka checks the batch as stored too)."""
-    if all(h.is_control or data[h.position + _ATTRIBUTES_AT + 1] & _CODEC_MASK == codec for h in headers):
+    if all(h.is_control or read_attributes(data, h.position) & COMPRESSION_MASK == codec for h in headers):
         return None
     view = memoryview(data)
     out = bytearray()
     rebuilt: list[BatchHeader] = []
     for h in headers:
         start, end = h.position, h.position + h.size
-        fields = list(HEADER_STRUCT.unpack_from(view, start))
-        current = fields[_ATTRIBUTES_FIELD] & _CODEC_MASK
+        fields = read_header(view, start)
+        current = fields.compression_codec
         if h.is_control or current == codec:
             rebuilt.append(h._replace(position=len(out)))
             out += view[start:end]
@@ -67,13 +62,7 @@ def recompress(data: bytes | bytearray | memoryview, headers: list[BatchHeader],
         if size > max_message_bytes:
             raise MessageTooLargeError(f"batch at position {start} is {size} bytes stored in {codec.name.lower()}, "
                                        f"over max.message.bytes {max_message_bytes}")
-        fields[_LENGTH_FIELD] = size - _LENGTH_BEFORE
-        fields[_ATTRIBUTES_FIELD] = (fields[_ATTRIBUTES_FIELD] & ~_CODEC_MASK) | codec
-        fields[_CRC_FIELD] = 0
         at = len(out)
-        out += HEADER_STRUCT.pack(*fields)
-        out += section
-        crc = crc32c(memoryview(out)[at + _ATTRIBUTES_AT:])
-        out[at + _CRC_AT:at + _ATTRIBUTES_AT] = crc.to_bytes(4, "big")
+        out += build_batch(fields._replace(attributes=(fields.attributes & ~COMPRESSION_MASK) | codec), section)
         rebuilt.append(h._replace(position=at, size=size))
     return out, rebuilt

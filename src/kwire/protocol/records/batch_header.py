@@ -15,7 +15,8 @@ setting LogAppendTime (attributes and maxTimestamp are covered).  Every message 
 
 Reading: ``read_header(buf, pos)`` gives a ``RecordBatchHeader`` (a tuple of the thirteen fields
 in layout order, with names and the derived values); hot loops that need one field read it with
-the ``read_*`` functions.  Nothing here validates a batch: ``RecordBatch`` does (length, magic,
+the ``read_*`` functions and ``batch_size``.  Building: ``build_batch`` puts a header (its length
+and CRC computed) before a records section.  Nothing here validates a batch: ``RecordBatch`` does (length, magic,
 CRC), on top of this view.  Writing: ``rewrite_base_offset``, ``set_log_append_time``,
 ``write_crc``.
 """
@@ -179,6 +180,22 @@ def read_header(buf, pos: int = 0) -> RecordBatchHeader:
 #: fields every format starts with.  The struct's own method: walks over many batches call it
 #: once a batch, with no Python frame.
 read_prefix = _PREFIX.unpack_from
+
+
+def batch_size(buf, pos: int = 0) -> int:
+    """Bytes of the whole batch at ``pos`` (any magic: offset and size lead every format), from
+    its length prefix alone."""
+    return _PREFIX.unpack_from(buf, pos)[1] + LOG_OVERHEAD
+
+
+def build_batch(header: RecordBatchHeader, records) -> bytearray:
+    """A whole v2 batch: ``header``'s fields and the records section ``records`` after it.  The
+    header's batch_length and crc are not used: they are computed from ``records``."""
+    out = bytearray(HEADER_STRUCT.pack(header[0], HEADER_SIZE - LOG_OVERHEAD + len(records), header[2], header[3], 0,
+                                       *header[5:]))
+    out += records
+    _UINT32.pack_into(out, CRC_AT, crc32c(memoryview(out)[ATTRIBUTES_AT:]))
+    return out
 
 
 def read_last_offset_delta(buf, pos: int = 0) -> int:
