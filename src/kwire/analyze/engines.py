@@ -72,7 +72,9 @@ class LocalTables:
 
     def __init__(self):
         duckdb, self._np = _imports()
-        self._con = duckdb.connect(":memory:")
+        # One thread: the rules' queries take a fraction of a second next to the decoding, and more
+        # threads only add their start-up and spinning to a small run.
+        self._con = duckdb.connect(":memory:", config={"threads": 1})
         self._columns: dict[str, dict[str, str]] = {}  # table -> column -> SCHEMAS type, the rules' only
         for table, columns in INPUT_VIEWS.values():
             types = {source: SCHEMAS[table][source] for source in columns.values()}
