@@ -9,10 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-try:  # the typed codec's home of the structs' base class
-    from .message_base import Struct
-except ImportError:  # before it: the compiler's
-    from .compiler import Struct
+from .message_base import Struct
 
 __all__ = ["to_jsonable"]
 
