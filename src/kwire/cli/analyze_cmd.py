@@ -29,7 +29,8 @@ protocols:
 
 output:
   The summary (APIs with latency percentiles, connections, errors, top topics, partitions and
-  collections, findings with their frame numbers, warnings) goes to stdout.
+  collections, findings with their frame numbers, warnings) goes to stdout.  The findings are SQL
+  rules run by DuckDB (pip install 'kwire[analyze]'); with --spark the same rules run in Spark SQL.
   --json          writes one JSON object per exchange (JSON lines) to stdout instead, and the
                   summary to stderr; --json=FILE writes them to FILE (the summary stays on stdout).
                   Put --json after the captures or use --json=FILE: "--json x.pcap" would take
