@@ -11,9 +11,13 @@ at frames tshark confirms are OffsetCommit requests.
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections import Counter, defaultdict
 from functools import cache
 
+import confluent_kafka
 import pytest
 
 from kwire.analyze.analyzer import AnalyzeOptions, decode_captures
@@ -22,7 +26,7 @@ from kwire.analyze.session import analyze_captures
 from kwire.analyze.tables import commit_rows
 from kwire.protocol import error_name
 
-from .realcap import ON_MOCK, RUN_IDS, RUNS, run_scenario, tshark_pdus
+from .realcap import ON_MOCK, RUN_IDS, RUNS, capture, run_scenario, tshark_pdus
 
 CONSUMING = {"confluent", "kafka-python", "kcat", "seed", "kafka-python-2.0"}
 
@@ -225,3 +229,53 @@ def test_normal_traffic_gives_no_warning_finding():
     assert len({r["generation"] for r in joins if r["group"] == "normal-billing" and r["generation"]}) >= 2
     serious = [f"[{f.severity}] {f.kind}: {f.message}" for f in analysis.findings if f.severity != "info"]
     assert serious == []
+
+
+def test_a_client_reconnecting_in_a_loop_is_a_reconnect_storm(tmp_path):
+    """The other side of the normal-traffic test: one real client (confluent-kafka) whose server
+    accepts each connection, reads the first request and closes without a byte back.  librdkafka
+    reconnects over and over (reconnect.backoff.ms 50 ms, at most 200 ms): one host, one client id,
+    many failed connections - reconnect_storm, naming that client id."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+    accepted = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # the accept timeout: look at stop again
+                continue
+            accepted.append(conn)
+            conn.settimeout(2)
+            try:
+                conn.recv(4096)  # the client's first request (ApiVersions), never answered
+            except OSError:
+                pass
+            conn.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    path = tmp_path / "loop.pcap"
+    try:
+        with capture([port], path, "tcpdump"):
+            producer = confluent_kafka.Producer({
+                "bootstrap.servers": f"127.0.0.1:{port}", "client.id": "looping-producer",
+                "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200, "log_level": 0})
+            deadline = time.monotonic() + 30
+            while len(accepted) < 15 and time.monotonic() < deadline:
+                producer.poll(0.1)
+            del producer
+    finally:
+        stop.set()
+        server.join(timeout=5)
+        listener.close()
+    assert len(accepted) >= 15, len(accepted)
+    analysis = analyze_captures([path], AnalyzeOptions(kafka_ports=frozenset({port})))
+    (storm,) = [f for f in analysis.findings if f.kind == "reconnect_storm"]
+    assert storm.severity == "warning" and storm.count >= 10
+    assert storm.client == "127.0.0.1" and "(client 'looping-producer')" in storm.message
