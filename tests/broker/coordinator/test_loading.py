@@ -2,9 +2,9 @@
 __consumer_offsets or __transaction_state loads, requests for its groups or transactional ids get
 COORDINATOR_LOAD_IN_PROGRESS (heartbeats are answered blindly, FindCoordinator answers), and once
 it is loaded they are served from what it holds.  The load is held by an executor the test runs by
-hand (no sleeps).  Each test runs twice: with the loads on the event loop (small partitions, the
-usual case: ``HeldExecutor.schedule`` holds those turns of the loop) and in the worker (every
-partition counted as large)."""
+hand (no sleeps).  Each test runs twice: with a partition a client asks for loaded on the event
+loop (a small one, the usual case: ``HeldExecutor.schedule`` holds those turns of the loop) and
+with every partition counted as too large for that (all in the worker)."""
 
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def data(tmp_path):
 
 @pytest.fixture(params=["on the loop", "in the worker"], autouse=True)
 def where(request, monkeypatch) -> str:
-    """Where the loads run: the data dirs here are small (loaded on the loop), unless every
-    partition counts as large."""
+    """Where a partition asked for is loaded: the data dirs here are small (on the loop), unless
+    every partition counts as large (in the worker, next)."""
     if request.param == "in the worker":
         monkeypatch.setattr(loader, "INLINE_BYTES", -1)
     return request.param
@@ -253,15 +253,14 @@ def test_each_partition_is_served_once_it_is_loaded(data, where):
         assert call(state, messages.ListGroupsRequest(), 4).error_code == NONE
         assert executor.shut_down is False  # (an executor given is the caller's to shut down)
         assert state.loader.done.is_set() and not state.loader.failed
-        # Where they ran: every load (the group partitions and the transaction state) on the
-        # loop's turns, or every one in the worker.
-        assert state.loader.inline_loads == (len(order) + 1 if where == "on the loop" else 0)
+        # The later ones asked for while the worker held the second: loaded on the loop's turns.
+        assert state.loader.inline_loads == (len(order) - 2 if where == "on the loop" else 0)
     finally:
         state.close()
     assert executor.shut_down
 
 
-def test_a_partition_a_client_asks_for_is_loaded_next(data):
+def test_a_partition_a_client_asks_for_is_loaded_next(data, where):
     data_dir, groups, _ = data
     state, executor = _loading_state(data_dir)
     try:
@@ -269,10 +268,15 @@ def test_a_partition_a_client_asks_for_is_loaded_next(data):
         asked = next(g for g in groups if state.coordinator.store.partition_of(g) == order[-1])
         expected = {g: {("t", 0): 10 + i, ("t", 1): 20 + i} for i, g in enumerate(groups[:3])}.get(asked, {})
         assert _fetch(state, asked) == (LOADING, {})
-        executor.run_next()  # the lowest partition's load, under way before the request
-        executor.run_next()  # then the one asked for, before the others
+        # The lowest partition's load, under way in the worker before the request; then the one
+        # asked for: on the loop's next turn (held too), or the worker's next.
+        assert [fn.__name__ for _, fn, _ in executor.jobs] == (
+            ["read_partition", "<lambda>"] if where == "on the loop" else ["read_partition"])
+        executor.run_next()
+        executor.run_next()
         assert _fetch(state, asked) == (NONE, expected)
         assert state.coordinator.loading_partitions == order[1:-1]
+        assert state.loader.inline_loads == (1 if where == "on the loop" else 0)
     finally:
         state.close()
 

@@ -155,6 +155,8 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         # Told the group ids of each partition loaded after start, and each offset expiry check
         # (KIP-848 groups start their members' sessions, and drop empty groups without offsets).
         self.on_groups_loaded: Callable[[list[str]], None] | None = None
+        # Told a loading partition a request was first refused for (the loader loads it next).
+        self.on_wanted: Callable[[int], None] | None = None
         self.on_expiry_check: Callable[[], None] | None = None
         self._load()
 
@@ -203,7 +205,10 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         if partition is None or partition in self._loading:
             self.load_refusals += 1
             if partition is not None:
-                self._wanted.add(partition)  # the loader loads it next
+                if partition not in self._wanted:
+                    self._wanted.add(partition)  # the loader loads it next
+                    if self.on_wanted is not None:
+                        self.on_wanted(partition)
             return True
         return False
 

@@ -7,25 +7,27 @@ answered COORDINATOR_LOAD_IN_PROGRESS (FindCoordinator still answers), which cli
 kwire does the same, so a restart does not wait for up to 100 partitions to be opened and
 replayed before the broker accepts connections:
 
-* each ``__consumer_offsets`` partition with a log is replayed (opening its log, which the log
-  manager left unopened after a clean shutdown) and installed into the group coordinator on the
-  event loop (``GroupCoordinator.load_partition``): from then on its groups are served;
-* ``__transaction_state`` is replayed too, and installed once every group partition is
-  (``TransactionCoordinator.install_state``): completing a transaction a crash left half done
-  ends the offsets it staged in its groups, so they must be there first.
+* each ``__consumer_offsets`` partition with a log is replayed in a worker (opening its log, which
+  the log manager left unopened after a clean shutdown) and installed into the group
+  coordinator on the event loop (``GroupCoordinator.load_partition``): from then on its groups
+  are served;
+* ``__transaction_state`` is replayed in the worker too, and installed once every group
+  partition is (``TransactionCoordinator.install_state``): completing a transaction a crash
+  left half done ends the offsets it staged in its groups, so they must be there first.
 
-Where a load runs depends on its size on disk.  A small one (up to ``inline_bytes`` of log, the
-usual case: a test suite's groups take a few KiB per partition) is replayed on the event loop
-itself, one per turn of the loop (``schedule``), so the requests that came meanwhile are served
-between two of them; it costs about a millisecond.  A worker thread would not be faster: the
-replay is Python and holds the GIL, and the loop and the worker handed the GIL to each other at
-every system call of the load, which made a partition that loads in 1 ms take 20 ms while a
-client asked again every 0.5 ms.  A larger one is replayed in a worker thread (started when first
-needed), so a big partition does not stall the loop, and installed on the loop (``post``).
+One worker thread (started when there is something to load), one partition at a time, in
+order.  A partition a client asked for while it loads (its request answered
+COORDINATOR_LOAD_IN_PROGRESS, which the coordinator tells ``wanted``) does not wait for the
+worker: if it is small (up to ``inline_bytes`` of log, the usual case: a test suite's groups take
+a few KiB per partition) and not being read in the worker already, it is replayed and installed
+on the event loop's next turn (``schedule``), about a millisecond; a larger one is the worker's
+next.  So a restarted suite's group is served at its client's first retry.  The other
+partitions stay in the worker rather than on the loop: measured on the 50-group restart, loading
+them all on the loop's turns delayed the first requests more than the worker's competition for
+the GIL did (benchmarks/RESULTS.md, 2026-11-27 second session, H21).
 
-One load at a time, in order except that a partition a client asked for goes next.  A partition
-that fails to load is logged and stays loading (its requests keep getting the retriable error)
-rather than being served empty.
+A partition that fails to load is logged and stays loading (its requests keep getting the
+retriable error) rather than being served empty.
 
 Tests give an ``executor`` and a ``schedule`` they run by hand and a ``post`` that runs at once,
 to hold the load at any point.
@@ -42,9 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kwire.protocol.coordinator_records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-
-from ..storage.log import parse_partition_dir
+from kwire.protocol.coordinator_records import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from ..transactions import TransactionCoordinator
@@ -54,7 +54,8 @@ __all__ = ["INLINE_BYTES", "CoordinatorLoader", "Executor"]
 
 logger = logging.getLogger("kwire.broker.coordinator.loader")
 
-# The largest load replayed on the event loop: ~256 KiB of commit records replay in a few ms.
+# The largest partition a client asked for that is replayed on the event loop: ~256 KiB of
+# commit records replay in a few ms.
 INLINE_BYTES = 256 * 1024
 
 
@@ -79,11 +80,11 @@ class CoordinatorLoader:
     """Loads what ``groups`` and ``transactions`` (built with ``load=False``) still have to load.
 
     ``post(fn)`` runs ``fn`` on the event loop from another thread (``loop.call_soon_threadsafe``):
-    a worker's results are installed there, where the handlers run, so the coordinators need no
-    locks.  ``schedule(fn)`` runs ``fn`` on the loop's next turn (``loop.call_soon``; default:
-    ``post``).  ``data_dir`` holds the partitions' directories, sized to choose where each load
-    runs (None: every load in the worker); ``inline_bytes`` the most replayed on the loop
-    (default ``INLINE_BYTES``).
+    the worker's results are installed there, where the handlers run, so the coordinators need
+    no locks.  ``schedule(fn)`` runs ``fn`` on the loop's next turn (``loop.call_soon``; default:
+    ``post``).  ``data_dir`` holds the partitions' directories, sized to choose whether a
+    partition asked for is loaded on the loop (None: never); ``inline_bytes`` the most loaded
+    there (default ``INLINE_BYTES``).
     """
 
     def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, *,
@@ -105,10 +106,11 @@ class CoordinatorLoader:
         # Held while a load runs on the loop: close() (the broker's stop runs it in another
         # thread while the loop goes on) waits for it before the logs it reads close.
         self._inline = threading.RLock()
-        self._remaining: list[int] = []
+        self._remaining: list[int] = []  # not started, in order
+        self._reading = False  # a load is in the worker
         self._txn_to_read = False
         self._started: float | None = None
-        self.inline_loads = 0  # loads run on the event loop (the others in the worker), for tests and stats
+        self.inline_loads = 0  # partitions asked for that were loaded on the loop, for tests and stats
         self.failed: list[str] = []  # what could not be loaded (logged), for tests
         self.done = threading.Event()  # set once everything is installed (or failed)
 
@@ -121,35 +123,56 @@ class CoordinatorLoader:
         self._txn_to_read = self._transactions.loading()
         self._pending = len(self._remaining) + self._txn_to_read
         if not self._remaining and self._txn_to_read and not self._transactions.state_on_disk():
-            # Nothing stored (a new data dir): nothing to schedule, the broker is ready at once.
+            # Nothing stored (a new data dir): no worker thread, the broker is ready at once.
             self._txn_to_read = False
             self._pending -= 1
             self._transactions.install_state({})
         if not self._pending:
             self._finished()
+            return
+        self._groups.on_wanted = self.wanted
+        for partition in self._groups.wanted_partitions():  # (asked for before the loader started)
+            self.wanted(partition)
         self._next()
 
+    def wanted(self, partition: int) -> None:
+        """(On the event loop) a client was refused for a group of ``partition``: loaded on the
+        loop's next turn if it is small and not being read already, else the worker's next."""
+        if self._closed or partition not in self._remaining or self._data_dir is None:
+            return
+        if _log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{partition}") > self._inline_bytes:
+            return  # (the worker takes it next: _next prefers what is wanted)
+        self._remaining.remove(partition)
+        self._schedule(lambda: self._load_inline(partition))
+
+    def _load_inline(self, partition: int) -> None:
+        """(On the event loop, a turn of its own) a small partition read and installed at once."""
+        with self._inline:
+            if self._closed:
+                return
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            try:
+                future.set_result(self._groups.store.read_partition(partition))
+            except Exception as exc:  # noqa: BLE001 - handled as a worker's failure
+                future.set_exception(exc)
+            self.inline_loads += 1
+            self._group_partition_read(future)
+
     def _next(self) -> None:
-        """(On the event loop) start the next load, one at a time so the next can be chosen when
-        it starts: the partition of a group a client asked for while loading first (a restarted
-        test suite's group is served after one partition's load, not after all of them), else
-        the lowest; the transaction state last."""
-        if self._closed:
+        """(On the event loop) the next load into the worker, one at a time so the next can be
+        chosen when it starts: a partition a client asked for (too large for the loop), else the
+        lowest; the transaction state last."""
+        if self._closed or self._reading:
             return
         if self._remaining:
             wanted = self._groups.wanted_partitions()
             partition = min((p for p in self._remaining if p in wanted), default=self._remaining[0])
             self._remaining.remove(partition)
-            size = self._bytes_of(OFFSETS_TOPIC, partition)
             fn, then, args = self._groups.store.read_partition, self._group_partition_read, (partition,)
         elif self._txn_to_read:
             self._txn_to_read = False
-            size = self._bytes_of(TRANSACTION_STATE_TOPIC)
             fn, then, args = self._transactions.read_state, self._txn_state_read, ()
         else:
-            return
-        if size <= self._inline_bytes:
-            self._schedule(lambda: self._run_inline(fn, then, args))
             return
         with self._lock:
             if self._closed:
@@ -162,40 +185,21 @@ class CoordinatorLoader:
             future = executor.submit(fn, *args)
         except RuntimeError:  # shut down meanwhile (the broker closes)
             return
+        self._reading = True
         future.add_done_callback(lambda f: self._hand_over(then, f))
-
-    def _bytes_of(self, topic: str, partition: int | None = None) -> int:
-        """The log bytes of a partition (every partition of ``topic`` for None) on disk."""
-        if self._data_dir is None:
-            return self._inline_bytes + 1
-        if partition is not None:
-            return _log_bytes(self._data_dir / f"{topic}-{partition}")
-        with os.scandir(self._data_dir) as entries:
-            dirs = [e.path for e in entries if (parse_partition_dir(e.name) or ("",))[0] == topic]
-        return sum(_log_bytes(Path(d)) for d in dirs)
-
-    def _run_inline(self, fn: Callable[..., Any], then: Callable[[concurrent.futures.Future], None],
-                    args: tuple) -> None:
-        """(On the event loop, a turn of its own) one small load read and installed at once."""
-        with self._inline:
-            if self._closed:
-                return
-            future: concurrent.futures.Future = concurrent.futures.Future()
-            try:
-                future.set_result(fn(*args))
-            except Exception as exc:  # noqa: BLE001 - handled as a worker's failure
-                future.set_exception(exc)
-            self.inline_loads += 1
-            then(future)
 
     def _hand_over(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
         """(In the worker) the result to the event loop; nothing once the broker closes."""
         if future.cancelled() or self._closed:
             return
         try:
-            self._post(lambda: then(future))
+            self._post(lambda: self._from_worker(then, future))
         except RuntimeError:  # the loop is closed: the broker stopped meanwhile
             pass
+
+    def _from_worker(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
+        self._reading = False
+        then(future)
 
     def _group_partition_read(self, future: concurrent.futures.Future) -> None:
         exc = future.exception()
@@ -215,8 +219,8 @@ class CoordinatorLoader:
 
     def _handled(self) -> None:
         """(On the event loop) one load handled: the transactions once the groups are all in.
-        The next load starts from here, so the loop takes its turn (the requests that came
-        meanwhile) between two loads."""
+        The next load is submitted from here, so the worker waits while the loop takes its
+        turn (the requests that came meanwhile) between two partitions."""
         self._pending -= 1
         self._next()
         if (self._txn_state is not None and not self._closed and not self._groups.loading_partitions
@@ -231,6 +235,7 @@ class CoordinatorLoader:
             self._finished()
 
     def _finished(self) -> None:
+        self._groups.on_wanted = None
         with self._lock:
             executor, own = self._executor, self._own_executor
         if own and executor is not None:
@@ -246,7 +251,7 @@ class CoordinatorLoader:
         self.failed.append(f"{what}: {exc}")
 
     def close(self) -> None:
-        """Stop loading: a load under way in the worker finishes, the rest is dropped."""
+        """Stop loading: the partition being read finishes, the rest is dropped."""
         with self._lock:
             self._closed = True
             executor = self._executor
