@@ -9,7 +9,8 @@ Layers, each usable alone, from the file up:
 * ``streams``: ``TcpCapture`` / ``iter_tcp_events`` / ``iter_tcp_streams`` chain the three.
 * ``kafka`` / ``mongo``: one flow per connection, stream events in, ``exchange.Exchange``s out.
 * ``analyzer``: ``CaptureDecoder`` picks each connection's protocol and drives its flow.
-* ``tables`` / ``findings``: the rows every output shares, and the rules run on them.
+* ``tables`` / ``findings`` / ``rules`` / ``engines``: the rows every output shares; the findings,
+  each rule defined once as SQL, run by DuckDB on one machine and by Spark SQL with ``--spark``.
 * ``session``: ``analyze_captures`` (what ``kwire analyze`` runs), with ``summary``,
   ``export`` (JSON lines, Parquet) and ``report_html``; ``spark_job`` does the same on Spark.
 * ``pcapwrite``: ``PcapWriter`` / ``PcapngWriter`` and packet builders (tests, exports).
