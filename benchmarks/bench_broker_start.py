@@ -3,6 +3,8 @@
     python benchmarks/bench_broker_start.py                  # --base 1ef9ef2, 10 runs of each; ~1 minute
     python benchmarks/bench_broker_start.py --base HEAD~5 --runs 20 --json
     python benchmarks/bench_broker_start.py --current HEAD   # a commit instead of the working tree
+    python benchmarks/bench_broker_start.py --base HEAD --current HEAD --cases restart --groups 50 \
+        --base-set kwire.broker.coordinator.loader.INLINE_BYTES=-1  # one tree, a setting against its default
 
 The base's ``src`` is extracted with ``git archive REV src`` into a temp dir; the current tree is
 this repository's ``src`` as it is on disk (``--current worktree``, the default, uncommitted
@@ -56,6 +58,11 @@ t0 = time.perf_counter()
 import kwire.broker
 from kwire.broker import EmbeddedBroker
 t1 = time.perf_counter()
+if os.environ.get("KWIRE_BENCH_SET"):  # --base-set: one module constant of this tree changed
+    import importlib
+    target, value = os.environ["KWIRE_BENCH_SET"].split("=", 1)
+    module, attr = target.rsplit(".", 1)
+    setattr(importlib.import_module(module), attr, int(value))
 mode, data_dir = sys.argv[1], sys.argv[2]
 
 
@@ -200,8 +207,11 @@ def extract(rev: str, into: Path) -> Path:
     return src
 
 
-def run_child(src: Path, args: list[str], cwd: Path, timeout: float = 120) -> dict:
+def run_child(src: Path, args: list[str], cwd: Path, timeout: float = 120, setting: str | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src)}
+    env.pop("KWIRE_BENCH_SET", None)
+    if setting:
+        env["KWIRE_BENCH_SET"] = setting
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the warm-up run writes the .pyc files
     out = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=cwd, env=env, capture_output=True, text=True,
                          timeout=timeout)
@@ -282,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
                                                               "case's data dir (default 5)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of its topic (default 4)")
     parser.add_argument("--cases", default="embedded,restart,process", help="cases to run (default all)")
+    parser.add_argument("--base-set", metavar="MODULE.NAME=INT",
+                        help="in the base's embedded runs, set this integer constant after the import (to "
+                             "compare one setting of a tree with its default: --base REV --current REV)")
     parser.add_argument("--json", action="store_true", help="every run's figures as JSON instead of the table")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -291,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "load_start": os.getloadavg()[0],
             "base": git("rev-parse", "--short", args.base), "runs": args.runs, "groups": args.groups,
             "partitions": args.partitions, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    if args.base_set:
+        meta["base"] += f" with {args.base_set}"
     try:
         trees: dict[str, Path] = {"base": extract(args.base, work / "base")}
         if args.current == "worktree":
@@ -324,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
             if case == "process":
                 return process_run(trees[name], scratch, work)
             extra = [last_loaded_group(args.groups)] if case == "restart" and args.groups else []
-            return run_child(trees[name], ["embedded", str(scratch), *extra], work)
+            return run_child(trees[name], ["embedded", str(scratch), *extra], work,
+                             setting=args.base_set if name == "base" else None)
 
         for case in cases:
             for name in trees:
@@ -341,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.rmtree(scratch, ignore_errors=True)
                     shutil.copytree(templates[name], scratch)
                     checks[name] = run_child(trees[name], ["check", str(scratch), str(args.partitions),
-                                                           str(args.groups)], work)["wrong"]
+                                                           str(args.groups)], work,
+                                             setting=args.base_set if name == "base" else None)["wrong"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     meta["load_end"] = os.getloadavg()[0]
