@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kwire.protocol import messages
 from kwire.protocol.configs import ConfigResourceType
+from kwire.protocol.errors import ErrorCode
 
 from .types import TopicPartition
 
@@ -43,7 +44,7 @@ async def delete_records(admin: AsyncAdmin, before: Mapping[TopicPartition | tup
                          timeout: float | None) -> dict[TopicPartition, int]:
     """Delete each partition's records before the offset (-1: all, up to the high watermark), on
     its leader; the new low watermark by partition."""
-    from .admin import UNKNOWN_TOPIC_OR_PARTITION, _Batch, _broker_error, _check_partition_known, _partition
+    from .admin import _Batch, _broker_error, _check_partition_known, _partition
 
     wanted = {TopicPartition(*tp): int(offset) for tp, offset in before.items()}
     batch: _Batch[TopicPartition, int] = _Batch(sorted(wanted), _partition)
@@ -60,7 +61,7 @@ async def delete_records(admin: AsyncAdmin, before: Mapping[TopicPartition | tup
                 tp = TopicPartition(t.name, p.partition_index)
                 if p.error_code:
                     batch.fail(tp, _broker_error(p.error_code, _partition(tp)),
-                               final=p.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                               final=p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 else:
                     batch.succeed(tp, p.low_watermark)
 

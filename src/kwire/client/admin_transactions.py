@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kwire.protocol import messages
+from kwire.protocol.errors import ErrorCode
 
 from .types import TopicPartition
 
@@ -128,7 +129,7 @@ async def abort_transaction(admin: AsyncAdmin, partition: TopicPartition | tuple
     (WriteTxnMarkers, as Kafka's Admin.abortTransaction): for a transaction its coordinator lost,
     which holds the partition's last stable offset back.  The producer id and epoch are those
     DescribeProducers shows for the partition."""
-    from .admin import UNKNOWN_TOPIC_OR_PARTITION, _Batch, _broker_error, _check_partition_known, _partition
+    from .admin import _Batch, _broker_error, _check_partition_known, _partition
 
     tp = TopicPartition(*partition)
     batch: _Batch[TopicPartition, None] = _Batch([tp], _partition)
@@ -145,7 +146,7 @@ async def abort_transaction(admin: AsyncAdmin, partition: TopicPartition | tuple
                 for p in t.partitions:
                     if p.error_code:
                         batch.fail(tp, _broker_error(p.error_code, _partition(tp)),
-                                   final=p.error_code == UNKNOWN_TOPIC_OR_PARTITION)
+                                   final=p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     else:
                         batch.succeed(tp, None)
 
