@@ -22,6 +22,7 @@ if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") =
 import argparse  # noqa: E402 - after the handler, which should cover every import
 import importlib  # noqa: E402
 from collections.abc import Iterable  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from kwire import __version__  # noqa: E402
 
@@ -54,11 +55,27 @@ def build_parser(only: Iterable[str] | None = None) -> argparse.ArgumentParser:
 def version_text() -> str:
     """What ``kwire --version`` prints: the version, and a line when the compiled record walk
     (kwire.protocol.records._layout) is not built, a slowdown otherwise silent."""
-    from kwire.protocol.records import walk  # only for --version: the codec takes a while to import
+    walk = sys.modules.get("kwire.protocol.records.walk")
+    if walk is None and _accelerator_file_exists():
+        # The usual case, answered without importing the codec (it takes longer than the rest of
+        # --version): an extension file that is there but fails to load is left to the walk's own
+        # warning when records are first read.
+        return f"kwire {__version__}"
+    from kwire.protocol.records import walk
 
     if walk.accelerated():
         return f"kwire {__version__}"
     return f"kwire {__version__}\n{walk.accelerator_status()}"
+
+
+def _accelerator_file_exists() -> bool:
+    """Whether the compiled record walk (kwire.protocol.records._layout) was built, by its file."""
+    import importlib.machinery
+
+    import kwire
+
+    records = Path(kwire.__file__).parent / "protocol" / "records"
+    return any((records / f"_layout{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 class _VersionAction(argparse.Action):
