@@ -296,11 +296,12 @@ def test_telemetry_as_without_plugin(state):
 
 
 def test_still_unserved_api_answers_unsupported_version_and_logs_it(state, caplog):
-    assert M.CreateDelegationTokenRequest.API_KEY not in HANDLERS
+    # (was CreateDelegationToken, answered since as a broker with delegation tokens disabled)
+    assert M.UnregisterBrokerRequest.API_KEY not in HANDLERS
     with caplog.at_level(logging.WARNING, logger="kwire.broker.requests"):
-        resp = serve(state, M.CreateDelegationTokenRequest(renewers=[], max_lifetime_ms=-1), 2)
+        resp = serve(state, M.UnregisterBrokerRequest(broker_id=1), 0)
     assert resp.error_code == UnsupportedVersionError.code
-    assert any("CreateDelegationToken" in r.getMessage() for r in caplog.records)
+    assert any("UnregisterBroker" in r.getMessage() for r in caplog.records)
 
 
 def test_finalized_features_survive_restart(tmp_path):

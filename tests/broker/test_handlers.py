@@ -471,9 +471,9 @@ def test_describe_cluster_every_version(state, v):
 
 # -- refusals ----------------------------------------------------------------------------------
 def test_unserved_api_answers_unsupported_version(state):
-    # CreateDelegationToken has a top-level error code; this broker does not serve it.
-    # (was ElectLeaders, served since the broker answers the admin apis of a one-node cluster)
-    resp = serve(state, messages.CreateDelegationTokenRequest(renewers=[], max_lifetime_ms=-1), 2)
+    # UnregisterBroker has a top-level error code; this broker does not serve it.  (was ElectLeaders,
+    # then CreateDelegationToken, answered since as a broker with delegation tokens disabled)
+    resp = serve(state, messages.UnregisterBrokerRequest(broker_id=1), 0)
     assert resp.error_code == UnsupportedVersionError.code
 
 

@@ -11,6 +11,7 @@ from . import (  # noqa: F401 - imported for their @handler registrations
     config_resources,
     configs,
     consumer_groups,
+    delegation_tokens,
     features,
     fetch,
     groups,
