@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP) test-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_protocol.py
