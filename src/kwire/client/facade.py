@@ -73,11 +73,11 @@ def blocking(twin: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> Cal
     its result."""
     name = twin.__name__
 
+    @mirrors(twin, blocking=True)
     @functools.wraps(twin)
     def method(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._wait(getattr(self._twin, name)(*args, **kwargs), kwargs.get("timeout"))  # type: ignore[arg-type]
 
-    method.__doc__ = inspect.cleandoc(twin.__doc__ or "") + _BLOCKS
     return method
 
 
@@ -85,9 +85,9 @@ def on_loop(twin: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any,
     """A facade method that calls the plain method ``twin`` of the asyncio client on the loop thread."""
     name = twin.__name__
 
+    @mirrors(twin)
     @functools.wraps(twin)
     def method(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._on_loop(getattr(self._twin, name), *args, **kwargs)
 
-    method.__doc__ = inspect.cleandoc(twin.__doc__ or "")
     return method
