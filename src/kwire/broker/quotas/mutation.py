@@ -22,6 +22,8 @@ from kwire.protocol.errors import ThrottlingQuotaExceededError
 
 __all__ = ["MutationBudget", "SpentCredit"]
 
+_MAX_THROTTLE_MS = 2**31 - 1  # throttle_time_ms is an int32
+
 
 class SpentCredit:
     """Mutations spent and not yet given back by the rate (never below 0), as of ``at_ms``."""
@@ -54,8 +56,13 @@ class MutationBudget:
         self.throttle_ms = 0  # the answer's throttle time, the largest seen while recording
 
     def _overdraft_ms(self, spent: float) -> int:
+        """How long until the rate has given back what ``spent`` is over the burst (0: not over)."""
         over = spent - self.burst
-        return 0 if over <= 0 else min(round(over / self.rate * 1000.0), 2**31 - 1) if self.rate > 0 else 2**31 - 1
+        if over <= 0:
+            return 0
+        if self.rate <= 0:  # nothing is ever given back
+            return _MAX_THROTTLE_MS
+        return min(round(over / self.rate * 1000.0), _MAX_THROTTLE_MS)
 
     def record(self, mutations: int) -> None:
         """Count ``mutations``; ThrottlingQuotaExceededError (strict only) when the bucket is already
