@@ -86,10 +86,7 @@ class OffsetCommits:
         OffsetFetch meanwhile (a crash then can only take back offsets nobody was told were
         committed).
         """
-        self._timers.bind()
-        if self.loading(group_id):
-            return [CoordinatorLoadInProgressError.code] * len(entries)
-        errors, valid = self._existing_partitions(entries)
+        errors, valid = self._commit_checks(group_id, entries)
         if not valid:
             return errors
         group = self._groups.get(group_id)
@@ -109,7 +106,7 @@ class OffsetCommits:
         to_store: dict[tuple[str, int], CommittedOffset] = {}
         for i in valid:
             entry = entries[i]
-            if entry.metadata is not None and len(entry.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+            if _metadata_too_large(entry):
                 errors[i] = OffsetMetadataTooLargeError.code
                 continue
             committed_at = entry.commit_timestamp_ms if entry.commit_timestamp_ms >= 0 else now
@@ -131,6 +128,14 @@ class OffsetCommits:
             self._schedule_session(group, member)
         return errors
 
+    def _commit_checks(self, group_id: str, entries: Sequence[OffsetCommitEntry]) -> tuple[list[int], list[int]]:
+        """What OffsetCommit and TxnOffsetCommit check first: an error code per entry and the
+        indexes of the entries that may go on (none while the group's partition is loading)."""
+        self._timers.bind()
+        if self.loading(group_id):
+            return [CoordinatorLoadInProgressError.code] * len(entries), []
+        return self._existing_partitions(entries)
+
     def _existing_partitions(self, entries: Sequence[OffsetCommitEntry]) -> tuple[list[int], list[int]]:
         """An error code per entry (UNKNOWN_TOPIC_OR_PARTITION for a partition that does not
         exist, else none yet) and the indexes of the entries whose partition exists."""
@@ -150,10 +155,7 @@ class OffsetCommits:
         entry.  The transaction coordinator has checked the producer and that the group is in its
         transaction; here the group checks the member (v3+ send one) as for OffsetCommit.
         ``defer_fsync``: as for ``commit_offsets``."""
-        self._timers.bind()
-        if self.loading(group_id):
-            return [CoordinatorLoadInProgressError.code] * len(entries)
-        errors, valid = self._existing_partitions(entries)
+        errors, valid = self._commit_checks(group_id, entries)
         if not valid:
             return errors
         group = self._groups.get(group_id)
@@ -168,7 +170,7 @@ class OffsetCommits:
         staged: dict[tuple[str, int], CommittedOffset] = {}
         for i in valid:
             entry = entries[i]
-            if entry.metadata is not None and len(entry.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+            if _metadata_too_large(entry):
                 errors[i] = OffsetMetadataTooLargeError.code
                 continue
             staged[(entry.topic, entry.partition)] = CommittedOffset(entry.offset, entry.leader_epoch,
@@ -312,3 +314,8 @@ class OffsetCommits:
         if self.on_expiry_check is not None:
             self.on_expiry_check()
         return removed
+
+
+def _metadata_too_large(entry: OffsetCommitEntry) -> bool:
+    """Over offset.metadata.max.bytes (OFFSET_METADATA_MAX_BYTES): OFFSET_METADATA_TOO_LARGE."""
+    return entry.metadata is not None and len(entry.metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES
