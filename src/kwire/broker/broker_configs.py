@@ -51,6 +51,13 @@ CLEANER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
                    "Read and write buffer of a cleaner thread.", field="log_cleaner_io_buffer_size"),
     TopicConfigDef("log.cleaner.backoff.ms", ConfigType.LONG, "15000", Range(0, None),
                    "Pause of the cleaner when no log needs cleaning.", field="log_cleaner_backoff_ms"),
+    # kwire's own, named as kwire.fsync and kwire.page.cache.bytes are: Kafka's cleaner threads
+    # share a JVM without a GIL, so it has no such setting.
+    TopicConfigDef("kwire.log.cleaner.worker.process", ConfigType.BOOLEAN, "false", None,
+                   "Whether each cleaner thread reads and writes in a worker process of its own, so that "
+                   "compaction's work does not share the broker process's Python interpreter lock; the "
+                   "worker's key map counts within log.cleaner.dedupe.buffer.size.",
+                   field="log_cleaner_worker_process"),
 )}
 
 
@@ -66,7 +73,8 @@ def check_dynamic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     if fixed:
         raise ConfigError(f"Cannot update these configs dynamically: {', '.join(fixed)} (kwire updates the log.* "
                           "defaults of topic configs, message.max.bytes, compression.type, min.insync.replicas, "
-                          "unclean.leader.election.enable and log.cleaner.* dynamically)")
+                          "unclean.leader.election.enable, log.cleaner.* and kwire.log.cleaner.worker.process "
+                          "dynamically)")
     clean: dict[str, str] = {}
     for key, value in configs.items():
         if value is None:

@@ -91,6 +91,9 @@ class BrokerConfig:
     log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
     log_cleaner_io_buffer_size: int = 512 * 1024
     log_cleaner_backoff_ms: int = 15_000
+    # kwire's own (kwire.log.cleaner.worker.process): each cleaner thread reads and writes in a
+    # worker process of its own, out of the broker's GIL (storage/cleaner_worker.py).
+    log_cleaner_worker_process: bool = False
     # -- security ----------------------------------------------------------------------------------
     # listeners: "NAME://host:port" (Kafka's listeners); empty: one PLAINTEXT listener on host:port.
     # A NAME that is not a protocol needs an entry "NAME:PROTOCOL" in listener_security_protocol_map.

@@ -14,10 +14,11 @@ import pytest
 
 from kwire.broker.storage import Cleaner, CleanerConfig, LogCleaner, LogManager, PartitionLog
 from kwire.broker.storage._files import CLEANED_SUFFIX
+from kwire.broker.storage.cleaner_checkpoint import read_cleaner_checkpoint
 from kwire.broker.storage.cleaner_pass import CleanAborted, CleanJob, SegmentInfo
 from kwire.broker.storage.cleaner_worker import CleanerWorker, WorkerSettings
 
-from .cleaner_helpers import COMPACT, NOW, put, records
+from .cleaner_helpers import COMPACT, NOW, latest, put, records
 
 
 @pytest.fixture
@@ -197,3 +198,120 @@ def test_a_worker_killed_between_cleans_is_replaced(tmp_path, worker):
         assert [v for _, _, v in records(log)] == ["v1-9"] * 4
     finally:
         log.close()
+
+
+# -- a worker killed with SIGKILL in the middle of a clean ---------------------------------------
+def _stray_files(directory) -> list[str]:
+    """Files a clean leaves only while it runs (the loader removes or finishes them after a crash)."""
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith((CLEANED_SUFFIX, ".swap", ".deleted")))
+
+
+def _fill(log: PartitionLog, rounds: int = 60, keys: int = 8) -> None:
+    """Every key rewritten ``rounds`` times, values padded so the log spans many 1 KiB segments."""
+    for r in range(rounds):
+        put(log, [(f"k{i}", f"v{r}-{i}".ljust(60, ".")) for i in range(keys)], ts=1_000 + r)
+    log.roll()
+
+
+def _kill_when_writing(directory, pid_of, seconds: float = 30) -> int:
+    """SIGKILL the worker (``pid_of()``) once a ``.cleaned`` file of its clean is on disk: it is
+    then mid-copy.  Returns the pid killed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pid = pid_of()
+        if pid is not None and any(p.name.endswith(CLEANED_SUFFIX) for p in directory.iterdir()):
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.005)
+    raise AssertionError("the worker never wrote a .cleaned segment")
+
+
+def test_a_worker_killed_mid_clean_fails_that_clean_and_loses_nothing(tmp_path, worker):
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        _fill(log)
+        before = records(log)
+        # Throttled (log.cleaner.io.max.bytes.per.second) so the clean lasts a few seconds.
+        cleaner = Cleaner(CleanerConfig(io_max_bytes_per_second=40_000), worker=worker)
+        outcome: list = []
+
+        def clean():
+            try:
+                outcome.append(cleaner.clean(log, now_ms=NOW))
+            except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=clean)
+        thread.start()
+        killed = _kill_when_writing(log.dir, lambda: worker.pid)
+        thread.join(60)
+        assert len(outcome) == 1 and isinstance(outcome[0], CleanAborted), outcome
+        assert "exited" in str(outcome[0])
+        assert worker.failures == 1 and worker.usable and worker.pid is None
+        assert _stray_files(log.dir) == []  # its .cleaned segment removed
+        # What was swapped in before the kill is a finished clean of those segments: every
+        # key's latest record is there at its offset.
+        now = records(log)
+        assert latest(now) == latest(before) and set(now) <= set(before)
+        # A restart (recovery) sees the same log.
+        directory = log.dir
+        log.close()
+        log = PartitionLog(directory, COMPACT)
+        assert records(log) == now
+        # The clean is tried again, in a new worker, and finishes.
+        result = Cleaner(CleanerConfig(), worker=worker).clean(log, now_ms=NOW)
+        assert result is not None and worker.pid not in (None, killed) and worker.failures == 0
+        assert records(log) == sorted((offset, key, value) for key, (offset, value) in latest(before).items())
+        assert _stray_files(log.dir) == []
+    finally:
+        log.close()
+
+
+def test_the_cleaner_retries_a_log_whose_worker_was_killed(tmp_path):
+    config = COMPACT.with_(min_cleanable_dirty_ratio=0.01)
+    with LogManager(tmp_path, config) as logs:
+        log = logs.create_partition("t", 0)
+        _fill(log)
+        expected = sorted((offset, key, value) for key, (offset, value) in latest(records(log)).items())
+        cleaner = LogCleaner(logs, CleanerConfig(backoff_ms=10, worker_process=True, io_max_bytes_per_second=40_000),
+                             clock=lambda: NOW)
+        cleaner.start()
+        try:
+            killed = _kill_when_writing(log.dir, lambda: (cleaner.worker_pids() or [None])[0])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and read_cleaner_checkpoint(log.dir) != log.segments[-1].base_offset:
+                time.sleep(0.02)
+            assert read_cleaner_checkpoint(log.dir) == log.segments[-1].base_offset  # the retry finished
+            pids = cleaner.worker_pids()
+        finally:
+            cleaner.stop()
+        assert pids and killed not in pids  # cleaned by a new worker
+        assert not cleaner._uncleanable  # a dead worker is not the log's fault
+        assert records(log) == expected
+        assert _stray_files(log.dir) == []
+    with LogManager(tmp_path, config) as logs:  # a restart reads the cleaned log
+        assert records(logs.get("t", 0)) == expected
+
+
+def test_the_worker_map_takes_the_thread_share_of_the_dedupe_buffer(tmp_path, worker):
+    """log.cleaner.dedupe.buffer.size bounds the worker's map as it bounds the thread's: with
+    room for fewer keys than the log has, both clean up to the same offset (the map full), and
+    two cleaner threads give each worker half."""
+    logs = [PartitionLog(tmp_path / f"{where}-0", COMPACT.with_(segment_bytes=4096)) for where in ("thread", "worker")]
+    try:
+        for log in logs:
+            for r in range(3):
+                for base in range(0, 400, 50):  # 400 keys, each written three times
+                    put(log, [(f"k{k}", f"v{r}") for k in range(base, base + 50)], ts=1_000 + r)
+            log.roll()
+        # Room for 450 keys in all (500 slots, load factor 0.9), 225 for each of two threads.
+        config = CleanerConfig(threads=2, dedupe_buffer_size=24 * 500)
+        results = [Cleaner(config, worker=w).clean(log, now_ms=NOW) for log, w in zip(logs, (None, worker), strict=True)]
+        assert results[0] is not None and results[1] is not None
+        assert results[0].end_offset == results[1].end_offset
+        # The map held half the budget's keys: the pass stopped short of the 400 keys' end.
+        assert results[1].end_offset < logs[1].segments[-1].base_offset
+        assert records(logs[0]) == records(logs[1])
+    finally:
+        for log in logs:
+            log.close()

@@ -77,9 +77,9 @@ class CleanerConfig:
     io_buffer_size: int = 512 * 1024              # log.cleaner.io.buffer.size: read/write chunk
     io_max_bytes_per_second: float = _DOUBLE_MAX  # log.cleaner.io.max.bytes.per.second
     backoff_ms: int = 15_000                      # log.cleaner.backoff.ms: sleep when nothing to clean
-    # kwire's own: each cleaner thread reads and writes in a worker process of its own
-    # (cleaner_worker.py), so the cleaner's Python work does not hold the broker's GIL.  Off by
-    # default, by measurement (benchmarks/RESULTS.md, 2026-11-27 "H1"): alone it takes the
+    # kwire's own (kwire.log.cleaner.worker.process, BrokerConfig.log_cleaner_worker_process):
+    # each cleaner thread reads and writes in a worker process of its own (cleaner_worker.py),
+    # so the cleaner's Python work does not hold the broker's GIL.  Off by default, by measurement (benchmarks/RESULTS.md, 2026-11-27 "H1"): alone it takes the
     # cleaner's GIL stalls out of the event loop (bench_cleaner --only lag: wake-up lateness p90
     # 0.43 ms against 2.1 ms in the thread, 0.20 with no clean), but in the broker
     # (bench_cleaner --only produce, alternated pairs on a VM at load 4-13) the worker ran 2-2.5x
@@ -94,7 +94,7 @@ class CleanerConfig:
         """From a ``kwire.broker.config.BrokerConfig``."""
         return cls(config.log_cleaner_enable, config.log_cleaner_threads, config.log_cleaner_dedupe_buffer_size,
                    config.log_cleaner_io_buffer_size, config.log_cleaner_io_max_bytes_per_second,
-                   config.log_cleaner_backoff_ms)
+                   config.log_cleaner_backoff_ms, config.log_cleaner_worker_process)
 
 
 @dataclass(frozen=True)
