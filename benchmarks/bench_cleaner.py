@@ -154,11 +154,12 @@ def ceiling_run(directory: Path, out_dir: Path, chunk: int, fsync: bool) -> dict
     return {"bytes": total, "seconds": elapsed, "mb_per_s": total / elapsed / 1e6}
 
 
-def cleaner_run(directory: Path, config: LogConfig, cleaner_config: CleanerConfig) -> dict:
+def cleaner_run(directory: Path, config: LogConfig, cleaner_config: CleanerConfig,
+                worker: CleanerWorker | None = None) -> dict:
     plog = PartitionLog(directory, config, clean_shutdown=True)
     try:
         t0 = time.perf_counter()
-        result = Cleaner(cleaner_config).clean(plog, now_ms=int(time.time() * 1000))
+        result = Cleaner(cleaner_config, worker=worker).clean(plog, now_ms=int(time.time() * 1000))
         elapsed = time.perf_counter() - t0
         if result is None:
             raise RuntimeError("the cleaner found nothing to clean")
@@ -186,27 +187,51 @@ def case_cleaner(args, work: Path) -> dict:
         f"in {time.perf_counter() - t0:.1f} s")
     config = LogConfig(segment_bytes=segment_bytes, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
     cleaner_config = CleanerConfig()
-    runs: dict[str, list[dict]] = {"cleaner": [], "read+write": [], "read+write+fsync": []}
+    # "cleaner": Cleaner.clean in this thread; "cleaner (worker)": the map and the copy in the
+    # worker process (kwire.log.cleaner.worker.process), started before the runs.
+    cleaners = [{"thread": "cleaner", "worker": "cleaner (worker)"}[m] for m in cleaner_modes(args)]
+    runs: dict[str, list[dict]] = {name: [] for name in [*cleaners, "read+write", "read+write+fsync"]}
     out_dir = work / "ceiling-out"
     out_dir.mkdir()
+    worker = CleanerWorker() if "cleaner (worker)" in runs else None
+    if worker is not None:  # its start (an interpreter and the imports) is not the clean's
+        warm = work / "warm-up" / "bench-0"
+        shutil.copytree(template, warm)
+        cleaner_run(warm, config, cleaner_config, worker)
+        shutil.rmtree(warm.parent)
+    try:
+        _cleaner_rounds(args, work, template, config, cleaner_config, worker, runs, out_dir)
+    finally:
+        if worker is not None:
+            worker.close()
+    best = {name: max(rs, key=lambda r: r["mb_per_s"]) for name, rs in runs.items()}
+    first = best[cleaners[0]]
+    out = {"log": built, "runs": runs, "best": best, "cleaners": cleaners,
+           "ratio_vs_write": first["mb_per_s"] / best["read+write"]["mb_per_s"],
+           "ratio_vs_fsync": first["mb_per_s"] / best["read+write+fsync"]["mb_per_s"]}
+    if len(cleaners) == 2:
+        out["ratio_worker_vs_thread"] = best["cleaner (worker)"]["mb_per_s"] / best["cleaner"]["mb_per_s"]
+        out["ratio_worker_vs_thread_median"] = statistics.median(r["mb_per_s"] for r in runs["cleaner (worker)"]) / \
+            statistics.median(r["mb_per_s"] for r in runs["cleaner"])
+    return out
+
+
+def _cleaner_rounds(args, work: Path, template: Path, config: LogConfig, cleaner_config: CleanerConfig,
+                    worker: CleanerWorker | None, runs: dict[str, list[dict]], out_dir: Path) -> None:
+    order = list(runs)
     for i in range(args.repeat):
-        order = ["cleaner", "read+write", "read+write+fsync"]
         k = i % len(order)
         for name in order[k:] + order[:k]:
             copy = work / f"run-{i}-{name}" / "bench-0"
             shutil.copytree(template, copy)  # a fresh copy each time: the cleaner rewrites its log
-            if name == "cleaner":
-                r = cleaner_run(copy, config, cleaner_config)
+            if name.startswith("cleaner"):
+                r = cleaner_run(copy, config, cleaner_config, worker if name == "cleaner (worker)" else None)
             else:
                 r = ceiling_run(copy, out_dir, cleaner_config.io_buffer_size, fsync=name.endswith("fsync"))
             shutil.rmtree(copy.parent)
             runs[name].append(r)
             log(f"cleaner: run {i + 1}/{args.repeat} {name}: {r['mb_per_s']:,.1f} MB/s "
                 f"({r['bytes'] / 1e6:,.1f} MB in {r['seconds']:.3f} s)")
-    best = {name: max(rs, key=lambda r: r["mb_per_s"]) for name, rs in runs.items()}
-    return {"log": built, "runs": runs, "best": best,
-            "ratio_vs_write": best["cleaner"]["mb_per_s"] / best["read+write"]["mb_per_s"],
-            "ratio_vs_fsync": best["cleaner"]["mb_per_s"] / best["read+write+fsync"]["mb_per_s"]}
 
 
 # -- 4. the event loop's lag during a clean ----------------------------------------------------------
@@ -538,8 +563,15 @@ class LatencyProducer:
         return self.lat[first:]
 
 
+def cleaner_modes(args) -> list[str]:
+    """The cleaner-on variants ``--cleaner-in`` asks for: "thread", "worker" or both."""
+    return ["thread", "worker"] if args.cleaner_in == "both" else [args.cleaner_in]
+
+
 def case_produce(args) -> dict:
-    modes = {"on": {"log_cleaner_backoff_ms": args.backoff_ms}, "off": {"log_cleaner_enable": False}}
+    on = {"log_cleaner_backoff_ms": args.backoff_ms}
+    modes = {name: {**on, "log_cleaner_worker_process": name == "worker"} for name in cleaner_modes(args)}
+    modes["off"] = {"log_cleaner_enable": False}
     brokers: dict[str, KwireBroker] = {}
     try:
         for name, settings in modes.items():
@@ -558,7 +590,7 @@ def case_produce(args) -> dict:
 
 def _produce_slices(args, brokers: dict[str, KwireBroker]) -> dict:
     modes = list(brokers)
-    log(f"produce: brokers up (cleaner on: {brokers['on'].bootstrap}, off: {brokers['off'].bootstrap}); "
+    log(f"produce: brokers up ({', '.join(f'{n}: {b.bootstrap}' for n, b in brokers.items())}); "
         f"filling each compacted topic with {args.dirty_keys:,} keys x 1 KiB")
     value = os.urandom(1024)
     for b in brokers.values():
@@ -588,7 +620,9 @@ def _produce_slices(args, brokers: dict[str, KwireBroker]) -> dict:
         slices: dict[str, list[dict]] = {name: [] for name in modes}
         lat: dict[str, list[float]] = {name: [] for name in modes}
         for i in range(args.slices):
-            for name in (["on", "off"] if i % 2 == 0 else ["off", "on"]):
+            # Each broker in each place of the order in turn (on/off, off/on for two).
+            k = i % len(modes)
+            for name in modes[k:] + modes[:k]:
                 b = brokers[name]
                 writer.target = name
                 time.sleep(args.warmup_seconds)  # the writer dirties the log; the cleaner starts on it
@@ -622,8 +656,13 @@ def _produce_slices(args, brokers: dict[str, KwireBroker]) -> dict:
                          "cleans": sum(s["cleans"] for s in slices[name]),
                          "cleaned_mb": sum(s["cleaned_mb"] for s in slices[name]),
                          "errors": sum(s["errors"] for s in slices[name]) + lat_producers[name].errors}
-        out["ratio_mb_per_s"] = out["on"]["mb_per_s_median"] / out["off"]["mb_per_s_median"]
-        out["ratio_p50"] = out["off"]["p50_ms"] / out["on"]["p50_ms"]
+        # cleaner-on / cleaner-off for each variant (latency: off/on, so above 1 is better either way)
+        out["ratio_mb_per_s"] = {n: out[n]["mb_per_s_median"] / out["off"]["mb_per_s_median"] for n in modes[:-1]}
+        out["ratio_p50"] = {n: out["off"]["p50_ms"] / out[n]["p50_ms"] for n in modes[:-1]}
+        # and per slice pair: each cleaner-on slice against the cleaner-off slice of its round
+        out["ratio_p50_slices"] = {
+            n: [off["p50_ms"] / s["p50_ms"] for s, off in zip(slices[n], slices["off"], strict=True)]
+            for n in modes[:-1]}
         out["broker_errors"] = {name: b.errors() for name, b in brokers.items()}
         return out
     finally:
@@ -820,6 +859,9 @@ def _mib(n: int | None) -> str:
     return f"{n / MIB:,.1f} MiB" if n is not None else "n/a"
 
 
+PRODUCE_LABELS = {"thread": "cleaner in its thread", "worker": "cleaner in a worker", "off": "cleaner off"}
+
+
 def print_report(meta: dict, results: dict) -> None:
     print(f"kwire log cleaner; Python {meta['python']}, {meta['cpus']} CPUs, confluent-kafka {meta['confluent_kafka']}; "
           f"load average {meta['load_start']:.1f} at the start, {meta['load_end']:.1f} at the end; MB = 10^6 bytes")
@@ -831,29 +873,41 @@ def print_report(meta: dict, results: dict) -> None:
               f"{b['keys']:,} keys ({b['value_size']} B values, {b['records_per_batch']} a batch, "
               f"{b['compressed_batches']:,} of {b['batches']:,} batches lz4/zstd)")
         print(f"  {'':<34}{'MB/s':>10}{'seconds':>10}{'worst MB/s':>12}")
-        for name, label in (("cleaner", "Cleaner.clean (map, copy, fsync)"), ("read+write", "read + write (Python)"),
-                            ("read+write+fsync", "read + write + fsync (Python)")):
+        labels = {"cleaner": "Cleaner.clean (map, copy, fsync)", "cleaner (worker)": "the same in the worker process",
+                  "read+write": "read + write (Python)", "read+write+fsync": "read + write + fsync (Python)"}
+        for name in c["runs"]:
+            label = labels[name]
             best = c["best"][name]
             worst = min(r["mb_per_s"] for r in c["runs"][name])
             print(f"  {label:<34}{best['mb_per_s']:>10,.1f}{best['seconds']:>10.3f}{worst:>12,.1f}")
-        cb = c["best"]["cleaner"]
-        print(f"  cleaner / read+write {c['ratio_vs_write']:.4f}x; cleaner / read+write+fsync {c['ratio_vs_fsync']:.3f}x")
+        cb = c["best"][c["cleaners"][0]]
+        print(f"  {c['cleaners'][0]} / read+write {c['ratio_vs_write']:.4f}x; / read+write+fsync "
+              f"{c['ratio_vs_fsync']:.3f}x")
+        if "ratio_worker_vs_thread" in c:
+            print(f"  worker / thread: best {c['ratio_worker_vs_thread']:.2f}x, median "
+                  f"{c['ratio_worker_vs_thread_median']:.2f}x")
         print(f"  cleaned: {cb['bytes'] / 1e6:,.1f} MB -> {cb['size_after'] / 1e6:,.2f} MB, {cb['segments_before']} "
               f"segments -> {cb['segments_after']}, {cb['records_removed']:,} of {cb['records_read']:,} records removed")
     pr = results.get("produce")
     if pr:
-        n = len(pr["slices"]["on"])
+        modes = list(pr["slices"])
+        n = len(pr["slices"]["off"])
         print(f"\nproduce 1 KiB to another topic while a compacted topic is dirtied at {meta['args']['dirty_mbps']:g} "
               f"MB/s ({n} alternated slices each; throughput: median of slices, latency: all slices)")
         print(f"  {'':<22}{'MB/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'cleans':>8}{'MB cleaned':>12}")
-        for name in ("on", "off"):
+        for name in modes:
             r = pr[name]
-            print(f"  {'cleaner ' + name:<22}{r['mb_per_s_median']:>10,.1f}{r['p50_ms']:>10.3f}{r['p99_ms']:>10.3f}"
+            print(f"  {PRODUCE_LABELS[name]:<22}{r['mb_per_s_median']:>10,.1f}{r['p50_ms']:>10.3f}{r['p99_ms']:>10.3f}"
                   f"{r['cleans']:>8}{r['cleaned_mb']:>12,.1f}")
-        print(f"  ratio on/off: throughput {pr['ratio_mb_per_s']:.2f}x, p50 (off/on) {pr['ratio_p50']:.2f}x "
-              f"(goal >= 0.8 for both)")
-        for name in ("on", "off"):
-            print(f"  slices cleaner {name}: MB/s " + " ".join(f"{s['mb_per_s']:.1f}" for s in pr["slices"][name])
+        for name in modes[:-1]:
+            print(f"  ratio {name}/off: throughput {pr['ratio_mb_per_s'][name]:.2f}x, p50 (off/{name}) "
+                  f"{pr['ratio_p50'][name]:.2f}x (goal >= 0.8 for both); p50 ratio per round "
+                  + " ".join(f"{x:.2f}" for x in pr["ratio_p50_slices"][name]))
+        if "thread" in pr and "worker" in pr:
+            print(f"  worker against thread: throughput {pr['worker']['mb_per_s_median'] / pr['thread']['mb_per_s_median']:.2f}x, "
+                  f"p50 (thread/worker) {pr['thread']['p50_ms'] / pr['worker']['p50_ms']:.2f}x")
+        for name in modes:
+            print(f"  slices {PRODUCE_LABELS[name]}: MB/s " + " ".join(f"{s['mb_per_s']:.1f}" for s in pr["slices"][name])
                   + "; p50 " + " ".join(f"{s['p50_ms']:.3f}" for s in pr["slices"][name])
                   + "; broker CPU " + " ".join(f"{s['broker_cpu']:.2f}" for s in pr["slices"][name])
                   + "; cleaner worker CPU " + " ".join(f"{s.get('worker_cpu', 0.0):.2f}" for s in pr["slices"][name]))
@@ -996,6 +1050,9 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("--only", default="cleaner,produce,rewrite", help="cases to run (default all three)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON instead of the tables")
+    parser.add_argument("--cleaner-in", choices=("thread", "worker", "both"), default="thread",
+                        help="cases 1 and 2: the cleaner in the broker's thread, in a worker process "
+                             "(kwire.log.cleaner.worker.process), or both alternated in one run (default thread)")
     g = parser.add_argument_group("1. cleaner throughput")
     g.add_argument("--log-mb", type=float, default=48, help="size of the log built (default 48 MB)")
     g.add_argument("--keys", type=int, default=10_000, help="distinct keys (default 10,000)")
@@ -1051,13 +1108,15 @@ def main(argv: list[str] | None = None) -> int:
             results["append"] = case_append(args, work)
         if "produce" in only:
             results["produce"] = pr = case_produce(args)
-            for name in ("on", "off"):
+            for name in pr["slices"]:
                 if pr[name]["errors"]:
                     results["problems"].append(f"produce cleaner {name}: {pr[name]['errors']} delivery errors")
                 if pr["broker_errors"][name]:
                     results["problems"].append(f"broker (cleaner {name}) logged errors: {pr['broker_errors'][name][:3]}")
-            if pr["on"]["cleans"] == 0:
-                results["problems"].append("the cleaner-on broker cleaned nothing during its slices")
+            for name in cleaner_modes(args):
+                if pr[name]["cleans"] == 0:
+                    results["problems"].append(f"the broker with the cleaner in a {name} cleaned nothing "
+                                               "during its slices")
         if "rewrite" in only:
             results["rewrite"] = rw = case_rewrite(args)
             if rw["not_delivered"] or rw["delivery_errors"]:
