@@ -7,8 +7,17 @@ A ``RecordFuture`` is a real ``concurrent.futures.Future`` (``result()``, ``add_
 completes a whole batch's futures under that lock once, with one notify.  Waiters wake on any
 batch's completion and look again at their own future, which is what a Condition is for.
 
-This relies on the attributes CPython's Future has had since Python 3.2 (checked on import); where
-they differ, plain futures completed one by one are used instead.
+A producer may hold hundreds of thousands of undelivered records (``buffer.memory``), each with
+its future, so what a future costs the cyclic garbage collector matters: a full collection walks
+every tracked object, and a plain Future is three of them (itself and its ``_waiters`` and
+``_done_callbacks`` lists, almost always empty).  A ``RecordFuture`` makes those lists only when
+something reads them (``add_done_callback``, ``wait``, ``as_completed``...): one tracked object per
+record, and full collections a third as long.
+
+This relies on the attributes CPython's Future has had since Python 3.2, and on its code reaching
+the two lists only as attributes (``self._waiters.append``, ``for w in self._waiters``: so in
+3.10-3.13), both checked on import; where they differ, plain futures completed one by one are used
+instead.
 """
 
 from __future__ import annotations
@@ -40,17 +49,64 @@ _FAST = _layout_known()
 class RecordFuture(concurrent.futures.Future):
     """A record's delivery: its ``RecordMetadata``, or the error that stopped it."""
 
+    # The two lists in slots, made when first read (None until then): see the module's docstring.
+    __slots__ = ("_waiter_list", "_callback_list", "on_delivery")
+
     def __init__(self, condition: threading.Condition, on_delivery: Callable | None = None):
+        self._waiter_list: list | None = None
+        self._callback_list: list | None = None
         if _FAST:
             self._condition = condition
             self._state = _PENDING
             self._result = None
             self._exception = None
-            self._waiters = []
-            self._done_callbacks = []
         else:
             super().__init__()
         self.on_delivery = on_delivery
+
+    # Future's own code reads and appends to these; a read makes the list (an empty list read
+    # for iteration is the rare path: cancel, or completing a future someone waits on).
+    @property
+    def _waiters(self) -> list:
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
+
+    @_waiters.setter
+    def _waiters(self, value: list) -> None:
+        self._waiter_list = value
+
+    @property
+    def _done_callbacks(self) -> list:
+        callbacks = self._callback_list
+        if callbacks is None:
+            callbacks = self._callback_list = []
+        return callbacks
+
+    @_done_callbacks.setter
+    def _done_callbacks(self, value: list) -> None:
+        self._callback_list = value
+
+
+def _lazy_lists_work() -> bool:
+    """Future's methods and ``wait``/``as_completed`` find the lazily made lists (their code
+    reaches ``_waiters``/``_done_callbacks`` by attribute, not through ``__dict__``)."""
+    try:
+        called: list = []
+        condition = threading.Condition()
+        first, second = RecordFuture(condition), RecordFuture(condition)
+        first.add_done_callback(called.append)
+        done, _ = concurrent.futures.wait([first, second], timeout=0)
+        if done or first._waiter_list or second._callback_list is not None:
+            return False  # wait() removed its waiters again; nothing was read from second
+        resolve(condition, [first], [1], None)
+        second.set_result(2)
+        done, _ = concurrent.futures.wait([first, second], timeout=0)
+        return (called == [first] and len(done) == 2 and [f.result() for f in
+                concurrent.futures.as_completed([first, second], timeout=0)] in ([1, 2], [2, 1]))
+    except Exception:  # noqa: BLE001 - any surprise means: do not rely on the internals
+        return False
 
 
 def resolve(condition: threading.Condition, futures: Sequence[RecordFuture], results: Sequence[Any],
@@ -73,10 +129,10 @@ def resolve(condition: threading.Condition, futures: Sequence[RecordFuture], res
                     continue
                 future._result = result
                 future._state = finished
-                if future._waiters:
-                    for waiter in future._waiters:
+                if future._waiter_list:
+                    for waiter in future._waiter_list:
                         waiter.add_result(future)
-                if future._done_callbacks:
+                if future._callback_list:
                     with_callbacks.append(future)
         else:
             for future in futures:
@@ -84,11 +140,14 @@ def resolve(condition: threading.Condition, futures: Sequence[RecordFuture], res
                     continue
                 future._exception = error
                 future._state = finished
-                if future._waiters:
-                    for waiter in future._waiters:
+                if future._waiter_list:
+                    for waiter in future._waiter_list:
                         waiter.add_exception(future)
-                if future._done_callbacks:
+                if future._callback_list:
                     with_callbacks.append(future)
         condition.notify_all()
     for future in with_callbacks:
         future._invoke_callbacks()
+
+
+_FAST = _FAST and _lazy_lists_work()
