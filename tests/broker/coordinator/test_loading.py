@@ -2,9 +2,10 @@
 __consumer_offsets or __transaction_state loads, requests for its groups or transactional ids get
 COORDINATOR_LOAD_IN_PROGRESS (heartbeats are answered blindly, FindCoordinator answers), and once
 it is loaded they are served from what it holds.  The load is held by an executor the test runs by
-hand (no sleeps).  Each test runs twice: with a partition a client asks for loaded on the event
-loop (a small one, the usual case: ``HeldExecutor.schedule`` holds those turns of the loop) and
-with every partition counted as too large for that (all in the worker)."""
+hand (no sleeps).  Each test runs twice: with a partition a request asks for loaded at once,
+inside that request (a small one, the usual case: kwire's shortcut, the request is served) and
+with every partition counted as too large for that (Kafka's way: refused, loaded in the worker;
+``HeldExecutor.schedule`` holds the loader's later turns of the loop)."""
 
 from __future__ import annotations
 
@@ -132,10 +133,10 @@ def data(tmp_path):
     return tmp_path / "data", groups, (pid, epoch)
 
 
-@pytest.fixture(params=["on the loop", "in the worker"], autouse=True)
+@pytest.fixture(params=["at once", "in the worker"])
 def where(request, monkeypatch) -> str:
-    """Where a partition asked for is loaded: the data dirs here are small (on the loop), unless
-    every partition counts as large (in the worker, next)."""
+    """Where a partition asked for is loaded: the data dirs here are small (at once, in the
+    request), unless every partition counts as large (in the worker, next)."""
     if request.param == "in the worker":
         monkeypatch.setattr(loader, "INLINE_BYTES", -1)
     return request.param
@@ -189,7 +190,9 @@ def test_after_a_crash_internal_partitions_are_recovered_at_start(data):
         state.close()
 
 
-def test_group_requests_while_their_partition_loads(data):
+def test_group_requests_while_their_partition_loads(data, monkeypatch):
+    """Kafka's refusals, kept for a partition above the threshold (here: every one)."""
+    monkeypatch.setattr(loader, "INLINE_BYTES", -1)
     data_dir, groups, _ = data
     state, executor = _loading_state(data_dir)
     try:
@@ -247,14 +250,19 @@ def test_each_partition_is_served_once_it_is_loaded(data, where):
         executor.run_next()
         expected = {g: {("t", 0): 10 + i, ("t", 1): 20 + i} for i, g in enumerate(groups[:3])}
         assert _fetch(state, first) == (NONE, expected.get(first, {}))
-        assert all(_fetch(state, g)[0] == LOADING for g in later)
+        # The second is in the worker now: refused.  The others: served at once if small.
+        in_worker, rest = later[0], later[1:]
+        assert _fetch(state, in_worker)[0] == LOADING
+        if where == "at once":
+            assert all(_fetch(state, g) == (NONE, expected.get(g, {})) for g in rest)
+        else:
+            assert all(_fetch(state, g)[0] == LOADING for g in rest)
         executor.run_all()
         assert all(_fetch(state, g) == (NONE, expected.get(g, {})) for g in groups)
         assert call(state, messages.ListGroupsRequest(), 4).error_code == NONE
         assert executor.shut_down is False  # (an executor given is the caller's to shut down)
         assert state.loader.done.is_set() and not state.loader.failed
-        # The later ones asked for while the worker held the second: loaded on the loop's turns.
-        assert state.loader.inline_loads == (len(order) - 2 if where == "on the loop" else 0)
+        assert state.loader.inline_loads == (len(order) - 2 if where == "at once" else 0)
     finally:
         state.close()
     assert executor.shut_down
@@ -267,16 +275,24 @@ def test_a_partition_a_client_asks_for_is_loaded_next(data, where):
         order = state.coordinator.loading_partitions
         asked = next(g for g in groups if state.coordinator.store.partition_of(g) == order[-1])
         expected = {g: {("t", 0): 10 + i, ("t", 1): 20 + i} for i, g in enumerate(groups[:3])}.get(asked, {})
-        assert _fetch(state, asked) == (LOADING, {})
-        # The lowest partition's load, under way in the worker before the request; then the one
-        # asked for: on the loop's next turn (held too), or the worker's next.
-        assert [fn.__name__ for _, fn, _ in executor.jobs] == (
-            ["read_partition", "<lambda>"] if where == "on the loop" else ["read_partition"])
-        executor.run_next()
-        executor.run_next()
-        assert _fetch(state, asked) == (NONE, expected)
-        assert state.coordinator.loading_partitions == order[1:-1]
-        assert state.loader.inline_loads == (1 if where == "on the loop" else 0)
+        refused = state.coordinator.load_refusals
+        if where == "at once":
+            # Loaded inside the request, which is served; the lowest partition's load, under way
+            # in the worker before it, goes on, and the loader's next turn is held.
+            assert _fetch(state, asked) == (NONE, expected)
+            assert state.coordinator.load_refusals == refused
+            assert [fn.__name__ for _, fn, _ in executor.jobs] == ["read_partition", "_after_load"]
+            assert state.coordinator.loading_partitions == order[:-1]
+        else:
+            # Refused (Kafka's answer), then the worker's next after the lowest partition.
+            assert _fetch(state, asked) == (LOADING, {})
+            assert state.coordinator.load_refusals == refused + 1
+            assert [fn.__name__ for _, fn, _ in executor.jobs] == ["read_partition"]
+            executor.run_next()
+            executor.run_next()
+            assert _fetch(state, asked) == (NONE, expected)
+            assert state.coordinator.loading_partitions == order[1:-1]
+        assert state.loader.inline_loads == (1 if where == "at once" else 0)
     finally:
         state.close()
 
@@ -298,10 +314,12 @@ def test_a_topic_deleted_while_its_groups_load_is_forgotten_by_them(data):
         state.close()
 
 
-def test_transaction_requests_wait_for_the_transaction_state(data):
+def test_transaction_requests_wait_for_the_transaction_state(data, where):
     data_dir, groups, (pid, epoch) = data
     state, executor = _loading_state(data_dir)
     try:
+        # Refused while the worker reads the first group partition (the rest is small: it is
+        # loaded at once on the loop's turn that read ends, else the worker goes on).
         assert init(state, "tx") == (LOADING, -1, -1)
         assert set(add_partitions(state, "tx", pid, epoch, {"t": [1]}).values()) == {LOADING}
         assert add_offsets(state, "tx", pid, epoch, groups[0]) == LOADING
@@ -313,7 +331,14 @@ def test_transaction_requests_wait_for_the_transaction_state(data):
                     0).error_code == LOADING
         # Transactional data waits too (Produce's retriable answer while a transaction completes).
         assert produce(state, "t", 0, batch(pid, epoch, 2), "tx").error_code != NONE
+        executor.run_next()
+        if where == "at once":
+            assert not state.transactions.loading() and not state.coordinator.loading()
+            assert state.loader.inline_loads == 4 and not executor.jobs  # 3 group partitions + the state
+        else:
+            assert state.transactions.loading()
         executor.run_all()
+        assert state.loader.done.is_set() and not state.loader.failed
         txn = state.transactions.describe("tx")
         assert txn.state is TxnState.ONGOING and txn.groups == {groups[3]}
         assert state.coordinator.pending_txn_partitions(groups[3]) == {("t", 0)}
@@ -379,5 +404,61 @@ def test_closing_while_loading_drops_the_rest(data):
     try:
         assert state.transactions.describe("tx").state is TxnState.ONGOING
         assert len(state.coordinator.store.groups) == 4
+    finally:
+        state.close()
+
+
+def _not_in_the_worker(state: BrokerState, groups: list[str]) -> list[str]:
+    """The groups with offsets whose partition is not the one the worker has started reading
+    (the lowest): theirs load at once when asked for."""
+    first = state.coordinator.loading_partitions[0]
+    return [g for g in groups[:3] if state.coordinator.store.partition_of(g) != first]
+
+
+def test_the_first_request_for_a_small_partition_is_served_at_once(data):
+    """kwire's shortcut: no COORDINATOR_LOAD_IN_PROGRESS for a group of a small partition, each
+    kind of request served from what the partition holds, as after the worker's load."""
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        expected = {g: {("t", 0): 10 + i, ("t", 1): 20 + i} for i, g in enumerate(groups[:3])}
+        fetched, described = _not_in_the_worker(state, groups)
+        assert _fetch(state, fetched, 8) == (NONE, expected[fetched])
+        resp = call(state, messages.DescribeGroupsRequest(groups=[described]), 5)
+        assert (resp.groups[0].error_code, resp.groups[0].group_state) == (NONE, "Empty")
+        assert state.coordinator.load_refusals == 0 and state.loader.inline_loads == 2
+        executor.run_all()
+        assert state.loader.done.is_set() and not state.loader.failed
+        assert all(_fetch(state, g) == (NONE, expected[g]) for g in groups[:3])
+    finally:
+        state.close()
+
+
+def test_delete_groups_asks_whether_the_group_loads_before_it_reads_it(data):
+    """DeleteGroups of an empty group whose small partition is still loading: the partition is
+    loaded first, then the group deleted (read before, it was not there yet: GROUP_ID_NOT_FOUND)."""
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        group = _not_in_the_worker(state, groups)[0]
+        assert state.coordinator.delete_groups([group]) == {group: NONE}
+        assert _fetch(state, group) == (NONE, {})
+        executor.run_all()
+        assert _fetch(state, group) == (NONE, {})
+    finally:
+        state.close()
+
+
+def test_release_group_asks_whether_the_group_loads_before_it_reads_it(data):
+    """The KIP-848 upgrade's look at a classic group loads its small partition first (it has no
+    members after a restart, so nothing is released)."""
+    data_dir, groups, _ = data
+    state, executor = _loading_state(data_dir)
+    try:
+        group = _not_in_the_worker(state, groups)[0]
+        partition = state.coordinator.store.partition_of(group)
+        assert state.coordinator.release_group(group) is None
+        assert partition not in state.coordinator.loading_partitions
+        assert state.coordinator.group(group) is not None
     finally:
         state.close()

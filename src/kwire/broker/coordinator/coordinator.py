@@ -131,7 +131,7 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         # COORDINATOR_LOAD_IN_PROGRESS meanwhile.  A journal to migrate is loaded at once.
         self._loading: set[int] = set()
         self.load_refusals = 0  # requests answered while their partition loaded, for tests and stats
-        self._wanted: set[int] = set()  # loading partitions a request was refused for
+        self._wanted: set[int] = set()  # loading partitions a request asked for
         self._deleted_while_loading: set[str] = set()  # topics whose offsets loading groups must forget
         journal = Path(data_dir) / META_DIR / GROUPS_DIR
         if load or journal_to_migrate(journal):
@@ -155,7 +155,8 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         # Told the group ids of each partition loaded after start, and each offset expiry check
         # (KIP-848 groups start their members' sessions, and drop empty groups without offsets).
         self.on_groups_loaded: Callable[[list[str]], None] | None = None
-        # Told a loading partition a request was first refused for (the loader loads it next).
+        # Told a loading partition a request first asked for (the loader loads it at once if
+        # small: load_partition runs before it returns; else next).
         self.on_wanted: Callable[[int], None] | None = None
         self.on_expiry_check: Callable[[], None] | None = None
         self._load()
@@ -198,19 +199,31 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
 
     def loading(self, group_id: str | None = None) -> bool:
         """Whether the group's partition (any partition, for None) is still being loaded: Kafka's
-        coordinator runtime answers COORDINATOR_LOAD_IN_PROGRESS for it meanwhile."""
+        coordinator runtime answers COORDINATOR_LOAD_IN_PROGRESS for it meanwhile.  Every handler
+        asks this before it reads the group: see ``ask_for``, so a small partition's group is
+        served by this very request."""
         if not self._loading:
             return False
-        partition = None if group_id is None else self._store.partition_of(group_id)
-        if partition is None or partition in self._loading:
-            self.load_refusals += 1
-            if partition is not None:
-                if partition not in self._wanted:
-                    self._wanted.add(partition)  # the loader loads it next
-                    if self.on_wanted is not None:
-                        self.on_wanted(partition)
-            return True
-        return False
+        if group_id is not None and not self.ask_for(group_id):
+            return False
+        self.load_refusals += 1
+        return True
+
+    def ask_for(self, group_id: str) -> bool:
+        """Whether the group's partition is still loading, after the loader was told it is asked
+        for (``on_wanted``, the first time): a small partition is loaded at once (kwire's
+        shortcut, see coordinator.loader), a larger one next.  For readers of the group's state
+        outside this coordinator (the KIP-848 groups), which must not count as refusals."""
+        if not self._loading:
+            return False
+        partition = self._store.partition_of(group_id)
+        if partition not in self._loading:
+            return False
+        if partition not in self._wanted:
+            self._wanted.add(partition)  # the loader loads it now if small, else next
+            if self.on_wanted is not None:
+                self.on_wanted(partition)
+        return partition in self._loading
 
     def wanted_partitions(self) -> frozenset[int]:
         """The loading partitions clients have asked for (the loader reads it from its thread:
@@ -780,9 +793,10 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         converts: a rebalance under way is abandoned, its parked JoinGroup and SyncGroup answered
         REBALANCE_IN_PROGRESS (the members then join the consumer group's way).  None if the group
         can't be upgraded now (missing, loading, empty, another protocol type)."""
+        if self.loading(group_id):  # first: it may load the group's partition now
+            return None
         group = self._groups.get(group_id)
-        if (group is None or self.loading(group_id) or not group.members
-                or group.protocol_type != CONSUMER_PROTOCOL_TYPE):
+        if group is None or not group.members or group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return None
         # A group that never completed a rebalance has no protocol yet: the one it would choose.
         generation, protocol = group.generation_id, group.protocol_name or group.select_protocol()

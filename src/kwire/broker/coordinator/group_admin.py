@@ -64,10 +64,11 @@ class GroupAdmin:
         """Delete empty groups with their offsets; an error per group id."""
         results: dict[str, int] = {}
         for group_id in dict.fromkeys(group_ids):
-            group = self._groups.get(group_id)
-            if self.loading(group_id):
+            if self.loading(group_id):  # first: it may load the group's partition now
                 results[group_id] = CoordinatorLoadInProgressError.code
-            elif group is None or group.is_(GroupState.DEAD):
+                continue
+            group = self._groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
                 results[group_id] = GroupIdNotFoundError.code
             elif not group.is_(GroupState.EMPTY):
                 results[group_id] = NonEmptyGroupError.code

@@ -35,7 +35,12 @@ def group_type(state: Any, group_id: str) -> str | None:
 def is_share_group(state: Any, group_id: str) -> bool:
     """Whether a share group holds ``group_id``, without starting the share manager: until a
     share request starts it after a restart, the share groups are the ShareGroup* records the
-    group coordinator loaded from ``__consumer_offsets``."""
+    group coordinator loaded from ``__consumer_offsets``.  The group's partition is asked for
+    first (``GroupCoordinator.ask_for``): a small one still loading is loaded now, so a share
+    group is known before a classic or consumer request would take its id."""
+    ask_for = getattr(state.coordinator, "ask_for", None)
+    if ask_for is not None:
+        ask_for(group_id)
     share = getattr(state, "share", None)
     if share is not None:
         return share.groups.group(group_id) is not None

@@ -16,21 +16,33 @@ replayed before the broker accepts connections:
   left half done ends the offsets it staged in its groups, so they must be there first.
 
 One worker thread (started when there is something to load), one partition at a time, in
-order.  A partition a client asked for while it loads (its request answered
-COORDINATOR_LOAD_IN_PROGRESS, which the coordinator tells ``wanted``) does not wait for the
-worker: if it is small (up to ``inline_bytes`` of log, the usual case: a test suite's groups take
-a few KiB per partition) and not being read in the worker already, it is replayed and installed
-on the event loop's next turn (``schedule``), about a millisecond; a larger one is the worker's
-next.  So a restarted suite's group is served at its client's first retry.  The other
-partitions stay in the worker rather than on the loop: measured on the 50-group restart, loading
-them all on the loop's turns delayed the first requests more than the worker's competition for
-the GIL did (benchmarks/RESULTS.md, 2026-11-27 second session, H21).
+order.  The first request for a group of a partition still to load (``GroupCoordinator.loading``,
+the check every handler makes before it reads a group, tells ``wanted``) does not wait for the
+worker: if the partition is small (up to ``inline_bytes`` of log, ``INLINE_BYTES`` by default:
+a test suite's groups take a few KiB per partition) and not being read in the worker already, it
+is replayed and installed right there, on the event loop, through the same ``read_partition`` and
+``load_partition`` as the worker's, so that request is served at once instead of answered
+COORDINATOR_LOAD_IN_PROGRESS and retried.  That is kwire's own shortcut: Kafka refuses until the
+partition's scheduled load is done.  A larger partition keeps Kafka's behaviour: the request is
+refused and the partition is the worker's next.  The bound keeps the loop's pause short (about
+3 ms for a partition at the threshold, measured in benchmarks/RESULTS.md, 2026-11-27 third
+session).  The other partitions stay in the worker rather than on the loop: measured on the
+50-group restart, loading them all on the loop's turns delayed the first requests more than the
+worker's competition for the GIL did (benchmarks/RESULTS.md, 2026-11-27 second session, H21).
+
+``__transaction_state`` gets the same treatment (``TransactionCoordinator.loading`` tells
+``transactions_wanted``): its install needs every group partition first, so when what is left
+(the group partitions not loaded and the transaction state) is small in all and the worker is
+idle, the whole rest is loaded and installed on the loop at once; when the worker is busy (the
+usual case while loading: the request is refused), on the loop's turn its read ends; when the
+rest is larger, the requests wait for the worker, refused meanwhile, as Kafka's.
 
 A partition that fails to load is logged and stays loading (its requests keep getting the
 retriable error) rather than being served empty.
 
 Tests give an ``executor`` and a ``schedule`` they run by hand and a ``post`` that runs at once,
-to hold the load at any point.
+to hold the load at any point (``schedule`` runs what follows a load on the loop: the transaction
+state's install and the end, on a turn of their own rather than inside the request).
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kwire.protocol.coordinator_records import OFFSETS_TOPIC
+from kwire.protocol.coordinator_records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from ..transactions import TransactionCoordinator
@@ -54,8 +66,9 @@ __all__ = ["INLINE_BYTES", "CoordinatorLoader", "Executor"]
 
 logger = logging.getLogger("kwire.broker.coordinator.loader")
 
-# The largest partition a client asked for that is replayed on the event loop: ~256 KiB of
-# commit records replay in a few ms.
+# The largest partition (bytes of log segments) a request asked for that is replayed on the event
+# loop, inside that request; larger ones are refused while the worker loads them (Kafka's way).
+# 256 KiB of commit records (about 2,000 commits) replay and install in about 3 ms.
 INLINE_BYTES = 256 * 1024
 
 
@@ -76,6 +89,17 @@ def _log_bytes(directory: Path) -> int:
         return 0
 
 
+def _topic_bytes(data_dir: Path, topic: str) -> int:
+    """The bytes of the segments of every partition of ``topic`` in ``data_dir``."""
+    prefix = f"{topic}-"
+    try:
+        with os.scandir(data_dir) as entries:
+            dirs = [e.path for e in entries if e.name.startswith(prefix)]
+    except FileNotFoundError:
+        return 0
+    return sum(_log_bytes(Path(d)) for d in dirs)
+
+
 class CoordinatorLoader:
     """Loads what ``groups`` and ``transactions`` (built with ``load=False``) still have to load.
 
@@ -83,8 +107,8 @@ class CoordinatorLoader:
     the worker's results are installed there, where the handlers run, so the coordinators need
     no locks.  ``schedule(fn)`` runs ``fn`` on the loop's next turn (``loop.call_soon``; default:
     ``post``).  ``data_dir`` holds the partitions' directories, sized to choose whether a
-    partition asked for is loaded on the loop (None: never); ``inline_bytes`` the most loaded
-    there (default ``INLINE_BYTES``).
+    partition asked for is loaded at once on the loop (None: never); ``inline_bytes`` the most
+    loaded there (default ``INLINE_BYTES``).
     """
 
     def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, *,
@@ -109,8 +133,9 @@ class CoordinatorLoader:
         self._remaining: list[int] = []  # not started, in order
         self._reading = False  # a load is in the worker
         self._txn_to_read = False
+        self._txn_wanted = False  # a transaction request was refused: the rest on the loop if small
         self._started: float | None = None
-        self.inline_loads = 0  # partitions asked for that were loaded on the loop, for tests and stats
+        self.inline_loads = 0  # loads done on the loop (partitions asked for), for tests and stats
         self.failed: list[str] = []  # what could not be loaded (logged), for tests
         self.done = threading.Event()  # set once everything is installed (or failed)
 
@@ -120,7 +145,7 @@ class CoordinatorLoader:
             return
         self._started = time.monotonic()
         self._remaining = self._groups.loading_partitions
-        self._txn_to_read = self._transactions.loading()
+        self._txn_to_read = not self._transactions.loaded
         self._pending = len(self._remaining) + self._txn_to_read
         if not self._remaining and self._txn_to_read and not self._transactions.state_on_disk():
             # Nothing stored (a new data dir): no worker thread, the broker is ready at once.
@@ -131,32 +156,62 @@ class CoordinatorLoader:
             self._finished()
             return
         self._groups.on_wanted = self.wanted
+        self._transactions.on_wanted = self.transactions_wanted
         for partition in self._groups.wanted_partitions():  # (asked for before the loader started)
             self.wanted(partition)
         self._next()
 
     def wanted(self, partition: int) -> None:
-        """(On the event loop) a client was refused for a group of ``partition``: loaded on the
-        loop's next turn if it is small and not being read already, else the worker's next."""
+        """(On the event loop, inside the request) ``partition`` was asked for: loaded now if it
+        is small and not being read in the worker already, else it is the worker's next."""
         if self._closed or partition not in self._remaining or self._data_dir is None:
             return
         if _log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{partition}") > self._inline_bytes:
             return  # (the worker takes it next: _next prefers what is wanted)
         self._remaining.remove(partition)
-        self._schedule(lambda: self._load_inline(partition))
+        self._load_inline(partition)
+        self._schedule(self._after_load)
+
+    def transactions_wanted(self) -> None:
+        """(On the event loop, inside the request) a transaction request was refused: the rest
+        (group partitions and the transaction state) loaded now if small and the worker idle, on
+        the loop's turn the worker's read ends if it is busy, else when the worker gets there."""
+        self._txn_wanted = True
+        if not self._reading:
+            self._after_load()
+
+    def _load_rest_inline(self) -> None:
+        """(On the event loop) the transaction state is wanted and nothing is in the worker: what
+        is left, loaded here if small in all (``_after_load`` installs it)."""
+        if not self._txn_to_read or self._data_dir is None:
+            return
+        left = sum(_log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{p}") for p in self._remaining)
+        if left + _topic_bytes(self._data_dir, TRANSACTION_STATE_TOPIC) > self._inline_bytes:
+            return
+        self._txn_wanted = False
+        while self._remaining:
+            self._load_inline(self._remaining.pop(0))
+        self._txn_to_read = False
+        self._run_here(self._transactions.read_state, (), self._txn_state_read)
 
     def _load_inline(self, partition: int) -> None:
-        """(On the event loop, a turn of its own) a small partition read and installed at once."""
+        """(On the event loop) a small partition read and installed at once."""
+        self._run_here(self._groups.store.read_partition, (partition,), self._group_partition_read)
+
+    def _run_here(self, fn: Callable[..., Any], args: tuple,
+                  then: Callable[[concurrent.futures.Future], None]) -> None:
+        """(On the event loop) a read the worker would do, done here, its result handled as the
+        worker's is (one code path: the same read, the same install)."""
         with self._inline:
             if self._closed:
                 return
             future: concurrent.futures.Future = concurrent.futures.Future()
             try:
-                future.set_result(self._groups.store.read_partition(partition))
+                future.set_result(fn(*args))
             except Exception as exc:  # noqa: BLE001 - handled as a worker's failure
                 future.set_exception(exc)
             self.inline_loads += 1
-            self._group_partition_read(future)
+            then(future)
 
     def _next(self) -> None:
         """(On the event loop) the next load into the worker, one at a time so the next can be
@@ -200,6 +255,7 @@ class CoordinatorLoader:
     def _from_worker(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
         self._reading = False
         then(future)
+        self._after_load()
 
     def _group_partition_read(self, future: concurrent.futures.Future) -> None:
         exc = future.exception()
@@ -207,7 +263,7 @@ class CoordinatorLoader:
             self._failed("a __consumer_offsets partition", exc)
         elif not self._closed:
             self._groups.load_partition(*future.result())
-        self._handled()
+        self._pending -= 1
 
     def _txn_state_read(self, future: concurrent.futures.Future) -> None:
         exc = future.exception()
@@ -215,27 +271,32 @@ class CoordinatorLoader:
             self._failed("__transaction_state", exc)
         else:
             self._txn_state = future.result()
-        self._handled()
-
-    def _handled(self) -> None:
-        """(On the event loop) one load handled: the transactions once the groups are all in.
-        The next load is submitted from here, so the worker waits while the loop takes its
-        turn (the requests that came meanwhile) between two partitions."""
         self._pending -= 1
+
+    def _after_load(self) -> None:
+        """(On the event loop) what follows a load: the next one into the worker (submitted
+        from here, so the worker waits while the loop takes its turn between two partitions),
+        the rest on the loop if a transaction request wants it, the transactions once the
+        groups are all in, and the end."""
+        if self._closed:
+            return
+        if self._txn_wanted and not self._reading:
+            self._load_rest_inline()
         self._next()
-        if (self._txn_state is not None and not self._closed and not self._groups.loading_partitions
-                and self._transactions.loading()):
+        if (self._txn_state is not None and not self._groups.loading_partitions
+                and not self._transactions.loaded):
             # (A group partition that failed keeps the transactions loading too.)
             state, self._txn_state = self._txn_state, None
             try:
                 self._transactions.install_state(state)
             except Exception as exc:  # noqa: BLE001 - logged; the coordinator stays loading
                 self._failed("__transaction_state", exc)
-        if self._pending == 0:
+        if self._pending == 0 and not self.done.is_set():
             self._finished()
 
     def _finished(self) -> None:
         self._groups.on_wanted = None
+        self._transactions.on_wanted = None
         with self._lock:
             executor, own = self._executor, self._own_executor
         if own and executor is not None:

@@ -160,6 +160,8 @@ class TransactionCoordinator:
         # COORDINATOR_LOAD_IN_PROGRESS until then, as Kafka's while a partition loads.
         self._txns: dict[str, TransactionMetadata] = {}
         self._loaded = False
+        # Told each time a request finds the state loading (the loader loads the rest now if small).
+        self.on_wanted: Callable[[], None] | None = None
         if load:
             self.install_state(self._store.read_all())
 
@@ -171,7 +173,11 @@ class TransactionCoordinator:
 
     def loading(self) -> bool:
         """Whether the state is still being loaded (every request then answers
-        COORDINATOR_LOAD_IN_PROGRESS, as Kafka's TransactionStateManager for a loading partition)."""
+        COORDINATOR_LOAD_IN_PROGRESS, as Kafka's TransactionStateManager for a loading partition).
+        Handlers ask this first: the loader is told (``on_wanted``), which loads what is left at
+        once when it is small (kwire's shortcut, see coordinator.loader)."""
+        if not self._loaded and self.on_wanted is not None:
+            self.on_wanted()
         return not self._loaded
 
     def state_on_disk(self) -> bool:
@@ -328,7 +334,7 @@ class TransactionCoordinator:
         """A producer id and epoch for the transactional id (``expected``: the (id, epoch) a v3+
         client already has).  An awaitable when an open transaction's abort waits for its markers
         to be fsynced."""
-        if not self._loaded:
+        if self.loading():
             return InitResult(CoordinatorLoadInProgressError.code)
         if not 0 < timeout_ms <= self._config.transaction_max_timeout_ms:
             return InitResult(InvalidTransactionTimeoutError.code)
@@ -414,7 +420,7 @@ class TransactionCoordinator:
                        partitions: Collection[tuple[str, int]], client_tv: int = TV_0) -> int:
         """Add partitions to the producer's transaction (opening it); an error code.  ``client_tv``:
         the transaction version the request speaks (kept in the state, as Kafka's)."""
-        if not self._loaded:
+        if self.loading():
             return CoordinatorLoadInProgressError.code
         txn = self._txns.get(transactional_id)
         error = self._check_producer(txn, producer_id, epoch)
@@ -430,7 +436,7 @@ class TransactionCoordinator:
         """Add a group's offsets to the producer's transaction: as Kafka, the group's
         __consumer_offsets partition joins it (its marker there commits or aborts the offsets
         TxnOffsetCommit writes); an error code."""
-        if not self._loaded:
+        if self.loading():
             return CoordinatorLoadInProgressError.code
         txn = self._txns.get(transactional_id)
         error = self._check_producer(txn, producer_id, epoch)
@@ -484,7 +490,7 @@ class TransactionCoordinator:
         """Whether transactional data of the producer may go to the partition: 0, or Kafka's
         answer to a Produce.  ``add`` (Produce v12+, transactions v2): the partition joins the
         producer's transaction, which this opens if none is."""
-        if not self._loaded:
+        if self.loading():
             # Kafka's verification gets COORDINATOR_LOAD_IN_PROGRESS and answers the Produce
             # with a retriable error, as for a transaction being completed.
             return ConcurrentTransactionsError.code
@@ -501,7 +507,7 @@ class TransactionCoordinator:
         """Whether the producer may stage offsets of the group: 0, or an error code (as Kafka's
         group coordinator answers it).  ``add`` (TxnOffsetCommit v5+, transactions v2): the
         group joins the producer's transaction first, as AddOffsetsToTxn would."""
-        if not self._loaded:
+        if self.loading():
             return CoordinatorLoadInProgressError.code
         if add:
             code = self.add_offsets(transactional_id, producer_id, epoch, group_id, TV_2)
@@ -525,7 +531,7 @@ class TransactionCoordinator:
         """Commit or abort the producer's transaction (``client_tv``: the version the request
         speaks, Kafka's transactionVersionForEndTxn); the answer, or an awaitable of it when it
         waits for the markers' fsync."""
-        if not self._loaded:
+        if self.loading():
             return EndTxnResult(CoordinatorLoadInProgressError.code)
         if client_tv >= TV_2:
             return self._end_txn_v2(transactional_id, producer_id, epoch, commit)

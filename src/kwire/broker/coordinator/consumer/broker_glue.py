@@ -71,7 +71,8 @@ def open_consumer_groups(state: BrokerState) -> ConsumerGroupCoordinator:
                                            on_deadline=timer, release_classic=state.coordinator.release_group,
                                            adopt_classic=state.coordinator.adopt_group,
                                            migration_policy=config.group_consumer_migration_policy,
-                                           assignors=config.group_consumer_assignors)
+                                           assignors=config.group_consumer_assignors,
+                                           load_group=state.coordinator.ask_for)
     timer.fire = coordinator.expire
     classic = state.coordinator
     classic.topics_in_use = coordinator.topics_in_use

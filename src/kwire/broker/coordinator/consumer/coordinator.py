@@ -92,6 +92,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
     that id has members (a group id is one group type at a time).  ``records``: where the groups
     are persisted (None: in memory only, for tests of the state machine).  ``on_deadline``:
     told the next deadline (clock ms) whenever it may have moved, to arm the broker's timer.
+    ``load_group(group_id)``: told before a group is first looked up (its partition may be loading).
     """
 
     def __init__(self, topics: TopicRegistry, *, timeouts: Callable[[str], Timeouts],
@@ -100,7 +101,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
                  records: Any = None, on_deadline: Callable[[int | None], None] | None = None,
                  release_classic: Callable[[str], Any] | None = None,
                  adopt_classic: Callable[[str, int, str, list], None] | None = None,
-                 migration_policy: str = "bidirectional", assignors: Sequence[str] = tuple(ASSIGNORS)):
+                 migration_policy: str = "bidirectional", assignors: Sequence[str] = tuple(ASSIGNORS),
+                 load_group: Callable[[str], Any] | None = None):
         unknown = [a for a in assignors if a not in ASSIGNORS]
         if unknown or not assignors:
             raise ValueError(f"group.consumer.assignors must name some of {', '.join(ASSIGNORS)}, got {list(assignors)}")
@@ -122,6 +124,9 @@ class ConsumerGroupCoordinator(ClassicMembers):
         # Group ids taken from what the store replayed: the store's partitions may load after
         # the broker starts (coordinator.loader), so groups are taken when first looked up.
         self._taken: set[str] = set()
+        # Told a group id before it is first looked up: the classic coordinator loads its
+        # __consumer_offsets partition at once if small (its groups_loaded then takes it).
+        self._load_group = load_group
         self._regex_memo: dict[str, frozenset[str]] | None = None
         # The classic side (classic_members): converting groups, member ids given with MEMBER_ID_REQUIRED.
         self._release_classic = release_classic
@@ -157,6 +162,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
     def group(self, group_id: str) -> ConsumerGroup | None:
         """The consumer group of that id, if there is one (read it, don't change it)."""
         if group_id not in self._groups:
+            if self._load_group is not None:
+                self._load_group(group_id)
             self._take(group_id)
         return self._groups.get(group_id)
 
