@@ -18,8 +18,11 @@ UINT16 = struct.Struct(">H")
 UINT32 = struct.Struct(">I")
 FLOAT64 = struct.Struct(">d")
 
+# What the readers take: bytes, a bytearray or a memoryview of bytes (indexing gives an int).
+Buffer = bytes | bytearray | memoryview
 
-def _read_unsigned(buf, pos: int, max_shift: int, what: str) -> tuple[int, int]:
+
+def _read_unsigned(buf: Buffer, pos: int, max_shift: int, what: str) -> tuple[int, int]:
     result = 0
     shift = 0
     end = len(buf)
@@ -36,17 +39,17 @@ def _read_unsigned(buf, pos: int, max_shift: int, what: str) -> tuple[int, int]:
             raise DecodeError(f"{what} longer than {max_shift // 7 + 1} bytes", offset=pos)
 
 
-def read_uvarint(buf, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     """An unsigned LEB128 varint of at most 5 bytes (Kafka's UNSIGNED_VARINT, 32 bits)."""
     return _read_unsigned(buf, pos, 28, "varint")
 
 
-def read_uvarlong(buf, pos: int) -> tuple[int, int]:
+def read_uvarlong(buf: Buffer, pos: int) -> tuple[int, int]:
     """An unsigned LEB128 varint of at most 10 bytes (64 bits)."""
     return _read_unsigned(buf, pos, 63, "varlong")
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     """A zigzag-encoded signed varint (VARINT)."""
     b = buf[pos] if pos < len(buf) else 0x80
     if b < 0x80:
@@ -55,7 +58,7 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
-def read_varlong(buf, pos: int) -> tuple[int, int]:
+def read_varlong(buf: Buffer, pos: int) -> tuple[int, int]:
     """A zigzag-encoded signed varlong (VARLONG)."""
     b = buf[pos] if pos < len(buf) else 0x80
     if b < 0x80:
@@ -64,28 +67,20 @@ def read_varlong(buf, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
-def _build_uvarint_table(limit: int) -> list[bytes]:
-    table = []
-    for n in range(limit):
-        out = bytearray()
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        out.append(n)
-        table.append(bytes(out))
-    return table
-
-
-# Encodings of the small unsigned values, which are most of what Kafka writes (lengths, deltas).
-_UVARINT_SMALL = _build_uvarint_table(1 << 14)
+# One-byte encodings (0..127: most of what Kafka writes, lengths and deltas).  Only these are a
+# table: one of all two-byte values (16k entries) took 10-25 ms to build at import, paid by every
+# command line, while a two-byte encoding is cheap to make when it is wanted.
+_UVARINT_1 = [bytes((n,)) for n in range(128)]
 
 
 def uvarint(n: int) -> bytes:
     """Encode an unsigned varint."""
-    if n < 16384:
+    if n < 128:
         if n < 0:
             raise ValueError(f"unsigned varint cannot hold {n}")
-        return _UVARINT_SMALL[n]
+        return _UVARINT_1[n]
+    if n < 16384:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
