@@ -87,11 +87,17 @@ _MIN_RECORD_SIZE = MIN_RECORD_SIZE
 
 # Zigzag varint encodings of 0..16383 (lengths and deltas; most records need nothing else).
 # The hot loops write the bound as the literal 16384 (a constant load is cheaper than a global).
+# Filled by the first builder (_fill_zz), not at import: building it took 5-15 ms of every
+# command line's start-up, most of which never build a batch in Python.
 _ZN = 1 << 14
-_ZZ = [bytes((2 * n,)) if n < 64 else
-       bytes(((2 * n) & 0x7F | 0x80, (2 * n) >> 7)) if n < 8192 else
-       bytes(((2 * n) & 0x7F | 0x80, ((2 * n) >> 7) & 0x7F | 0x80, (2 * n) >> 14))
-       for n in range(_ZN)]
+_ZZ: list[bytes] = []
+
+
+def _fill_zz() -> None:
+    _ZZ[:] = [bytes((2 * n,)) if n < 64 else
+              bytes(((2 * n) & 0x7F | 0x80, (2 * n) >> 7)) if n < 8192 else
+              bytes(((2 * n) & 0x7F | 0x80, ((2 * n) >> 7) & 0x7F | 0x80, (2 * n) >> 14))
+              for n in range(_ZN)]
 
 # Decoding tables.  CPython 3.11 specializes list indexing and int +, -, *, <, but not the
 # bitwise operators a varint/zigzag decode is usually written with, so the reader looks values
@@ -747,6 +753,8 @@ class RecordBatchBuilder:
         self._max_ts = -1
         self._sized = 0  # parts already summed into _size
         self._size = HEADER_SIZE
+        if not _ZZ:
+            _fill_zz()  # the encoding table append and extend read
 
     def __len__(self) -> int:
         """Number of records appended."""
