@@ -1,8 +1,9 @@
 """Real clients against a broker restarted while its coordinators still load (as Kafka's after a
 restart): a data dir with many groups' committed offsets and an open transaction; the restarted
-broker's load is held until a client's request has been answered COORDINATOR_LOAD_IN_PROGRESS,
-then let go.  Each client retries and gets the offsets committed before the restart; the open
-transaction's producer id is taken over by a new producer afterwards."""
+broker's background load is held.  A client's group in a small partition is served by its first
+OffsetFetch (kwire loads that partition inside the request); above the size threshold the client
+is answered COORDINATOR_LOAD_IN_PROGRESS and retries until the load is let go, as with Kafka.
+The open transaction's producer id is taken over by a new producer afterwards."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def expected(g: int, partition: int) -> int:
 
 class GatedExecutor:
     """One worker thread whose jobs start only once ``release()`` is called; ``schedule`` holds
-    the loader's turns of the event loop (its small partitions' loads) until then too."""
+    the loader's later turns of the event loop (what follows a load done inside a request)
+    until then too."""
 
     def __init__(self) -> None:
         self._gate = threading.Event()
@@ -143,13 +145,49 @@ def _kwire(bootstrap: str, group: str) -> dict[int, int]:
         c.close()
 
 
-@pytest.mark.parametrize("client", [_confluent, _kafka_python, _kwire], ids=["confluent", "kafka-python", "kwire"])
-def test_clients_get_their_committed_offsets_from_a_broker_still_loading(template, tmp_path, client):
+CLIENTS = pytest.mark.parametrize("client", [_confluent, _kafka_python, _kwire], ids=["confluent", "kafka-python", "kwire"])
+
+
+def _group_not_in_the_worker(broker: EmbeddedBroker) -> int:
+    """A group whose partition is not the one the held worker has started on (the lowest)."""
+    coordinator = broker.state.coordinator
+    first = coordinator.loading_partitions[0]
+    return next(g for g in range(GROUPS) if coordinator.store.partition_of(f"group-{g}") != first)
+
+
+@CLIENTS
+def test_clients_read_their_offsets_on_the_first_offset_fetch(template, tmp_path, client):
+    """kwire's shortcut: a group of a small partition still to load is served by the client's
+    first OffsetFetch (its partition loaded inside it), no COORDINATOR_LOAD_IN_PROGRESS, while
+    the background load is held."""
+    broker, gate = _restarted(template, tmp_path)
+    try:
+        coordinator, loader = broker.state.coordinator, broker.state.loader
+        g = _group_not_in_the_worker(broker)
+        assert coordinator.loading() and coordinator.load_refusals == 1  # (that call's own)
+        assert client(broker.bootstrap, f"group-{g}") == {i: expected(g, i) for i in range(PARTITIONS)}
+        assert coordinator.load_refusals == 1  # no refusal for the client
+        assert loader.inline_loads == 1 and not loader.done.is_set()  # (the worker is still held)
+        gate.release()
+        assert broker.wait_loaded(30) and not loader.failed
+        for g in range(0, GROUPS, 7):
+            assert client(broker.bootstrap, f"group-{g}") == {i: expected(g, i) for i in range(PARTITIONS)}
+    finally:
+        broker.stop()
+
+
+@CLIENTS
+def test_clients_retry_a_refusal_above_the_threshold(template, tmp_path, client, monkeypatch):
+    """Above the size threshold (here: every partition), Kafka's way: the client's request is
+    answered COORDINATOR_LOAD_IN_PROGRESS while the partition loads in the worker, it retries
+    and gets its offsets once the load is let go."""
+    from kwire.broker.coordinator import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "INLINE_BYTES", -1)
     broker, gate = _restarted(template, tmp_path)
     try:
         coordinator = broker.state.coordinator
         assert coordinator.loading()
-        first = coordinator.loading_partitions[0]  # (the worker's first, held)
         refused = coordinator.load_refusals  # (the loading() above counts as one)
         g = 3
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -161,11 +199,7 @@ def test_clients_get_their_committed_offsets_from_a_broker_still_loading(templat
             assert not answer.done()  # it waits for the load, retrying
             gate.release()
             assert answer.result(60) == {i: expected(g, i) for i in range(PARTITIONS)}
-        # Its partition was loaded on the loop's turn after the refusal, not in the worker's turn
-        # (unless it was the one in the worker already).
-        loader = broker.state.loader
-        assert loader.inline_loads >= 1 or coordinator.store.partition_of(f"group-{g}") == first
-        # Every group is back as committed.
+        assert broker.state.loader.inline_loads == 0
         for g in range(0, GROUPS, 7):
             assert client(broker.bootstrap, f"group-{g}") == {i: expected(g, i) for i in range(PARTITIONS)}
     finally:
@@ -192,9 +226,9 @@ def test_the_open_transaction_is_there_after_the_load(template, tmp_path):
         broker.stop()
 
 
-@pytest.mark.parametrize("where", ["on the loop", "in the worker"])
+@pytest.mark.parametrize("where", ["at once", "in the worker"])
 def test_an_unheld_load_serves_every_group(template, tmp_path, monkeypatch, where):
-    """The load as the broker runs it: a small partition asked for on the event loop's turn (the
+    """The load as the broker runs it: a small partition asked for loaded inside the request (the
     usual case), or every one in the worker thread when each counts as large."""
     from kwire.broker.coordinator import loader
 
@@ -209,7 +243,7 @@ def test_an_unheld_load_serves_every_group(template, tmp_path, monkeypatch, wher
             assert _confluent(broker.bootstrap, f"group-{g}") == {i: expected(g, i) for i in range(PARTITIONS)}
         assert broker.wait_loaded(30) and not broker.state.loader.failed
         loads = len(broker.state.coordinator.store.partitions_on_disk()) + 1  # (+ __transaction_state)
-        assert broker.state.loader.inline_loads <= (loads if where == "on the loop" else 0)
+        assert broker.state.loader.inline_loads <= (loads if where == "at once" else 0)
         assert broker.state.transactions.describe("loader-tx").state.value == "Ongoing"
     finally:
         broker.stop()
