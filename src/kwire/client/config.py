@@ -122,7 +122,7 @@ def _kafka_name(name: str) -> str:
 C = TypeVar("C", bound="CommonConfig")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
 class CommonConfig:
     """The settings every client takes."""
 
@@ -261,6 +261,23 @@ class CommonConfig:
         return type(self)(**{**kept, **changes})
 
     # -- output -----------------------------------------------------------------------------------
+    # repr, == and hash are written once here, over the fields, rather than generated for each class
+    # by @dataclass: compiling those three for four classes of ~60 fields was a third of this
+    # module's import, which every client command line pays (issue 24).  They do what the
+    # generated ones do: repr leaves out repr=False fields (secrets), == compares every field of
+    # two configs of the same class.
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, f in _fields(type(self)).items() if f.repr)
+        return f"{type(self).__qualname__}({shown})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _fields(type(self)))
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in _fields(type(self))))
+
     def to_dict(self, *, include_secrets: bool = False) -> dict[str, Any]:
         """Kafka's dotted names -> values (lists for lists), for JSON output and logs.  Secrets
         show as "[hidden]" unless ``include_secrets``; ``from_settings(to_dict(include_secrets=True))``
@@ -279,7 +296,7 @@ class CommonConfig:
         return [parse_host_port(address) for address in self.bootstrap_servers]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
 class ProducerConfig(CommonConfig):
     ROLE: ClassVar[str] = "producer"
     _DERIVED: ClassVar[tuple[str, ...]] = ("enable_idempotence", "delivery_timeout_ms")
@@ -355,7 +372,7 @@ class ProducerConfig(CommonConfig):
                               f"got {self.delivery_timeout_ms}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
 class ConsumerConfig(CommonConfig):
     ROLE: ClassVar[str] = "consumer"
     _DERIVED: ClassVar[tuple[str, ...]] = ("enable_auto_commit",)
@@ -423,7 +440,7 @@ class ConsumerConfig(CommonConfig):
         return "cooperative" if protocols == {"cooperative"} else "eager"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
 class AdminConfig(CommonConfig):
     ROLE: ClassVar[str] = "admin"
 
