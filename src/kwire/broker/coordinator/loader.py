@@ -24,9 +24,8 @@ is replayed and installed right there, on the event loop, through the same ``rea
 ``load_partition`` as the worker's, so that request is served at once instead of answered
 COORDINATOR_LOAD_IN_PROGRESS and retried.  That is kwire's own shortcut: Kafka refuses until the
 partition's scheduled load is done.  A larger partition keeps Kafka's behaviour: the request is
-refused and the partition is the worker's next.  The bound keeps the loop's pause short (about
-3 ms for a partition at the threshold, measured in benchmarks/RESULTS.md, 2026-11-27 third
-session).  The other partitions stay in the worker rather than on the loop: measured on the
+refused and the partition is the worker's next.  The bound keeps the loop's pause short (a few
+ms of CPU for a partition at the threshold: see ``INLINE_BYTES``).  The other partitions stay in the worker rather than on the loop: measured on the
 50-group restart, loading them all on the loop's turns delayed the first requests more than the
 worker's competition for the GIL did (benchmarks/RESULTS.md, 2026-11-27 second session, H21).
 
@@ -66,10 +65,13 @@ __all__ = ["INLINE_BYTES", "CoordinatorLoader", "Executor"]
 
 logger = logging.getLogger("kwire.broker.coordinator.loader")
 
-# The largest partition (bytes of log segments) a request asked for that is replayed on the event
+# The largest partition (bytes of log segments) a request asks for that is replayed on the event
 # loop, inside that request; larger ones are refused while the worker loads them (Kafka's way).
-# 256 KiB of commit records (about 2,000 commits) replay and install in about 3 ms.
-INLINE_BYTES = 256 * 1024
+# Measured (benchmarks/bench_coordinator_inline_load.py, 2026-11-27 third session, a loaded VM):
+# 32 KiB, about 300 commits of one batch each, cost the loop ~6 ms of CPU (~11 ms for the first
+# load in the process, which builds the record codecs); 256 KiB cost ~30 ms.  A test suite's
+# groups take a few KiB per partition.
+INLINE_BYTES = 32 * 1024
 
 
 class Executor(Protocol):
