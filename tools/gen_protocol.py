@@ -548,11 +548,13 @@ def render_python(data: dict, package: Path) -> dict[Path, str]:
         if mod in ("api_keys", "error_codes", "headers", "data"):
             raise SystemExit(f"gen_protocol: API {api} would replace the generated module {mod}")
         w = ModuleWriter()
-        for m, base in ((req, "Request"), (resp, "Response")):
+        # A request class names its response class (Request's type parameter), so a client's
+        # ``send`` is typed by the request it is given.
+        for m, base, base_expr in ((req, "Request", f'Request["{resp["name"]}"]'), (resp, "Response", "Response")):
             w.used.add(base)
             if w.lines:
                 w.lines += ["", ""]
-            w.struct(m["name"], m["name"], base, message_doc(m, api), m["fields"], "", message_header(m, api, w))
+            w.struct(m["name"], m["name"], base_expr, message_doc(m, api), m["fields"], "", message_header(m, api, w))
             module_of[m["name"]] = mod
         files[GENERATED / f"{mod}.py"] = w.render(f"The {api} API (key {key}): {req['name']} and {resp['name']}.",
                                                   ["from .api_keys import ApiKey"])

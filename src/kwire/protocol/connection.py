@@ -489,7 +489,7 @@ class ClientConnection(_Framing):
         self._pending.clear()
         return pending
 
-    def send_request(self, request: Request, version: int, *, expect_response: bool | None = None,
+    def send_request(self, request: Request[Response], version: int, *, expect_response: bool | None = None,
                      context: Any = None) -> bytes:
         """The frame of ``request`` at ``version`` with the next correlation id.  ``expect_response``
         None: all but a Produce with acks=0; ``context`` comes back with the response."""

@@ -64,7 +64,7 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return _header_version(_api_info(api_key).response_header_versions, api_version, 0)
 
 
-def encode_request(request: Request, version: int, correlation_id: int, client_id: str | None = "kwire") -> bytes:
+def encode_request(request: Request[Response], version: int, correlation_id: int, client_id: str | None = "kwire") -> bytes:
     """A complete request frame: size, header, body."""
     body = type(request).codec(version)
     hv = request_header_version(request.API_KEY, version)
@@ -108,7 +108,7 @@ def decode_request_header(frame: Buffer) -> tuple[RequestHeader, int]:
     return header, offset
 
 
-def decode_request(frame: Buffer, *, strict: bool = True) -> tuple[RequestHeader, Request]:
+def decode_request(frame: Buffer, *, strict: bool = True) -> tuple[RequestHeader, Request[Response]]:
     """Header and typed request from a frame body (no size prefix)."""
     header, offset = decode_request_header(frame)
     if header.request_api_key not in REQUEST_NAMES:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from functools import cache
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union
 
 from .compiler import Codec, codec
 from .errors import UnknownApiVersionError
@@ -157,8 +157,14 @@ class Message(Struct):
         return cls.SPEC.is_flexible(version)
 
 
-class Request(Message):
-    """Base of every ``...Request`` class."""
+# The response class a request class is answered with: each generated request class names its own
+# (``class FetchRequest(Request["FetchResponse"])``), so ``await conn.send(FetchRequest(...))`` is typed
+# as a FetchResponse.  Covariant: any request is a ``Request[Response]``.
+ResponseT_co = TypeVar("ResponseT_co", bound="Response", covariant=True)
+
+
+class Request(Message, Generic[ResponseT_co]):
+    """Base of every ``...Request`` class; its type parameter is the class of its response."""
 
     __slots__ = ()
     API_KEY: ClassVar[ApiKey]
@@ -175,7 +181,7 @@ class Response(Message):
     API_KEY: ClassVar[ApiKey]
 
     @classmethod
-    def request_class(cls) -> type[Request]:
+    def request_class(cls) -> type[Request[Response]]:
         return request_class(cls.API_KEY)
 
 
@@ -209,7 +215,7 @@ def _api(api_key: int) -> str:
 
 
 @cache
-def request_class(api_key: int) -> type[Request]:
+def request_class(api_key: int) -> type[Request[Response]]:
     """The request class for an api key; UnknownApiVersionError naming the key if unknown."""
     return message_class(_api(api_key) + "Request")  # type: ignore[return-value]
 

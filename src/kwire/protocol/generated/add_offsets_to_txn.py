@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class AddOffsetsToTxnRequest(Request):
+class AddOffsetsToTxnRequest(Request["AddOffsetsToTxnResponse"]):
     """Kafka's AddOffsetsToTxnRequest: api key 25 (``ApiKey.ADD_OFFSETS_TO_TXN``), versions 0-4, flexible versions 3-4."""
 
     __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group_id", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AddPartitionsToTxnRequest(Request):
+class AddPartitionsToTxnRequest(Request["AddPartitionsToTxnResponse"]):
     """Kafka's AddPartitionsToTxnRequest: api key 24 (``ApiKey.ADD_PARTITIONS_TO_TXN``), versions 0-5, flexible versions 3-5."""
 
     __slots__ = (

@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class AllocateProducerIdsRequest(Request):
+class AllocateProducerIdsRequest(Request["AllocateProducerIdsResponse"]):
     """Kafka's AllocateProducerIdsRequest: api key 67 (``ApiKey.ALLOCATE_PRODUCER_IDS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("broker_id", "broker_epoch", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AlterClientQuotasRequest(Request):
+class AlterClientQuotasRequest(Request["AlterClientQuotasResponse"]):
     """Kafka's AlterClientQuotasRequest: api key 49 (``ApiKey.ALTER_CLIENT_QUOTAS``), versions 0-1, flexible versions 1."""
 
     __slots__ = ("entries", "validate_only", "unknown_tags")

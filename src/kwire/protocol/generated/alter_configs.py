@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AlterConfigsRequest(Request):
+class AlterConfigsRequest(Request["AlterConfigsResponse"]):
     """Kafka's AlterConfigsRequest: api key 33 (``ApiKey.ALTER_CONFIGS``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("resources", "validate_only", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AlterPartitionRequest(Request):
+class AlterPartitionRequest(Request["AlterPartitionResponse"]):
     """Kafka's AlterPartitionRequest: api key 56 (``ApiKey.ALTER_PARTITION``), versions 0-3, flexible versions 0-3."""
 
     __slots__ = ("broker_id", "broker_epoch", "topics", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AlterPartitionReassignmentsRequest(Request):
+class AlterPartitionReassignmentsRequest(Request["AlterPartitionReassignmentsResponse"]):
     """Kafka's AlterPartitionReassignmentsRequest: api key 45 (``ApiKey.ALTER_PARTITION_REASSIGNMENTS``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("timeout_ms", "allow_replication_factor_change", "topics", "unknown_tags")

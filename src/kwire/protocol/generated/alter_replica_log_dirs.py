@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AlterReplicaLogDirsRequest(Request):
+class AlterReplicaLogDirsRequest(Request["AlterReplicaLogDirsResponse"]):
     """Kafka's AlterReplicaLogDirsRequest: api key 34 (``ApiKey.ALTER_REPLICA_LOG_DIRS``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("dirs", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AlterShareGroupOffsetsRequest(Request):
+class AlterShareGroupOffsetsRequest(Request["AlterShareGroupOffsetsResponse"]):
     """Kafka's AlterShareGroupOffsetsRequest: api key 91 (``ApiKey.ALTER_SHARE_GROUP_OFFSETS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("group_id", "topics", "unknown_tags")

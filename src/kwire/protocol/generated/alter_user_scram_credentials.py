@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AlterUserScramCredentialsRequest(Request):
+class AlterUserScramCredentialsRequest(Request["AlterUserScramCredentialsResponse"]):
     """Kafka's AlterUserScramCredentialsRequest: api key 51 (``ApiKey.ALTER_USER_SCRAM_CREDENTIALS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("deletions", "upsertions", "unknown_tags")

@@ -606,10 +606,10 @@ API_INFO: dict[int, ApiInfo] = {
         ((0, 2, 1),),
     ),
     ApiKey.ADD_RAFT_VOTER: ApiInfo(
-        ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", 0, 0,
-        (0, 0), (0, 0),
-        ((0, 0, 2),),
-        ((0, 0, 1),),
+        ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", 0, 1,
+        (0, 1), (0, 1),
+        ((0, 1, 2),),
+        ((0, 1, 1),),
     ),
     ApiKey.REMOVE_RAFT_VOTER: ApiInfo(
         ApiKey.REMOVE_RAFT_VOTER, "RemoveRaftVoter", 0, 0,

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ApiVersionsRequest(Request):
+class ApiVersionsRequest(Request["ApiVersionsResponse"]):
     """Kafka's ApiVersionsRequest: api key 18 (``ApiKey.API_VERSIONS``), versions 0-4, flexible versions 3-4."""
 
     __slots__ = ("client_software_name", "client_software_version", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AssignReplicasToDirsRequest(Request):
+class AssignReplicasToDirsRequest(Request["AssignReplicasToDirsResponse"]):
     """Kafka's AssignReplicasToDirsRequest: api key 73 (``ApiKey.ASSIGN_REPLICAS_TO_DIRS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("broker_id", "broker_epoch", "directories", "unknown_tags")

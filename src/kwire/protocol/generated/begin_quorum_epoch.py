@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class BeginQuorumEpochRequest(Request):
+class BeginQuorumEpochRequest(Request["BeginQuorumEpochResponse"]):
     """Kafka's BeginQuorumEpochRequest: api key 53 (``ApiKey.BEGIN_QUORUM_EPOCH``), versions 0-1, flexible versions 1."""
 
     __slots__ = ("cluster_id", "voter_id", "topics", "leader_endpoints", "unknown_tags")

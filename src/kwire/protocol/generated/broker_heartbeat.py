@@ -13,7 +13,7 @@ from ..message_base import MISSING, Request, Response
 from .api_keys import ApiKey
 
 
-class BrokerHeartbeatRequest(Request):
+class BrokerHeartbeatRequest(Request["BrokerHeartbeatResponse"]):
     """Kafka's BrokerHeartbeatRequest: api key 63 (``ApiKey.BROKER_HEARTBEAT``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = (

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class BrokerRegistrationRequest(Request):
+class BrokerRegistrationRequest(Request["BrokerRegistrationResponse"]):
     """Kafka's BrokerRegistrationRequest: api key 62 (``ApiKey.BROKER_REGISTRATION``), versions 0-4, flexible versions 0-4."""
 
     __slots__ = (

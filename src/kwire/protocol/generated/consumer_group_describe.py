@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ConsumerGroupDescribeRequest(Request):
+class ConsumerGroupDescribeRequest(Request["ConsumerGroupDescribeResponse"]):
     """Kafka's ConsumerGroupDescribeRequest: api key 69 (``ApiKey.CONSUMER_GROUP_DESCRIBE``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("group_ids", "include_authorized_operations", "unknown_tags")

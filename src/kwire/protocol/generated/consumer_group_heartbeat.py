@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ConsumerGroupHeartbeatRequest(Request):
+class ConsumerGroupHeartbeatRequest(Request["ConsumerGroupHeartbeatResponse"]):
     """Kafka's ConsumerGroupHeartbeatRequest: api key 68 (``ApiKey.CONSUMER_GROUP_HEARTBEAT``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = (

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ControlledShutdownRequest(Request):
+class ControlledShutdownRequest(Request["ControlledShutdownResponse"]):
     """Kafka's ControlledShutdownRequest: api key 7 (``ApiKey.CONTROLLED_SHUTDOWN``), versions 0-3, flexible versions 3."""
 
     __slots__ = ("broker_id", "broker_epoch", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ControllerRegistrationRequest(Request):
+class ControllerRegistrationRequest(Request["ControllerRegistrationResponse"]):
     """Kafka's ControllerRegistrationRequest: api key 70 (``ApiKey.CONTROLLER_REGISTRATION``), versions 0-0, flexible versions 0."""
 
     __slots__ = (

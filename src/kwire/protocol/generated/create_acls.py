@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class CreateAclsRequest(Request):
+class CreateAclsRequest(Request["CreateAclsResponse"]):
     """Kafka's CreateAclsRequest: api key 30 (``ApiKey.CREATE_ACLS``), versions 0-3, flexible versions 2-3."""
 
     __slots__ = ("creations", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class CreateDelegationTokenRequest(Request):
+class CreateDelegationTokenRequest(Request["CreateDelegationTokenResponse"]):
     """Kafka's CreateDelegationTokenRequest: api key 38 (``ApiKey.CREATE_DELEGATION_TOKEN``), versions 0-3, flexible versions 2-3."""
 
     __slots__ = (

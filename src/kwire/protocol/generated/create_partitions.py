@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class CreatePartitionsRequest(Request):
+class CreatePartitionsRequest(Request["CreatePartitionsResponse"]):
     """Kafka's CreatePartitionsRequest: api key 37 (``ApiKey.CREATE_PARTITIONS``), versions 0-3, flexible versions 2-3."""
 
     __slots__ = ("topics", "timeout_ms", "validate_only", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class CreateTopicsRequest(Request):
+class CreateTopicsRequest(Request["CreateTopicsResponse"]):
     """Kafka's CreateTopicsRequest: api key 19 (``ApiKey.CREATE_TOPICS``), versions 0-7, flexible versions 5-7."""
 
     __slots__ = ("topics", "timeout_ms", "validate_only", "unknown_tags")

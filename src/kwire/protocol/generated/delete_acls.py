@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DeleteAclsRequest(Request):
+class DeleteAclsRequest(Request["DeleteAclsResponse"]):
     """Kafka's DeleteAclsRequest: api key 31 (``ApiKey.DELETE_ACLS``), versions 0-3, flexible versions 2-3."""
 
     __slots__ = ("filters", "unknown_tags")

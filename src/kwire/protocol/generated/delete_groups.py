@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DeleteGroupsRequest(Request):
+class DeleteGroupsRequest(Request["DeleteGroupsResponse"]):
     """Kafka's DeleteGroupsRequest: api key 42 (``ApiKey.DELETE_GROUPS``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("groups_names", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DeleteRecordsRequest(Request):
+class DeleteRecordsRequest(Request["DeleteRecordsResponse"]):
     """Kafka's DeleteRecordsRequest: api key 21 (``ApiKey.DELETE_RECORDS``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("topics", "timeout_ms", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DeleteShareGroupStateRequest(Request):
+class DeleteShareGroupStateRequest(Request["DeleteShareGroupStateResponse"]):
     """Kafka's DeleteShareGroupStateRequest: api key 86 (``ApiKey.DELETE_SHARE_GROUP_STATE``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("group_id", "topics", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DeleteTopicsRequest(Request):
+class DeleteTopicsRequest(Request["DeleteTopicsResponse"]):
     """Kafka's DeleteTopicsRequest: api key 20 (``ApiKey.DELETE_TOPICS``), versions 0-6, flexible versions 4-6."""
 
     __slots__ = ("topics", "topic_names", "timeout_ms", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeAclsRequest(Request):
+class DescribeAclsRequest(Request["DescribeAclsResponse"]):
     """Kafka's DescribeAclsRequest: api key 29 (``ApiKey.DESCRIBE_ACLS``), versions 0-3, flexible versions 2-3."""
 
     __slots__ = (

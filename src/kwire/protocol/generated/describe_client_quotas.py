@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeClientQuotasRequest(Request):
+class DescribeClientQuotasRequest(Request["DescribeClientQuotasResponse"]):
     """Kafka's DescribeClientQuotasRequest: api key 48 (``ApiKey.DESCRIBE_CLIENT_QUOTAS``), versions 0-1, flexible versions 1."""
 
     __slots__ = ("components", "strict", "unknown_tags")

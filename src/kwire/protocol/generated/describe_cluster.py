@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeClusterRequest(Request):
+class DescribeClusterRequest(Request["DescribeClusterResponse"]):
     """Kafka's DescribeClusterRequest: api key 60 (``ApiKey.DESCRIBE_CLUSTER``), versions 0-2, flexible versions 0-2."""
 
     __slots__ = (

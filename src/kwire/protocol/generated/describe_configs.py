@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeConfigsRequest(Request):
+class DescribeConfigsRequest(Request["DescribeConfigsResponse"]):
     """Kafka's DescribeConfigsRequest: api key 32 (``ApiKey.DESCRIBE_CONFIGS``), versions 0-4, flexible versions 4."""
 
     __slots__ = ("resources", "include_synonyms", "include_documentation", "unknown_tags")

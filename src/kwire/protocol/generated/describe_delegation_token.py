@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeDelegationTokenRequest(Request):
+class DescribeDelegationTokenRequest(Request["DescribeDelegationTokenResponse"]):
     """Kafka's DescribeDelegationTokenRequest: api key 41 (``ApiKey.DESCRIBE_DELEGATION_TOKEN``), versions 0-3, flexible versions 2-3."""
 
     __slots__ = ("owners", "unknown_tags")

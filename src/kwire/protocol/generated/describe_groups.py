@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeGroupsRequest(Request):
+class DescribeGroupsRequest(Request["DescribeGroupsResponse"]):
     """Kafka's DescribeGroupsRequest: api key 15 (``ApiKey.DESCRIBE_GROUPS``), versions 0-6, flexible versions 5-6."""
 
     __slots__ = ("groups", "include_authorized_operations", "unknown_tags")

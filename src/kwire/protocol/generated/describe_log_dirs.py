@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeLogDirsRequest(Request):
+class DescribeLogDirsRequest(Request["DescribeLogDirsResponse"]):
     """Kafka's DescribeLogDirsRequest: api key 35 (``ApiKey.DESCRIBE_LOG_DIRS``), versions 0-5, flexible versions 2-5."""
 
     __slots__ = ("topics", "unknown_tags")

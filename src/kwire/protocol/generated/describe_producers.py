@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeProducersRequest(Request):
+class DescribeProducersRequest(Request["DescribeProducersResponse"]):
     """Kafka's DescribeProducersRequest: api key 61 (``ApiKey.DESCRIBE_PRODUCERS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("topics", "unknown_tags")

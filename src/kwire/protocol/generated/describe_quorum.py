@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeQuorumRequest(Request):
+class DescribeQuorumRequest(Request["DescribeQuorumResponse"]):
     """Kafka's DescribeQuorumRequest: api key 55 (``ApiKey.DESCRIBE_QUORUM``), versions 0-2, flexible versions 0-2."""
 
     __slots__ = ("topics", "unknown_tags")

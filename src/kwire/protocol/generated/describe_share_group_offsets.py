@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeShareGroupOffsetsRequest(Request):
+class DescribeShareGroupOffsetsRequest(Request["DescribeShareGroupOffsetsResponse"]):
     """Kafka's DescribeShareGroupOffsetsRequest: api key 90 (``ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("groups", "unknown_tags")

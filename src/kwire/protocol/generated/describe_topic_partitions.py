@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeTopicPartitionsRequest(Request):
+class DescribeTopicPartitionsRequest(Request["DescribeTopicPartitionsResponse"]):
     """Kafka's DescribeTopicPartitionsRequest: api key 75 (``ApiKey.DESCRIBE_TOPIC_PARTITIONS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("topics", "response_partition_limit", "cursor", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeTransactionsRequest(Request):
+class DescribeTransactionsRequest(Request["DescribeTransactionsResponse"]):
     """Kafka's DescribeTransactionsRequest: api key 65 (``ApiKey.DESCRIBE_TRANSACTIONS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("transactional_ids", "unknown_tags")

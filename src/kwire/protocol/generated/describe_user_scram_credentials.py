@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class DescribeUserScramCredentialsRequest(Request):
+class DescribeUserScramCredentialsRequest(Request["DescribeUserScramCredentialsResponse"]):
     """Kafka's DescribeUserScramCredentialsRequest: api key 50 (``ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("users", "unknown_tags")

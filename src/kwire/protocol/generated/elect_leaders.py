@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ElectLeadersRequest(Request):
+class ElectLeadersRequest(Request["ElectLeadersResponse"]):
     """Kafka's ElectLeadersRequest: api key 43 (``ApiKey.ELECT_LEADERS``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("election_type", "topic_partitions", "timeout_ms", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class EndQuorumEpochRequest(Request):
+class EndQuorumEpochRequest(Request["EndQuorumEpochResponse"]):
     """Kafka's EndQuorumEpochRequest: api key 54 (``ApiKey.END_QUORUM_EPOCH``), versions 0-1, flexible versions 1."""
 
     __slots__ = ("cluster_id", "topics", "leader_endpoints", "unknown_tags")

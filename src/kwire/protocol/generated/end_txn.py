@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class EndTxnRequest(Request):
+class EndTxnRequest(Request["EndTxnResponse"]):
     """Kafka's EndTxnRequest: api key 26 (``ApiKey.END_TXN``), versions 0-5, flexible versions 3-5."""
 
     __slots__ = ("transactional_id", "producer_id", "producer_epoch", "committed", "unknown_tags")

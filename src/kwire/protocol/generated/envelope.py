@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class EnvelopeRequest(Request):
+class EnvelopeRequest(Request["EnvelopeResponse"]):
     """Kafka's EnvelopeRequest: api key 58 (``ApiKey.ENVELOPE``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("request_data", "request_principal", "client_host_address", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class ExpireDelegationTokenRequest(Request):
+class ExpireDelegationTokenRequest(Request["ExpireDelegationTokenResponse"]):
     """Kafka's ExpireDelegationTokenRequest: api key 40 (``ApiKey.EXPIRE_DELEGATION_TOKEN``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("hmac", "expiry_time_period_ms", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Records, Request, Response, Struc
 from .api_keys import ApiKey
 
 
-class FetchRequest(Request):
+class FetchRequest(Request["FetchResponse"]):
     """Kafka's FetchRequest: api key 1 (``ApiKey.FETCH``), versions 0-18, flexible versions 12-18."""
 
     __slots__ = (

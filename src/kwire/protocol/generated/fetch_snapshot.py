@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Records, Request, Response, Struc
 from .api_keys import ApiKey
 
 
-class FetchSnapshotRequest(Request):
+class FetchSnapshotRequest(Request["FetchSnapshotResponse"]):
     """Kafka's FetchSnapshotRequest: api key 59 (``ApiKey.FETCH_SNAPSHOT``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("cluster_id", "replica_id", "max_bytes", "topics", "unknown_tags")

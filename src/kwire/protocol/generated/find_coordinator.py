@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class FindCoordinatorRequest(Request):
+class FindCoordinatorRequest(Request["FindCoordinatorResponse"]):
     """Kafka's FindCoordinatorRequest: api key 10 (``ApiKey.FIND_COORDINATOR``), versions 0-6, flexible versions 3-6."""
 
     __slots__ = ("key", "key_type", "coordinator_keys", "unknown_tags")

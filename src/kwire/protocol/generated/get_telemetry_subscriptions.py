@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response
 from .api_keys import ApiKey
 
 
-class GetTelemetrySubscriptionsRequest(Request):
+class GetTelemetrySubscriptionsRequest(Request["GetTelemetrySubscriptionsResponse"]):
     """Kafka's GetTelemetrySubscriptionsRequest: api key 71 (``ApiKey.GET_TELEMETRY_SUBSCRIPTIONS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("client_instance_id", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class HeartbeatRequest(Request):
+class HeartbeatRequest(Request["HeartbeatResponse"]):
     """Kafka's HeartbeatRequest: api key 12 (``ApiKey.HEARTBEAT``), versions 0-4, flexible versions 4."""
 
     __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class IncrementalAlterConfigsRequest(Request):
+class IncrementalAlterConfigsRequest(Request["IncrementalAlterConfigsResponse"]):
     """Kafka's IncrementalAlterConfigsRequest: api key 44 (``ApiKey.INCREMENTAL_ALTER_CONFIGS``), versions 0-1, flexible versions 1."""
 
     __slots__ = ("resources", "validate_only", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class InitProducerIdRequest(Request):
+class InitProducerIdRequest(Request["InitProducerIdResponse"]):
     """Kafka's InitProducerIdRequest: api key 22 (``ApiKey.INIT_PRODUCER_ID``), versions 0-6, flexible versions 2-6."""
 
     __slots__ = (

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class JoinGroupRequest(Request):
+class JoinGroupRequest(Request["JoinGroupResponse"]):
     """Kafka's JoinGroupRequest: api key 11 (``ApiKey.JOIN_GROUP``), versions 0-9, flexible versions 6-9."""
 
     __slots__ = (

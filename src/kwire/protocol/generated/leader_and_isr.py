@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class LeaderAndIsrRequest(Request):
+class LeaderAndIsrRequest(Request["LeaderAndIsrResponse"]):
     """Kafka's LeaderAndIsrRequest: api key 4 (``ApiKey.LEADER_AND_ISR``), versions 0-7, flexible versions 4-7."""
 
     __slots__ = (

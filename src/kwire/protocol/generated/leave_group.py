@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class LeaveGroupRequest(Request):
+class LeaveGroupRequest(Request["LeaveGroupResponse"]):
     """Kafka's LeaveGroupRequest: api key 13 (``ApiKey.LEAVE_GROUP``), versions 0-5, flexible versions 4-5."""
 
     __slots__ = ("group_id", "member_id", "members", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ListConfigResourcesRequest(Request):
+class ListConfigResourcesRequest(Request["ListConfigResourcesResponse"]):
     """Kafka's ListConfigResourcesRequest: api key 74 (``ApiKey.LIST_CONFIG_RESOURCES``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("resource_types", "unknown_tags")

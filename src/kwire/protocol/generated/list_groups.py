@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ListGroupsRequest(Request):
+class ListGroupsRequest(Request["ListGroupsResponse"]):
     """Kafka's ListGroupsRequest: api key 16 (``ApiKey.LIST_GROUPS``), versions 0-5, flexible versions 3-5."""
 
     __slots__ = ("states_filter", "types_filter", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ListOffsetsRequest(Request):
+class ListOffsetsRequest(Request["ListOffsetsResponse"]):
     """Kafka's ListOffsetsRequest: api key 2 (``ApiKey.LIST_OFFSETS``), versions 0-11, flexible versions 6-11."""
 
     __slots__ = ("replica_id", "isolation_level", "topics", "timeout_ms", "unknown_tags")

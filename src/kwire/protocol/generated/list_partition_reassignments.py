@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ListPartitionReassignmentsRequest(Request):
+class ListPartitionReassignmentsRequest(Request["ListPartitionReassignmentsResponse"]):
     """Kafka's ListPartitionReassignmentsRequest: api key 46 (``ApiKey.LIST_PARTITION_REASSIGNMENTS``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("timeout_ms", "topics", "unknown_tags")

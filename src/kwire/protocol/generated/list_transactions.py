@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ListTransactionsRequest(Request):
+class ListTransactionsRequest(Request["ListTransactionsResponse"]):
     """Kafka's ListTransactionsRequest: api key 66 (``ApiKey.LIST_TRANSACTIONS``), versions 0-2, flexible versions 0-2."""
 
     __slots__ = (

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class MetadataRequest(Request):
+class MetadataRequest(Request["MetadataResponse"]):
     """Kafka's MetadataRequest: api key 3 (``ApiKey.METADATA``), versions 0-13, flexible versions 9-13."""
 
     __slots__ = (

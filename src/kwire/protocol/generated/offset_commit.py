@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class OffsetCommitRequest(Request):
+class OffsetCommitRequest(Request["OffsetCommitResponse"]):
     """Kafka's OffsetCommitRequest: api key 8 (``ApiKey.OFFSET_COMMIT``), versions 0-10, flexible versions 8-10."""
 
     __slots__ = (

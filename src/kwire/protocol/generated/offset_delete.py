@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class OffsetDeleteRequest(Request):
+class OffsetDeleteRequest(Request["OffsetDeleteResponse"]):
     """Kafka's OffsetDeleteRequest: api key 47 (``ApiKey.OFFSET_DELETE``), versions 0-0, no flexible versions."""
 
     __slots__ = ("group_id", "topics", "unknown_tags")

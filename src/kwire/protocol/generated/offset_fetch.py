@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class OffsetFetchRequest(Request):
+class OffsetFetchRequest(Request["OffsetFetchResponse"]):
     """Kafka's OffsetFetchRequest: api key 9 (``ApiKey.OFFSET_FETCH``), versions 0-10, flexible versions 6-10."""
 
     __slots__ = ("group_id", "topics", "groups", "require_stable", "unknown_tags")

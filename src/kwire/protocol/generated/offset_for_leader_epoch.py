@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class OffsetForLeaderEpochRequest(Request):
+class OffsetForLeaderEpochRequest(Request["OffsetForLeaderEpochResponse"]):
     """Kafka's OffsetForLeaderEpochRequest: api key 23 (``ApiKey.OFFSET_FOR_LEADER_EPOCH``), versions 0-4, flexible versions 4."""
 
     __slots__ = ("replica_id", "topics", "unknown_tags")

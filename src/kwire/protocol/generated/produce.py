@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Records, Request, Response, Struc
 from .api_keys import ApiKey
 
 
-class ProduceRequest(Request):
+class ProduceRequest(Request["ProduceResponse"]):
     """Kafka's ProduceRequest: api key 0 (``ApiKey.PRODUCE``), versions 0-13, flexible versions 9-13."""
 
     __slots__ = ("transactional_id", "acks", "timeout_ms", "topic_data", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import ZERO_UUID, Request, Response
 from .api_keys import ApiKey
 
 
-class PushTelemetryRequest(Request):
+class PushTelemetryRequest(Request["PushTelemetryResponse"]):
     """Kafka's PushTelemetryRequest: api key 72 (``ApiKey.PUSH_TELEMETRY``), versions 0-0, flexible versions 0."""
 
     __slots__ = (

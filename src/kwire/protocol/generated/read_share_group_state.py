@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ReadShareGroupStateRequest(Request):
+class ReadShareGroupStateRequest(Request["ReadShareGroupStateResponse"]):
     """Kafka's ReadShareGroupStateRequest: api key 84 (``ApiKey.READ_SHARE_GROUP_STATE``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("group_id", "topics", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ReadShareGroupStateSummaryRequest(Request):
+class ReadShareGroupStateSummaryRequest(Request["ReadShareGroupStateSummaryResponse"]):
     """Kafka's ReadShareGroupStateSummaryRequest: api key 87 (``ApiKey.READ_SHARE_GROUP_STATE_SUMMARY``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("group_id", "topics", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import ZERO_UUID, Request, Response
 from .api_keys import ApiKey
 
 
-class RemoveRaftVoterRequest(Request):
+class RemoveRaftVoterRequest(Request["RemoveRaftVoterResponse"]):
     """Kafka's RemoveRaftVoterRequest: api key 81 (``ApiKey.REMOVE_RAFT_VOTER``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("cluster_id", "voter_id", "voter_directory_id", "unknown_tags")

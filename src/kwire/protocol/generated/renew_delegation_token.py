@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class RenewDelegationTokenRequest(Request):
+class RenewDelegationTokenRequest(Request["RenewDelegationTokenResponse"]):
     """Kafka's RenewDelegationTokenRequest: api key 39 (``ApiKey.RENEW_DELEGATION_TOKEN``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("hmac", "renew_period_ms", "unknown_tags")

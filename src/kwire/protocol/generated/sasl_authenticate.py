@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class SaslAuthenticateRequest(Request):
+class SaslAuthenticateRequest(Request["SaslAuthenticateResponse"]):
     """Kafka's SaslAuthenticateRequest: api key 36 (``ApiKey.SASL_AUTHENTICATE``), versions 0-2, flexible versions 2."""
 
     __slots__ = ("auth_bytes", "unknown_tags")

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response
 from .api_keys import ApiKey
 
 
-class SaslHandshakeRequest(Request):
+class SaslHandshakeRequest(Request["SaslHandshakeResponse"]):
     """Kafka's SaslHandshakeRequest: api key 17 (``ApiKey.SASL_HANDSHAKE``), versions 0-1, no flexible versions."""
 
     __slots__ = ("mechanism", "unknown_tags")

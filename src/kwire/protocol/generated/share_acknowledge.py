@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ShareAcknowledgeRequest(Request):
+class ShareAcknowledgeRequest(Request["ShareAcknowledgeResponse"]):
     """Kafka's ShareAcknowledgeRequest: api key 79 (``ApiKey.SHARE_ACKNOWLEDGE``), versions 0-2, flexible versions 0-2."""
 
     __slots__ = ("group_id", "member_id", "share_session_epoch", "is_renew_ack", "topics", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Records, Request, Response, Struc
 from .api_keys import ApiKey
 
 
-class ShareFetchRequest(Request):
+class ShareFetchRequest(Request["ShareFetchResponse"]):
     """Kafka's ShareFetchRequest: api key 78 (``ApiKey.SHARE_FETCH``), versions 0-2, flexible versions 0-2."""
 
     __slots__ = (

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ShareGroupDescribeRequest(Request):
+class ShareGroupDescribeRequest(Request["ShareGroupDescribeResponse"]):
     """Kafka's ShareGroupDescribeRequest: api key 77 (``ApiKey.SHARE_GROUP_DESCRIBE``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("group_ids", "include_authorized_operations", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class ShareGroupHeartbeatRequest(Request):
+class ShareGroupHeartbeatRequest(Request["ShareGroupHeartbeatResponse"]):
     """Kafka's ShareGroupHeartbeatRequest: api key 76 (``ApiKey.SHARE_GROUP_HEARTBEAT``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("group_id", "member_id", "member_epoch", "rack_id", "subscribed_topic_names", "unknown_tags")

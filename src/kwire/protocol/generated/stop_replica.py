@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class StopReplicaRequest(Request):
+class StopReplicaRequest(Request["StopReplicaResponse"]):
     """Kafka's StopReplicaRequest: api key 5 (``ApiKey.STOP_REPLICA``), versions 0-4, flexible versions 2-4."""
 
     __slots__ = (

@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class SyncGroupRequest(Request):
+class SyncGroupRequest(Request["SyncGroupResponse"]):
     """Kafka's SyncGroupRequest: api key 14 (``ApiKey.SYNC_GROUP``), versions 0-5, flexible versions 4-5."""
 
     __slots__ = (

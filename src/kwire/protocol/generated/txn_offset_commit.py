@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class TxnOffsetCommitRequest(Request):
+class TxnOffsetCommitRequest(Request["TxnOffsetCommitResponse"]):
     """Kafka's TxnOffsetCommitRequest: api key 28 (``ApiKey.TXN_OFFSET_COMMIT``), versions 0-5, flexible versions 3-5."""
 
     __slots__ = (

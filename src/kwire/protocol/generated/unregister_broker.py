@@ -12,7 +12,7 @@ from ..message_base import Request, Response
 from .api_keys import ApiKey
 
 
-class UnregisterBrokerRequest(Request):
+class UnregisterBrokerRequest(Request["UnregisterBrokerResponse"]):
     """Kafka's UnregisterBrokerRequest: api key 64 (``ApiKey.UNREGISTER_BROKER``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("broker_id", "unknown_tags")

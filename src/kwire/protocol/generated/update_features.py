@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class UpdateFeaturesRequest(Request):
+class UpdateFeaturesRequest(Request["UpdateFeaturesResponse"]):
     """Kafka's UpdateFeaturesRequest: api key 57 (``ApiKey.UPDATE_FEATURES``), versions 0-2, flexible versions 0-2."""
 
     __slots__ = ("timeout_ms", "feature_updates", "validate_only", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class UpdateMetadataRequest(Request):
+class UpdateMetadataRequest(Request["UpdateMetadataResponse"]):
     """Kafka's UpdateMetadataRequest: api key 6 (``ApiKey.UPDATE_METADATA``), versions 0-8, flexible versions 6-8."""
 
     __slots__ = (

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class UpdateRaftVoterRequest(Request):
+class UpdateRaftVoterRequest(Request["UpdateRaftVoterResponse"]):
     """Kafka's UpdateRaftVoterRequest: api key 82 (``ApiKey.UPDATE_RAFT_VOTER``), versions 0-0, flexible versions 0."""
 
     __slots__ = (

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class VoteRequest(Request):
+class VoteRequest(Request["VoteResponse"]):
     """Kafka's VoteRequest: api key 52 (``ApiKey.VOTE``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("cluster_id", "voter_id", "topics", "unknown_tags")

@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class WriteShareGroupStateRequest(Request):
+class WriteShareGroupStateRequest(Request["WriteShareGroupStateResponse"]):
     """Kafka's WriteShareGroupStateRequest: api key 85 (``ApiKey.WRITE_SHARE_GROUP_STATE``), versions 0-0, flexible versions 0."""
 
     __slots__ = ("group_id", "topics", "unknown_tags")

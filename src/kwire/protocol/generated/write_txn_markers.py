@@ -12,7 +12,7 @@ from ..message_base import MISSING, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class WriteTxnMarkersRequest(Request):
+class WriteTxnMarkersRequest(Request["WriteTxnMarkersResponse"]):
     """Kafka's WriteTxnMarkersRequest: api key 27 (``ApiKey.WRITE_TXN_MARKERS``), versions 0-2, flexible versions 1-2."""
 
     __slots__ = ("markers", "unknown_tags")
