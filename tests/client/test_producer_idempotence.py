@@ -17,8 +17,7 @@ OTHER = TopicPartition("t", 1)
 def batch(tp: TopicPartition = TP, records: int = 2, created: float = 0.0) -> ProducerBatch:
     b = ProducerBatch(tp, created, created + 100)
     for i in range(records):
-        b.records.append((None, b"v%d" % i, 1000 + i, None))
-        b.tokens.append(None)
+        b.add(None, b"v%d" % i, 1000 + i, None, None)
     return b
 
 

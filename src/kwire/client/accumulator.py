@@ -5,9 +5,13 @@ are full (``batch.size``), old enough (``linger.ms``), or wanted sooner (flush, 
 exhausted).  A partition's batches leave in the order they were made, and a batch that must be
 sent again goes back to the front of its partition's queue, so each partition keeps its order.
 
-A batch keeps its records as ``(key, value, timestamp, headers)`` tuples and is encoded only when
-it is first sent: one ``RecordBatchBuilder.extend`` call per batch instead of an encoding call per
-record, and the producer id, epoch and sequence go into the header at that point.
+A batch keeps its records as columns (lists of keys, values and timestamps, and of headers once a
+record has some) and is encoded only when it is first sent, when the producer id, epoch and
+sequence go into the header.  Columns, not a tuple per record: a batch holds up to
+``buffer.memory`` of records, and each tuple was one more object for the cyclic garbage collector
+to walk and to be triggered by.  Records without headers are encoded by runs of one timestamp with
+the bulk path's encoder (``encode_records``, compiled where built); batches with headers, and
+legacy message sets, by the builders.
 
 The bulk path (``append_many``, behind ``produce_many``) encodes runs of records as they arrive
 instead (``kwire.protocol.records.bulk``): such a batch keeps encoded record sections, its tokens
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder
@@ -53,13 +58,18 @@ def record_size(key: bytes | None, value: bytes | None, headers) -> int:
 class ProducerBatch:
     """Records for one partition, sent together in one Produce request."""
 
-    __slots__ = ("tp", "records", "tokens", "size", "created", "deadline", "open", "attempts", "retry_at",
+    __slots__ = ("tp", "keys", "values", "timestamps", "headers", "tokens", "size", "created", "deadline", "open", "attempts", "retry_at",
                  "producer_id", "epoch", "sequence", "data", "data_magic", "sent", "ambiguous", "last_error",
                  "waiter", "completed", "sections", "count", "base_ts", "max_ts")
 
     def __init__(self, tp: TopicPartition, created: float, deadline: float):
         self.tp = tp
-        self.records: list[tuple] = []   # (key, value, timestamp, headers)
+        # Per record (single-record batches): key, value, timestamp; headers stays None until a
+        # record with headers comes (then None for those without).
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.headers: list[Any] | None = None
         self.tokens: list[Any] = []      # per record, what the producer completes (a future...)
         self.size = BATCH_OVERHEAD       # estimated encoded bytes, counted against buffer.memory
         self.created = created
@@ -88,7 +98,23 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return self.count if self.sections is not None else len(self.records)
+        return self.count if self.sections is not None else len(self.values)
+
+    def add(self, key: bytes | None, value: bytes | None, timestamp: int, headers: Any, token: Any) -> None:
+        """Append one record to the columns."""
+        self.keys.append(key)
+        self.values.append(value)
+        self.timestamps.append(timestamp)
+        if headers is not None or self.headers is not None:
+            if self.headers is None:
+                self.headers = [None] * (len(self.values) - 1)
+            self.headers.append(headers)
+        self.tokens.append(token)
+
+    def records(self) -> Iterator[tuple[bytes | None, bytes | None, int, Any]]:
+        """The records as ``(key, value, timestamp, headers)``."""
+        headers = self.headers if self.headers is not None else [None] * len(self.values)
+        return zip(self.keys, self.values, self.timestamps, headers, strict=True)
 
     def set_producer_state(self, producer_id: int, epoch: int, sequence: int) -> None:
         self.producer_id = producer_id
@@ -111,15 +137,23 @@ class ProducerBatch:
                                        base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
                                        transactional=transactional)
                 return self.data
+            if magic == 2 and self.headers is None:
+                timestamps = self.timestamps
+                self.data = seal_batch(_timestamp_runs(self.values, self.keys, timestamps), len(timestamps),
+                                       timestamps[0], max(timestamps), compression=compression,
+                                       producer_id=self.producer_id, producer_epoch=self.epoch,
+                                       base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                       transactional=transactional)
+                return self.data
             if magic == 2:
                 builder = RecordBatchBuilder(compression=compression, producer_id=self.producer_id,
                                              producer_epoch=self.epoch,
                                              base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
                                              transactional=transactional)
-                builder.extend(self.records)
+                builder.extend(self.records())
             else:
                 builder = LegacyMessageSetBuilder(magic, compression=compression)
-                for key, value, timestamp, _ in self.records:
+                for key, value, timestamp in zip(self.keys, self.values, self.timestamps, strict=True):
                     builder.append(key, value, timestamp if magic else None)
             self.data = builder.build()
         return self.data
@@ -154,8 +188,9 @@ class RecordAccumulator:
         self._memory_waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
 
     # -- appending --------------------------------------------------------------------------------
-    def append(self, tp: TopicPartition, record: tuple, token: Any, size: int, *, new_batch: bool = True) -> bool:
-        """Add ``record`` (key, value, timestamp, headers) with its ``token`` to ``tp``'s open batch.
+    def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None, timestamp: int, headers: Any,
+               token: Any, size: int, *, new_batch: bool = True) -> bool:
+        """Add a record (key, value, timestamp, headers) with its ``token`` to ``tp``'s open batch.
 
         Returns False, adding nothing, when a new batch would be needed and ``new_batch`` is False
         (the sticky partitioner then picks another partition first).
@@ -165,12 +200,11 @@ class RecordAccumulator:
             batch = queue[-1]
             if batch.open:
                 if batch.size + size <= self.batch_size and batch.sections is None:
-                    batch.records.append(record)
-                    batch.tokens.append(token)
+                    batch.add(key, value, timestamp, headers, token)
                     batch.size += size
                     self.buffered += size
                     self.record_count += 1
-                    if self.batch_records is not None and len(batch.records) >= self.batch_records:
+                    if self.batch_records is not None and len(batch.values) >= self.batch_records:
                         batch.open = False
                         self.wakeup()
                     return True
@@ -180,8 +214,7 @@ class RecordAccumulator:
             return False
         now = time.monotonic()
         batch = ProducerBatch(tp, now, now + self.delivery_timeout)
-        batch.records.append(record)
-        batch.tokens.append(token)
+        batch.add(key, value, timestamp, headers, token)
         batch.size += size
         if batch.size >= self.batch_size or self.batch_records == 1:
             batch.open = False  # one record as big as a batch goes alone
@@ -343,6 +376,23 @@ class RecordAccumulator:
             waiters.popleft()
             waiter.set_result(None)
             room -= size
+
+
+def _timestamp_runs(values: list, keys: list, timestamps: list[int]) -> list[bytes]:
+    """A batch's records section (records without headers) as ``encode_records`` sections, one
+    per run of records with the same timestamp (its timestamp delta is the run's)."""
+    sections = []
+    base = timestamps[0]
+    start = 0
+    whole = 1 << 62  # no limits: the batch was sized when its records were added
+    for timestamp, run in itertools.groupby(timestamps):
+        stop = start + len(list(run))
+        section, end = encode_records(values, keys, b"\x00", start, stop, start, timestamp - base, whole, whole, whole)
+        if end != stop:  # (cannot happen without limits; a wrong batch must not go out)
+            raise AssertionError(f"encoded records {start}..{end} of {start}..{stop}")
+        sections.append(section)
+        start = stop
+    return sections
 
 
 def _time_out(waiter: asyncio.Future) -> None:

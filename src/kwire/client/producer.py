@@ -403,7 +403,7 @@ class AsyncProducer:
             self._check_started()  # closed while this send waited
         if self._txn is not None:
             self._txn.check_send()  # (a commit or abort may have begun while this send waited)
-        self._append(topic, route, partition, key, (key, value, timestamp, headers), future, size)
+        self._append(topic, route, partition, key, value, timestamp, headers, future, size)
         return future
 
     def _too_large(self, size: int) -> RecordTooLargeError:
@@ -539,30 +539,30 @@ class AsyncProducer:
                 raise
             token = self._record_token()
             token.add_done_callback(functools.partial(_record_done, delivery, i))
-            self._append(topic, route, partition, record_key, (record_key, value, timestamp, None), token, size)
+            self._append(topic, route, partition, record_key, value, timestamp, None, token, size)
 
     def _record_token(self) -> Any:
         """What ``_complete_batch`` completes for one record: a future of its metadata."""
         return self._loop.create_future()
 
     def _append(self, topic: str, route: _TopicRoute, partition: int | None, key: bytes | None,
-                record: tuple, token: Any, size: int) -> None:
+                value: bytes | None, timestamp: int, headers: Any, token: Any, size: int) -> None:
         """Put a checked record in its partition's batch (explicit, keyed or sticky)."""
         accumulator = self._accumulator
         if partition is not None:
             tp = route.partitions[partition]
-            accumulator.append(tp, record, token, size)
+            accumulator.append(tp, key, value, timestamp, headers, token, size)
         else:
             # As Java: when the record would open a new batch, the partitioner hears of it first, so a
             # keyless record's sticky partition moves on once its batch is closed.
             partitioner = self._partitioner
             partition = partitioner.partition(topic, key, route.count, route.available)
             tp = route.partitions[partition]
-            if not accumulator.append(tp, record, token, size, new_batch=False):
+            if not accumulator.append(tp, key, value, timestamp, headers, token, size, new_batch=False):
                 partitioner.on_new_batch(topic, partition)
                 partition = partitioner.partition(topic, key, route.count, route.available)
                 tp = route.partitions[partition]
-                accumulator.append(tp, record, token, size)
+                accumulator.append(tp, key, value, timestamp, headers, token, size)
         if self._txn is not None:
             self._txn.add_partition(tp)
 
@@ -910,7 +910,8 @@ class AsyncProducer:
         callback = self._on_delivery
         offset = base_offset
         if error is None:
-            for (key, value, timestamp, _), future in zip(batch.records, batch.tokens, strict=True):
+            for key, value, timestamp, future in zip(batch.keys, batch.values, batch.timestamps, batch.tokens,
+                                                     strict=True):
                 metadata = RecordMetadata(topic, partition, offset, timestamp if log_append_time < 0 else log_append_time,
                                           -1 if key is None else len(key), -1 if value is None else len(value))
                 if offset >= 0:
@@ -920,7 +921,7 @@ class AsyncProducer:
                 if callback is not None:
                     self._call(callback, None, metadata)
             return
-        for (key, value, timestamp, _), future in zip(batch.records, batch.tokens, strict=True):
+        for key, value, timestamp, future in zip(batch.keys, batch.values, batch.timestamps, batch.tokens, strict=True):
             if not future.done():
                 future.set_exception(error)
                 if callback is not None:
@@ -980,27 +981,29 @@ class _SyncCore(AsyncProducer):
         self.drain_scheduled = False
         handoff = self.handoff
         while handoff:
-            topic, partition, key, record, future, size = handoff.popleft()
+            topic, partition, key, value, timestamp, headers, future, size = record = handoff.popleft()
             self.taken_bytes += size
             if self._state != _RUNNING:
-                self.fail_record(future, record, topic, partition,
+                self.fail_record(future, key, value, timestamp, topic, partition,
                                  IllegalStateError("the producer was closed before the record was queued"))
                 continue
             if self._txn is not None and self._txn.state is not TxnState.IN_TRANSACTION:
                 try:
                     self._txn.check_send()
                 except Exception as exc:  # noqa: BLE001 - the record's outcome
-                    self.fail_record(future, record, topic, partition, exc)
+                    self.fail_record(future, key, value, timestamp, topic, partition, exc)
                 continue
             route = self._cached_route(topic)
             if route is None or (partition is not None and partition >= route.count):
                 # The topic's metadata went away since produce() looked: wait like send() does.
                 # Records after it may overtake it; that is a topic changing under the producer.
-                asyncio.ensure_future(self._append_late(topic, partition, key, record, future, size))
+                asyncio.ensure_future(self._append_late(record))
                 continue
-            self._append(topic, route, partition, key, record, future, size)
+            self._append(topic, route, partition, key, value, timestamp, headers, future, size)
 
-    async def _append_late(self, topic, partition, key, record, future, size) -> None:
+    async def _append_late(self, record: tuple) -> None:
+        """A handed-off record whose topic must be looked up again (``drain_handoff``)."""
+        topic, partition, key, value, timestamp, headers, future, size = record
         try:
             route = await self._route(topic, partition)
             if self._state != _RUNNING:
@@ -1008,9 +1011,9 @@ class _SyncCore(AsyncProducer):
             if self._txn is not None:
                 self._txn.check_send()
         except Exception as exc:  # noqa: BLE001 - the record's outcome
-            self.fail_record(future, record, topic, partition, exc)
+            self.fail_record(future, key, value, timestamp, topic, partition, exc)
             return
-        self._append(topic, route, partition, key, record, future, size)
+        self._append(topic, route, partition, key, value, timestamp, headers, future, size)
 
     async def wait_for_room(self, size: int) -> None:
         self.drain_handoff()
@@ -1035,11 +1038,10 @@ class _SyncCore(AsyncProducer):
         self.drain_handoff()
         await self.abort_transaction(timeout)
 
-    def fail_record(self, future: RecordFuture, record: tuple, topic: str, partition: int | None,
-                    error: BaseException) -> None:
+    def fail_record(self, future: RecordFuture, key: bytes | None, value: bytes | None, timestamp: int, topic: str,
+                    partition: int | None, error: BaseException) -> None:
         """A record that never made it into a batch (any thread)."""
-        key, value = record[0], record[1]
-        metadata = RecordMetadata(topic, -1 if partition is None else partition, -1, record[2],
+        metadata = RecordMetadata(topic, -1 if partition is None else partition, -1, timestamp,
                                   -1 if key is None else len(key), -1 if value is None else len(value))
         resolve(self.condition, (future,), (metadata,), error)
         if future.on_delivery is not None:
@@ -1063,14 +1065,11 @@ class _SyncCore(AsyncProducer):
             offsets = itertools.repeat(-1)
         else:
             offsets = itertools.count(base_offset)
-        if log_append_time >= 0 and error is None:
-            metadatas = [RecordMetadata(topic, partition, offset, log_append_time, -1 if key is None else len(key),
-                                        -1 if value is None else len(value))
-                         for offset, (key, value, _, _) in zip(offsets, batch.records, strict=False)]
-        else:
-            metadatas = [RecordMetadata(topic, partition, offset, timestamp, -1 if key is None else len(key),
-                                        -1 if value is None else len(value))
-                         for offset, (key, value, timestamp, _) in zip(offsets, batch.records, strict=False)]
+        timestamps = itertools.repeat(log_append_time) if log_append_time >= 0 and error is None else batch.timestamps
+        metadatas = [RecordMetadata(topic, partition, offset, timestamp, -1 if key is None else len(key),
+                                    -1 if value is None else len(value))
+                     for offset, key, value, timestamp in zip(offsets, batch.keys, batch.values, timestamps,
+                                                              strict=False)]
         futures = batch.tokens
         resolve(self.condition, futures, metadatas, error)
         callbacks = self.callbacks
@@ -1142,12 +1141,11 @@ class Producer:
         ts = _timestamp(timestamp)
         size = record_size(key, value, headers)
         future = RecordFuture(core.condition, on_delivery or self._default_callback)
-        record = (key, value, ts, headers)
         if size > core._max_request_size or size > core._buffer_memory:
             error = core._too_large(size)
             if core._txn is not None:
                 self._lt.call_soon(core._txn.fail, error)  # the transaction fails with it (on the loop)
-            core.fail_record(future, record, topic, partition, error)
+            core.fail_record(future, key, value, ts, topic, partition, error)
             return future
         known = self._known_topics.get(topic)
         if known is None or (partition is not None and (known[0] is not core._cluster.metadata or type(partition)
@@ -1159,7 +1157,7 @@ class Producer:
         with self._handed_lock:
             self._handed_bytes += size
         handoff = core.handoff
-        handoff.append((topic, partition, key, record, future, size))
+        handoff.append((topic, partition, key, value, ts, headers, future, size))
         if not core.drain_scheduled:
             core.drain_scheduled = True
             self._lt.call_soon(core.drain_handoff)
