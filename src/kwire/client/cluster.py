@@ -22,7 +22,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import KafkaError
@@ -40,7 +40,12 @@ from .metadata import BrokerInfo, ClusterMetadata
 from .retry import Backoff, retrying
 from .security import ConnectionSecurity
 
+if TYPE_CHECKING:
+    from .config import CommonConfig
+
 __all__ = ["Cluster"]
+
+R = TypeVar("R", bound=Response)
 
 logger = logging.getLogger("kwire.client")
 
@@ -60,7 +65,7 @@ class _Node:
     def __init__(self, info: BrokerInfo):
         self.info = info
         self.conn: BrokerConnection | None = None
-        self.connecting: asyncio.Future | None = None
+        self.connecting: asyncio.Future[BrokerConnection] | None = None
         self.failures = 0
         self.retry_at = 0.0
         self.silent_closes = 0  # connections in a row closed before any answer
@@ -69,7 +74,7 @@ class _Node:
 class Cluster:
     """Connections and metadata shared by one client.  Use inside a running event loop."""
 
-    def __init__(self, config: Any):
+    def __init__(self, config: CommonConfig) -> None:
         self.config = config
         # Built now: a bad certificate file is a ConfigError when the client is made.
         self.security = ConnectionSecurity.from_config(config)
@@ -79,7 +84,7 @@ class Cluster:
             self._nodes[-1 - i] = _Node(BrokerInfo(-1 - i, host, port))
         self._reconnect = Backoff(config.reconnect_backoff_ms, config.reconnect_backoff_max_ms)
         self.retry_backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
-        self._refreshing: asyncio.Future | None = None
+        self._refreshing: asyncio.Future[ClusterMetadata] | None = None
         self._coordinators: dict[tuple[int, str], int] = {}
         self._retired: set[BrokerConnection] = set()  # connections past their SASL session, still answering
         self._closed = False
@@ -172,10 +177,23 @@ class Cluster:
                 errors.append(str(exc))
         raise NoBrokersAvailableError("no broker reachable: " + "; ".join(errors))
 
-    async def send(self, request: Request, node_id: int | None = None, **options) -> Response | None:
-        """Send to ``node_id`` (any broker when None); ``options`` as for ``BrokerConnection.send``."""
+    @overload
+    async def send(self, request: Request[R], node_id: int | None = None, *, version: int | None = None,
+                   low: int = 0, high: int | None = None, expect_response: Literal[True] = True,
+                   timeout: float | None = None) -> R: ...
+
+    @overload
+    async def send(self, request: Request[R], node_id: int | None = None, *, version: int | None = None,
+                   low: int = 0, high: int | None = None, expect_response: bool,
+                   timeout: float | None = None) -> R | None: ...
+
+    async def send(self, request: Request[R], node_id: int | None = None, *, version: int | None = None,
+                   low: int = 0, high: int | None = None, expect_response: bool = True,
+                   timeout: float | None = None) -> R | None:
+        """Send to ``node_id`` (any broker when None); the keywords as for ``BrokerConnection.send``."""
         conn = await (self.any_connection() if node_id is None else self.connection(node_id))
-        return await conn.send(request, **options)
+        return await conn.send(request, version=version, low=low, high=high, expect_response=expect_response,
+                               timeout=timeout)
 
     # -- metadata ---------------------------------------------------------------------------------
     async def refresh_metadata(self, topics: Iterable[str] | None = None, *,
