@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from kwire.client import accumulator
 from kwire.client.accumulator import ProducerBatch, RecordAccumulator, record_size
 from kwire.client.types import TopicPartition
 from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder, iter_batches
@@ -37,9 +38,13 @@ def batch_of(records: list[tuple]) -> ProducerBatch:
     return batch
 
 
+@pytest.mark.parametrize("runs", [True, False], ids=["compiled-runs", "builder"])
 @pytest.mark.parametrize("headers", [False, True], ids=["no-headers", "headers"])
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4, Compression.GZIP])
-def test_a_batch_encodes_as_the_reference_builder(codec, headers):
+def test_a_batch_encodes_as_the_reference_builder(codec, headers, runs, monkeypatch):
+    if runs:
+        assert accumulator._RUNS, "the compiled encoder is not built"
+    monkeypatch.setattr(accumulator, "_RUNS", runs)
     records = sample(500, headers=headers)
     batch = batch_of(records)
     batch.set_producer_state(7, 2, 40)

@@ -10,8 +10,8 @@ record has some) and is encoded only when it is first sent, when the producer id
 sequence go into the header.  Columns, not a tuple per record: a batch holds up to
 ``buffer.memory`` of records, and each tuple was one more object for the cyclic garbage collector
 to walk and to be triggered by.  Records without headers are encoded by runs of one timestamp with
-the bulk path's encoder (``encode_records``, compiled where built); batches with headers, and
-legacy message sets, by the builders.
+the bulk path's compiled encoder (``encode_records``) where it is built; batches with headers,
+legacy message sets, and everything when it is not built, by the builders.
 
 The bulk path (``append_many``, behind ``produce_many``) encodes runs of records as they arrive
 instead (``kwire.protocol.records.bulk``): such a batch keeps encoded record sections, its tokens
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder
-from kwire.protocol.records.bulk import encode_records, seal_batch
+from kwire.protocol.records.bulk import compiled, encode_records, seal_batch
 
 from .errors import ClientTimeoutError
 from .idempotence import wire_sequence
@@ -41,6 +41,8 @@ from .types import TopicPartition
 __all__ = ["ProducerBatch", "RecordAccumulator", "record_size", "BATCH_OVERHEAD"]
 
 BATCH_OVERHEAD = 61  # a v2 batch header
+# Without the compiled encoder, RecordBatchBuilder's table-driven loop is the faster Python.
+_RUNS = compiled()
 # Per record beside key, value and headers: length, attributes, timestamp and offset deltas, key
 # and value lengths, header count (varints at their widest that matter here).
 _RECORD_OVERHEAD = 21
@@ -137,7 +139,7 @@ class ProducerBatch:
                                        base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
                                        transactional=transactional)
                 return self.data
-            if magic == 2 and self.headers is None:
+            if magic == 2 and self.headers is None and _RUNS:
                 timestamps = self.timestamps
                 self.data = seal_batch(_timestamp_runs(self.values, self.keys, timestamps), len(timestamps),
                                        timestamps[0], max(timestamps), compression=compression,
