@@ -315,3 +315,37 @@ def test_the_worker_map_takes_the_thread_share_of_the_dedupe_buffer(tmp_path, wo
     finally:
         for log in logs:
             log.close()
+
+
+def test_a_worker_killed_before_it_read_the_job_fails_that_clean_only(tmp_path, worker):
+    """Killed with the job still unread in its socket, the broker's read gets ECONNRESET rather
+    than the end of the stream: still a dead worker (the clean retried), not a broken log."""
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        _fill(log, rounds=10)
+        assert Cleaner(CleanerConfig(), worker=worker).clean(log, now_ms=NOW) is not None  # started it
+        _fill(log, rounds=10)
+        before = records(log)
+        pid = worker.pid
+        os.kill(pid, signal.SIGSTOP)  # it cannot read the next job
+        killed = []
+
+        def check():  # first called once the job is sent and nothing came back for a while
+            if not killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+        job, fds = _job(log)
+        try:
+            with pytest.raises(CleanAborted, match="exited"):
+                worker.run(job, fds, WorkerSettings(1 << 20, True, 1 << 16, 1.7e308), swap=lambda *a: None,
+                           check=check)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert killed and worker.failures == 1 and worker.pid is None
+        assert records(log) == before and _stray_files(log.dir) == []
+        assert Cleaner(CleanerConfig(), worker=worker).clean(log, now_ms=NOW) is not None  # a new worker
+        assert worker.pid not in (None, pid)
+    finally:
+        log.close()

@@ -178,7 +178,10 @@ class CleanerWorker:
                 if not select.select([sock], [], [], POLL_S)[0]:
                     check()
                     continue
-                got = _recv(sock)
+                try:
+                    got = _recv(sock)
+                except OSError:  # ECONNRESET: it died with our job unread in its socket
+                    got = None
                 if got is None:  # not the log's fault: the clean is tried again, not given up
                     busy = False
                     self._failed(f"exited during the clean of {job.name} (code {self._proc.wait()})")
