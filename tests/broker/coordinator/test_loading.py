@@ -21,7 +21,7 @@ from kwire.broker.coordinator.store import StoredGroup
 from kwire.broker.state import BrokerState
 from kwire.broker.transactions.state import TxnState
 from kwire.protocol import messages
-from kwire.protocol.errors import CoordinatorLoadInProgressError
+from kwire.protocol.errors import CoordinatorLoadInProgressError, InconsistentGroupProtocolError, NonEmptyGroupError
 
 from ..test_transactions_handlers import (
     add_offsets,
@@ -460,5 +460,45 @@ def test_release_group_asks_whether_the_group_loads_before_it_reads_it(data):
         assert state.coordinator.release_group(group) is None
         assert partition not in state.coordinator.loading_partitions
         assert state.coordinator.group(group) is not None
+    finally:
+        state.close()
+
+
+def test_a_consumer_or_share_group_looked_up_first_loads_its_small_partition(tmp_path):
+    """Handlers that look a KIP-848 or share group up before the classic coordinator's check
+    (DeleteGroups, JoinGroup on a share group's id) see it: the lookup asks for its partition,
+    which loads at once, instead of finding nothing there yet."""
+    data_dir = tmp_path / "data"
+    state = BrokerState(load_config(None, data_dir=data_dir, default_partitions=1))
+    create(state, "t", 1)
+    store = state.coordinator.store
+    by_partition: dict[int, list[str]] = {}
+    for i in range(400):
+        by_partition.setdefault(store.partition_of(f"id-{i}"), []).append(f"id-{i}")
+    low, mid, high = sorted(by_partition)[:3]  # the worker's first, then the two looked up
+    decoy, consumer, share = by_partition[low][0], by_partition[mid][0], by_partition[high][0]
+    _commit(state, decoy, {("t", 0): 1})
+    HB = messages.ConsumerGroupHeartbeatRequest
+    resp = call(state, HB(group_id=consumer, member_id="m1", member_epoch=0, rebalance_timeout_ms=30_000,
+                          subscribed_topic_names=["t"], topic_partitions=[]), 1)
+    assert resp.error_code == NONE
+    SHB = messages.ShareGroupHeartbeatRequest
+    resp = call(state, SHB(group_id=share, member_id="s1", member_epoch=0, rack_id=None,
+                           subscribed_topic_names=["t"]), 1)
+    assert resp.error_code == NONE
+    state.close()
+    state, executor = _loading_state(data_dir)
+    try:
+        assert state.coordinator.loading_partitions == [low, mid, high]
+        deleted = call(state, messages.DeleteGroupsRequest(groups_names=[consumer]), 2)
+        assert deleted.results[0].error_code == NonEmptyGroupError.code  # its member is back
+        J = messages.JoinGroupRequest
+        join = call(state, J(group_id=share, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
+                             protocol_type="consumer", protocols=[J.JoinGroupRequestProtocol(name="range",
+                                                                                             metadata=b"")]), 5)
+        assert join.error_code == InconsistentGroupProtocolError.code  # a share group's id
+        assert state.coordinator.load_refusals == 0 and state.loader.inline_loads == 2
+        executor.run_all()
+        assert state.coordinator.group(share) is None  # no classic group was made of it
     finally:
         state.close()
