@@ -12,9 +12,14 @@ that name; enclosing functions prepend their own field, so the error names the w
 
 from __future__ import annotations
 
+import hashlib
+import marshal
+import os
 import struct
+import sys
 import uuid
 from functools import cache
+from types import CodeType
 from typing import Any
 
 from .errors import DecodeError, EncodeError, ProtocolError
@@ -554,7 +559,7 @@ class Codec:
         w = _Writer(message, version)
         dec, enc = w.struct_functions(message.struct)
         self.source = "\n".join(w.lines) + "\n"
-        exec(compile(self.source, f"<kwire {message.name} v{version}>", "exec"), w.ns)
+        exec(_compiled(self.source, f"<kwire {message.name} v{version}>"), w.ns)
         self.message = message
         self.version = version
         self.decode_from = w.ns[dec]
@@ -576,7 +581,7 @@ class Codec:
             if source == self.source:  # nothing this variant changes in this message
                 found = self.decode_from
             else:
-                exec(compile(source, f"<kwire {self.message.name} v{self.version} {key}>", "exec"), w.ns)
+                exec(_compiled(source, f"<kwire {self.message.name} v{self.version} {key}>"), w.ns)
                 found = w.ns[dec]
             self._variants[key] = found
         return found
@@ -621,6 +626,46 @@ class Codec:
             e.what, e.version = self.message.name, self.version
             raise
         return out
+
+
+def _compiled(source: str, filename: str) -> CodeType:
+    """``compile(source, filename, "exec")``, through a cache of compiled codecs on disk.
+
+    Compiling the generated source is most of what a codec costs (the Metadata and Produce
+    answers alone took 20-60 ms of every client command line's start-up), and the source of a
+    message at a version is the same in every process of one kwire: so its code object is kept
+    as Python keeps a module's (``marshal``, in ``__pycache__/codecs`` beside this file, named by
+    a hash of the source and the interpreter's cache tag), and read back instead of compiled.
+    Any failure to read or write the cache (a read-only install, PYTHONDONTWRITEBYTECODE, a
+    damaged file) just compiles."""
+    cache_dir = _CODEC_CACHE
+    if cache_dir is None:
+        return compile(source, filename, "exec")
+    digest = hashlib.sha1(f"{filename}\0{source}".encode(), usedforsecurity=False).hexdigest()
+    path = os.path.join(cache_dir, f"{digest}.{sys.implementation.cache_tag}.code")
+    try:
+        with open(path, "rb") as f:
+            code = marshal.loads(f.read())
+        if isinstance(code, CodeType) and code.co_filename == filename:
+            return code
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    code = compile(source, filename, "exec")
+    if not sys.dont_write_bytecode:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(marshal.dumps(code))
+            os.replace(tmp, path)  # whole or not at all: another process may be reading it
+        except OSError:
+            pass
+    return code
+
+
+# Where _compiled keeps code objects (None: no cache, e.g. a frozen install without a file).
+_CODEC_CACHE: str | None = (os.path.join(os.path.dirname(__file__), "__pycache__", "codecs")
+                            if "__file__" in globals() else None)
 
 
 @cache
