@@ -6,12 +6,14 @@ And the walk's positions are the per-record decoder's keys, values and timestamp
 from __future__ import annotations
 
 import warnings
+from collections import namedtuple
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kwire.protocol.errors import CorruptRecordError
 from kwire.protocol.records import (
     Compression,
     ControlRecordType,
@@ -20,11 +22,15 @@ from kwire.protocol.records import (
     build_control_batch,
     walk,
 )
+from kwire.protocol.records import batch as batch_module
 
 try:
     from kwire.protocol.records import _layout
 except ImportError:  # a failure below, not a skip: the development install builds it (setup.py)
     _layout = None
+
+# The consumer's 9-field record, as RecordBatch.records(into=...) builds it.
+Wide = namedtuple("Wide", "topic partition offset timestamp timestamp_type key value headers leader_epoch")
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TS = 1_700_000_000_000
@@ -251,3 +257,59 @@ def test_sections_of_many_batches_agree_with_and_without_the_accelerator(acceler
     else:
         k, bad = native
         assert _assert_identical(bytes(buf), *sections[k]) == bad
+
+
+# -- the per-record decoder (RecordBatch.records, its reader) on the walk ---------------------
+def _decoded(data: bytes, compiled: bool | None, slices: int | None, into: tuple | None):
+    """What decoding ``data`` gives with the compiled walk (None) or the Python one (False):
+    the records, or the error (its type and message) where they do not decode."""
+    saved, batch_module._COMPILED_WALK = batch_module._COMPILED_WALK, compiled
+    try:
+        batch = RecordBatch(data)
+        if slices is None:
+            return batch.records(into)
+        reader, got = batch.reader(into or (Wide, "t", 3)), []
+        while not reader.done:
+            got += reader.take(slices)
+        return got
+    except (CorruptRecordError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+    finally:
+        batch_module._COMPILED_WALK = saved
+
+
+@FUZZ
+@given(recs=records, codec=codecs, log_append_time=st.booleans(), data=st.data())
+def test_the_decoder_gives_the_same_records_and_errors_on_both_walks(accelerator, recs, codec, log_append_time,
+                                                                    data) -> None:
+    raw = bytearray(_build(recs, codec, transactional=False, log_append_time=log_append_time))
+    if data.draw(st.booleans(), label="damage") and len(raw) > 61:
+        for _ in range(data.draw(st.integers(min_value=1, max_value=4), label="hits")):
+            raw[data.draw(st.integers(min_value=61, max_value=len(raw) - 1), label="at")] = \
+                data.draw(st.integers(min_value=0, max_value=255), label="byte")
+        if data.draw(st.booleans(), label="forge the count"):
+            raw[57:61] = data.draw(st.integers(min_value=0, max_value=40), label="count").to_bytes(4, "big")
+    slices = data.draw(st.none() | st.integers(min_value=1, max_value=7), label="slices")
+    into = data.draw(st.none() | st.just((Wide, "t", 3)), label="into")
+    compiled = _decoded(bytes(raw), None, slices, into)
+    assert _decoded(bytes(raw), False, slices, into) == compiled
+    if isinstance(compiled, list) and slices is not None:  # slices decode as the whole batch does
+        assert _decoded(bytes(raw), None, None, into or (Wide, "t", 3)) == compiled
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_RECORDS))
+def test_the_decoder_refuses_edge_records_alike_on_both_walks(accelerator, name) -> None:
+    for records_section, count in ((EDGE_RECORDS[name], 1), (EDGE_RECORDS["good"] + EDGE_RECORDS[name], 2)):
+        header = bytearray(_build([(None, None, 0, [], 0)], Compression.NONE, transactional=False,
+                                  log_append_time=False)[:61])
+        header[8:12] = (49 + len(records_section)).to_bytes(4, "big")  # batch length
+        header[57:61] = count.to_bytes(4, "big")
+        data = bytes(header) + records_section
+        compiled = _decoded(data, None, None, None)
+        assert _decoded(data, False, None, None) == compiled
+        if name == "good":
+            assert isinstance(compiled, list) and len(compiled) == count
+        elif name != "headers left to the caller":
+            # a clear error naming the record and what is wrong with it
+            assert compiled[0] == "CorruptRecordError", compiled
+            assert "records" in compiled[1], compiled

@@ -18,13 +18,16 @@ the buffer, keeps the probes in the processor's caches and TLB: mapping a log of
 took ~890 ns a record (MD5 included) with a 128 MiB table probed at random on the benchmark's
 VM, ~400 ns with a table of 16,384 slots; and its memory is what the keys need.
 
-The walks (``OffsetMap.put_records`` for the map, ``OffsetMap.keep_records`` for the copy) read
+The walks (``OffsetMap.put_records`` for the map, ``OffsetMap.keep_records`` for the copy) use
 only what they need of each record (where it lies, its offset and timestamp deltas, its key,
-whether its value is null) without building record objects.  They run in the compiled helper
-``kwire.protocol.records._layout`` (``map_put_v2``, ``map_keep_v2``) when it is built: MD5,
-probing and the walk in C, without the GIL, so that the broker's event loop is not kept waiting
-while the cleaner works.  Without it, the Python functions below do the same on the same buffer,
-with the same results (the tests run both on fuzzed batches), about 10x slower.
+whether its value is null) without building record objects, and read records through the record
+layer's one walk (``kwire.protocol.records.walk``), so they accept and refuse the records every
+other reader does.  They run in the compiled helper ``kwire.protocol.records._layout``
+(``map_put_v2``, ``map_keep_v2``: the walk's compiled step, MD5 and probing in one loop, without
+the GIL, so that the broker's event loop is not kept waiting while the cleaner works) when it is
+built.  Without it, the Python functions below do the same on the walk's Python fallback
+(``record_columns``), with the same results (the tests run both on fuzzed and corrupt batches),
+about 10x slower.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import mmap
 import struct
 
 from kwire.protocol.errors import CorruptRecordError
+from kwire.protocol.records.walk import record_columns
 
 try:  # the optional compiled helper (setup.py); without it the same walks run in Python
     from kwire.protocol.records import _layout
@@ -233,29 +237,41 @@ class OffsetMap:
         return result
 
     # -- the walks in Python (the compiled helper's stand-ins: same results) ---------------------
-    def _put_records_py(self, buf, pos, stop, count, base_offset, start, skip) -> int:
+    # Both read records through the record layer's walk (its Python fallback, which the compiled
+    # walks' step is held to), not a walk of their own.
+    def _put_records_py(self, buf, pos: int, stop: int, count: int, base_offset: int, start: int,
+                        skip: int) -> int:
         # -1 all taken | index of the record that found the map full | -2 - index of a bad record
-        for i, (rec, end, _ts, off_delta, key_at, key_len, _vl) in enumerate(_walk(buf, pos, stop, count)):
-            if end < 0:
-                return -2 - rec
-            offset = base_offset + off_delta
-            if i < skip or key_len < 0 or offset < start:
+        columns, bad = record_columns(buf, pos, stop, count, compiled=False)
+        good = count if bad < 0 else bad
+        view = memoryview(buf)
+        offset_deltas, key_ats, key_lengths = columns[1], columns[2], columns[3]
+        for i in range(skip, good):
+            key_len = key_lengths[i]
+            offset = base_offset + offset_deltas[i]
+            if key_len < 0 or offset < start:
                 continue
             if self._size >= self.capacity:
                 return i
-            self.put(bytes(buf[key_at:key_at + key_len]), offset)
-        return -1
+            key_at = key_ats[i]
+            self.put(bytes(view[key_at:key_at + key_len]), offset)
+        return -1 if bad < 0 else -2 - bad
 
-    def _keep_records_py(self, buf, pos, stop, count, base_offset, keep_tombstones) -> tuple[int, int, int, list[int]]:
+    def _keep_records_py(self, buf, pos: int, stop: int, count: int, base_offset: int,
+                         keep_tombstones: bool) -> tuple[int, int, int, list[int]]:
+        columns, bad = record_columns(buf, pos, stop, count, compiled=False)
+        if bad >= 0:
+            return -1 - bad, 0, 0, []
         latest = self.latest_offset
         bits, bits_from = self._bits, self._bits_from
         bits_end = bits_from + 8 * len(bits)
         kept = tombstones = 0
         max_ts = _NO_TIMESTAMP_DELTA
         spans: list[int] = []
-        for rec, end, ts_delta, off_delta, key_at, key_len, value_len in _walk(buf, pos, stop, count):
-            if end < 0:
-                return -1 - rec, 0, 0, []
+        view = memoryview(buf)
+        rec = pos  # where the record starts: where the one before it ends
+        for ts_delta, off_delta, key_at, key_len, _, value_len, _, _, end in zip(*columns, strict=True):
+            start, rec = rec, end
             offset = base_offset + off_delta
             if offset <= latest:
                 if key_len < 0:
@@ -264,7 +280,7 @@ class OffsetMap:
                     bit = offset - bits_from
                     if not bits[bit >> 3] & (1 << (bit & 7)):
                         continue
-                elif offset < self.get(bytes(buf[key_at:key_at + key_len])):
+                elif offset < self.get(bytes(view[key_at:key_at + key_len])):
                     continue
                 if value_len < 0 and not keep_tombstones:
                     continue
@@ -273,10 +289,10 @@ class OffsetMap:
                 tombstones += 1
             if ts_delta > max_ts:
                 max_ts = ts_delta
-            if spans and spans[-1] == rec:
+            if spans and spans[-1] == start:
                 spans[-1] = end
             else:
-                spans += (rec, end)
+                spans += (start, end)
         return kept, tombstones, max_ts, spans
 
     def close(self) -> None:
@@ -288,99 +304,3 @@ class OffsetMap:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _varint(buf, pos: int, end: int, width: int) -> tuple[int, int]:
-    """A zigzag varint of at most ``width`` bytes at ``pos``, ending before ``end``: (value, next
-    position); (0, -1) if it does not."""
-    raw = shift = 0
-    for i in range(width):
-        if pos + i >= end:
-            return 0, -1
-        b = buf[pos + i]
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            raw &= 0xFFFF_FFFF_FFFF_FFFF  # as the compiled walk's 64 bits (a 10-byte varint can hold more)
-            return (raw >> 1) ^ -(raw & 1), pos + i + 1
-        shift += 7
-    return 0, -1
-
-
-def _walk(buf, pos: int, stop: int, count: int) -> list[tuple]:
-    """Each record's (start, end, timestamp delta, offset delta, key start, key length, value
-    length) for ``count`` records filling ``buf[pos:stop]``, as the compiled walk reads them
-    (headers are not read: a record ends where its length says).  A record that does not parse,
-    or records ending short of ``stop``, end the list with (its index, -1, ...).  One-byte
-    varints (most of them) are decoded inline."""
-    shift = 0
-    if type(buf) is not bytes:  # indexing bytes is faster than indexing a memoryview
-        buf, shift, pos, stop = bytes(buf[pos:stop]), pos, 0, stop - pos
-    out: list[tuple] = []
-    append = out.append
-    bad = (0, -1, 0, 0, 0, 0, 0)
-    for i in range(count):
-        start = pos
-        b = buf[pos] if pos < stop else 128
-        if b < 128:
-            length, p = (b >> 1) ^ -(b & 1), pos + 1
-        elif pos + 1 < stop and buf[pos + 1] < 128:  # records of 64 bytes to 8 KiB
-            b = (b & 0x7F) | buf[pos + 1] << 7
-            length, p = (b >> 1) ^ -(b & 1), pos + 2
-        else:
-            length, p = _varint(buf, pos, stop, 5)
-        if p < 0 or length <= 0 or length > stop - p:
-            append((i,) + bad[1:])
-            return out
-        end = p + length
-        p += 1  # attributes
-        b = buf[p] if p < end else 128
-        if b < 128:
-            ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
-        elif p + 1 < end and buf[p + 1] < 128:
-            b = (b & 0x7F) | buf[p + 1] << 7
-            ts_delta, p = (b >> 1) ^ -(b & 1), p + 2
-        else:
-            ts_delta, p = _varint(buf, p, end, 10)
-        if p < 0:
-            append((i,) + bad[1:])
-            return out
-        b = buf[p] if p < end else 128
-        if b < 128:
-            off_delta, p = (b >> 1) ^ -(b & 1), p + 1
-        elif p + 1 < end and buf[p + 1] < 128:
-            b = (b & 0x7F) | buf[p + 1] << 7
-            off_delta, p = (b >> 1) ^ -(b & 1), p + 2
-        else:
-            off_delta, p = _varint(buf, p, end, 5)
-        if p < 0:
-            append((i,) + bad[1:])
-            return out
-        b = buf[p] if p < end else 128
-        if b < 128:
-            key_len, p = (b >> 1) ^ -(b & 1), p + 1
-        elif p + 1 < end and buf[p + 1] < 128:
-            b = (b & 0x7F) | buf[p + 1] << 7
-            key_len, p = (b >> 1) ^ -(b & 1), p + 2
-        else:
-            key_len, p = _varint(buf, p, end, 5)
-        if p < 0 or key_len > end - p:
-            append((i,) + bad[1:])
-            return out
-        key_at = p
-        if key_len > 0:
-            p += key_len
-        b = buf[p] if p < end else 128
-        if b < 128:
-            value_len, p = (b >> 1) ^ -(b & 1), p + 1
-        elif p + 1 < end and buf[p + 1] < 128:
-            b = (b & 0x7F) | buf[p + 1] << 7
-            value_len, p = (b >> 1) ^ -(b & 1), p + 2
-        else:
-            value_len, p = _varint(buf, p, end, 5)
-        if p < 0 or value_len > end - p:
-            append((i,) + bad[1:])
-            return out
-        append((start + shift, end + shift, ts_delta, off_delta, key_at + shift, key_len, value_len))
-        pos = end
-    if pos != stop:
-        append((count,) + bad[1:])
-    return out

@@ -67,6 +67,55 @@ static inline int read_bytes(const uint8_t **p, const uint8_t *end, const uint8_
     return 1;
 }
 
+/* One v2 record, as the walk reads it: where it starts and ends, its deltas, where its key,
+ * value and headers lie (a negative length: null), its header count. */
+typedef struct {
+    const uint8_t *start, *key, *value, *headers, *end;
+    int64_t ts_delta, off_delta, key_length, value_length, header_count;
+} v2_record;
+
+/* The walk's one step: the record at `p`, which must end by `limit`, read into `*r`; 0 if it
+ * does not parse.  Every reader of records here goes through it (scan_v2 for
+ * kwire.protocol.records.walk, the log cleaner's map_put_v2 and map_keep_v2), and its checks
+ * are the Python walk's (walk._scan_exact): a length that fits, every field within the record,
+ * a header count not negative, and a record without headers ending right after its count (one
+ * with headers has them parsed by the caller, which checks that they end where the record
+ * does). */
+static inline int walk_record(const uint8_t *p, const uint8_t *limit, v2_record *r)
+{
+    int64_t length;
+    int used = read_varint(p, limit, 5, &length);
+    if (!used || length <= 0 || length > limit - (p + used))
+        return 0;
+    r->start = p;
+    p += used;
+    const uint8_t *end = p + length;
+    /* The walk waits on memory at every record (where the next one starts is known only
+     * here), and records that just came off the network are rarely in this core's cache.
+     * Records of one batch are usually of about one size: ask for the start of the record
+     * eight ahead now.  Halves the walk's time over 1 KiB records (a prefetch never faults,
+     * so a wrong guess costs nothing but the request). */
+    if (8 * (end - r->start) < limit - end)
+        __builtin_prefetch(end + 8 * (end - r->start), 0, 3);
+    p += 1;  /* attributes: unused since Kafka 0.11 */
+    if (!(used = read_varint(p, end, 10, &r->ts_delta)))
+        return 0;
+    p += used;
+    if (!(used = read_varint(p, end, 5, &r->off_delta)))
+        return 0;
+    p += used;
+    if (!read_bytes(&p, end, &r->key, &r->key_length) || !read_bytes(&p, end, &r->value, &r->value_length))
+        return 0;
+    if (!(used = read_varint(p, end, 5, &r->header_count)) || r->header_count < 0)
+        return 0;
+    p += used;
+    if (r->header_count == 0 && p != end)
+        return 0;
+    r->headers = p;
+    r->end = end;
+    return 1;
+}
+
 /* The records of one batch: `count` records from `buf[pos]` exactly to `buf[stop]`.  Fills
  * column `row + i` of `out` for record i.  Returns -1 if every record parses, else the index of
  * the first record that does not (`count` if the records end short of `stop`). */
@@ -76,50 +125,20 @@ static Py_ssize_t scan_records(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t st
     const uint8_t *limit = buf + stop;
     const uint8_t *p = buf + pos;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t length, ts_delta, off_delta, key_length, value_length, header_count;
-        int used = read_varint(p, limit, 5, &length);
-        if (!used || length < 0 || length > limit - (p + used))
-            return i;
-        p += used;
-        const uint8_t *end = p + length;
-        if (p >= end)
-            return i;
-        /* The walk waits on memory at every record (where the next one starts is known only
-         * here), and records that just came off the network are rarely in this core's cache.
-         * Records of one batch are usually of about one size: ask for the start of the record
-         * eight ahead now.  Halves the walk's time over 1 KiB records (a prefetch never
-         * faults, so a wrong guess costs nothing but the request). */
-        Py_ssize_t ahead = (end - buf) + 8 * (end - (p - used));
-        if (ahead < stop)
-            __builtin_prefetch(buf + ahead, 0, 3);
-        p += 1;  /* attributes: unused since Kafka 0.11 */
-        if (!(used = read_varint(p, end, 10, &ts_delta)))
-            return i;
-        p += used;
-        if (!(used = read_varint(p, end, 5, &off_delta)))
-            return i;
-        p += used;
-        const uint8_t *key, *value;
-        if (!read_bytes(&p, end, &key, &key_length) || !read_bytes(&p, end, &value, &value_length))
-            return i;
-        if (!(used = read_varint(p, end, 5, &header_count)) || header_count < 0)
-            return i;
-        p += used;
-        /* A record without headers ends right here; one with headers has them parsed by the
-         * caller, which checks that they end where the record does. */
-        if (header_count == 0 && p != end)
+        v2_record r;
+        if (!walk_record(p, limit, &r))
             return i;
         int64_t *column = out + row + i;
-        column[F_TIMESTAMP_DELTA * stride] = ts_delta;
-        column[F_OFFSET_DELTA * stride] = off_delta;
-        column[F_KEY_AT * stride] = key - buf;
-        column[F_KEY_LENGTH * stride] = key_length;
-        column[F_VALUE_AT * stride] = value - buf;
-        column[F_VALUE_LENGTH * stride] = value_length;
-        column[F_HEADER_COUNT * stride] = header_count;
-        column[F_HEADERS_AT * stride] = p - buf;
-        column[F_END * stride] = end - buf;
-        p = end;
+        column[F_TIMESTAMP_DELTA * stride] = r.ts_delta;
+        column[F_OFFSET_DELTA * stride] = r.off_delta;
+        column[F_KEY_AT * stride] = r.key - buf;
+        column[F_KEY_LENGTH * stride] = r.key_length;
+        column[F_VALUE_AT * stride] = r.value - buf;
+        column[F_VALUE_LENGTH * stride] = r.value_length;
+        column[F_HEADER_COUNT * stride] = r.header_count;
+        column[F_HEADERS_AT * stride] = r.headers - buf;
+        column[F_END * stride] = r.end - buf;
+        p = r.end;
     }
     return p == limit ? -1 : count;
 }
@@ -287,43 +306,13 @@ done:
  * records for that and do the dedupe map's work in the same loop, on the map's own buffer (Kafka's
  * SkimpyOffsetMap: 24-byte slots, the MD5 of a key and its offset as a big-endian int64, linear
  * probing from the digest's first 8 bytes, an all-zero digest taken as ...01), without the GIL:
- * the broker's event loop runs while the cleaner walks.  The same map and walks in Python are in
- * offset_map.py (the tests compare the two). */
+ * the broker's event loop runs while the cleaner walks.  They read records with the record
+ * walk's one step (walk_record), so they accept and refuse the records kwire.protocol.records.
+ * walk does; offset_map.py does the same in Python on that walk's Python fallback (the tests
+ * compare the two). */
 
 #define SLOT_BYTES 24
 #define DIGEST_BYTES 16
-
-typedef struct {
-    const uint8_t *start, *end, *key;
-    int64_t ts_delta, off_delta, key_length, value_length;
-} cleaner_record;
-
-/* The record at `*p`, which must end before `limit`; moves `*p` to its end.  0 if it does not
- * parse.  Headers are not read: the record's length says where it ends. */
-static inline int next_record(const uint8_t **p, const uint8_t *limit, cleaner_record *r)
-{
-    const uint8_t *q = *p;
-    int64_t length;
-    int used = read_varint(q, limit, 5, &length);
-    if (!used || length <= 0 || length > limit - (q + used))
-        return 0;
-    r->start = q;
-    q += used;
-    const uint8_t *end = q + length;
-    q += 1; /* attributes */
-    if (!(used = read_varint(q, end, 10, &r->ts_delta)))
-        return 0;
-    q += used;
-    if (!(used = read_varint(q, end, 5, &r->off_delta)))
-        return 0;
-    q += used;
-    const uint8_t *value;
-    if (!read_bytes(&q, end, &r->key, &r->key_length) || !read_bytes(&q, end, &value, &r->value_length))
-        return 0;
-    r->end = end;
-    *p = end;
-    return 1;
-}
 
 /* MD5 (RFC 1321), the hash of Kafka's SkimpyOffsetMap.  Its sine table is computed at import. */
 static uint32_t md5_k[64];
@@ -534,11 +523,12 @@ static PyObject *map_put_v2(PyObject *self, PyObject *args)
     const uint8_t *buf = (const uint8_t *)data.buf, *p = buf + pos, *limit = buf + stop;
     uint8_t digest[DIGEST_BYTES];
     for (Py_ssize_t i = 0; i < count; i++) {
-        cleaner_record r;
-        if (!next_record(&p, limit, &r)) {
+        v2_record r;
+        if (!walk_record(p, limit, &r)) {
             stopped = -2 - i;
             break;
         }
+        p = r.end;
         int64_t offset = (int64_t)base_offset + r.off_delta;
         if (i < skip || r.key_length < 0 || offset < start)
             continue;
@@ -616,11 +606,12 @@ static PyObject *map_keep_v2(PyObject *self, PyObject *args)
     const uint8_t *buf = (const uint8_t *)data.buf, *p = buf + pos, *limit = buf + stop;
     uint8_t digest[DIGEST_BYTES];
     for (Py_ssize_t i = 0; i < count; i++) {
-        cleaner_record r;
-        if (!next_record(&p, limit, &r)) {
+        v2_record r;
+        if (!walk_record(p, limit, &r)) {
             kept = -1 - i;
             break;
         }
+        p = r.end;
         int64_t offset = (int64_t)base_offset + r.off_delta;
         if (offset <= latest) {
             if (r.key_length < 0)

@@ -10,10 +10,12 @@ Each record::
     keyLength varint | key | valueLength varint | value | headerCount varint |
     [headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue]...
 
-The hot loops below (``_decode_records`` and ``RecordBatchBuilder.append``/``extend``) inline
-Kafka's varints instead of calling ``kwire.protocol.primitives``: a Python call per varint
-costs more than decoding the rest of a small record.  They only ever take the slow,
-general helpers for the rare multi-byte cases.
+Records are read by the record layer's one walk (``walk.record_columns``: the compiled
+accelerator where built, the Python fallback otherwise), which finds every field of every
+record; ``_decode_records`` only builds the record objects from those fields (and parses
+headers, which the walk leaves to it).  The builder's hot loops (``RecordBatchBuilder.append``/
+``extend``) inline Kafka's varints instead of calling ``kwire.protocol.primitives``: a Python
+call per varint costs more than encoding the rest of a small record.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from ..errors import CorruptRecordError, DecodeError, EncodeError
 from ..primitives import (
@@ -52,7 +55,7 @@ from .batch_header import (
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .crc import crc32c
 from .record import ControlRecord, ControlRecordType, Record, TimestampType, control_key, end_txn_marker_value
-from .walk import MIN_RECORD_SIZE
+from .walk import MIN_RECORD_SIZE, record_columns
 
 __all__ = [
     "RecordBatch",
@@ -99,13 +102,9 @@ def _fill_zz() -> None:
               bytes(((2 * n) & 0x7F | 0x80, ((2 * n) >> 7) & 0x7F | 0x80, (2 * n) >> 14))
               for n in range(_ZN)]
 
-# Decoding tables.  CPython 3.11 specializes list indexing and int +, -, *, <, but not the
-# bitwise operators a varint/zigzag decode is usually written with, so the reader looks values
-# up instead: _D1[b] is the zigzag value of the 1-byte varint b, _D2[b + 128 * c] that of the
-# 2-byte varint (b, c) (b >= 128, c < 128).  ~16k entries cover every value within +-8192.
-_D1 = [(n >> 1) ^ -(n & 1) for n in range(128)]
-# (b - 128) + 128 * c is the raw varint, so _D2[i] decodes i - 128.
-_D2 = [0] * 128 + [(n >> 1) ^ -(n & 1) for n in range(16384)]
+# Which record walk the decoder uses: None for the compiled accelerator where it is built (else
+# the Python fallback); the tests set False to hold the fallback to the same records and errors.
+_COMPILED_WALK: bool | None = None
 
 
 def _record_path(index: int, field: str | None = None) -> list[str]:
@@ -413,9 +412,11 @@ class RecordReader:
 
 
 def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
-                    append_time: int | None, cls: type, where, count_at: int, wide: tuple | None = None,
-                    state: list | None = None, stop: int | None = None) -> list:
-    """Decode ``count`` records from ``buf[pos:end]``; fast path with a careful fallback.
+                    append_time: int | None, cls: type, where: int | str | None, count_at: int,
+                    wide: tuple[str, int, int, int] | None = None, state: list[int] | None = None,
+                    stop: int | None = None) -> list[Any]:
+    """Decode ``count`` records from ``buf[pos:end]``: the record walk (``walk.record_columns``,
+    compiled where built) finds every field, then each record is built from its fields.
 
     ``where`` says how to report byte offsets: an int to add to them, None if ``pos`` is
     already absolute, or "decompressed" for offsets within the decompressed records.
@@ -430,150 +431,45 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
     if count < 0 or count - first > (end - pos) // _MIN_RECORD_SIZE:
         raise CorruptRecordError(f"record count {count} does not fit in the {end - pos} bytes of records",
                                  what=_WHAT, path=["record_count"], offset=count_at)
-    out: list[Record] = []
-    append = out.append
-    new = tuple.__new__
-    svarint = read_varint
-    svarlong = read_varlong
-    index = 0
-    start = pos
-    narrow = wide is None
-    if not narrow:
-        topic, partition, ts_type, epoch = wide
-    d1 = _D1
-    d2 = _D2
-    # Every varint is decoded inline: 1 and 2 bytes through the tables above, 3 bytes (deltas
-    # from 8192, in big batches) with arithmetic, anything longer through the primitives.  For
-    # key and value, a negative length means null (any negative, like Java).  Lengths are not
-    # compared with the bytes left one by one: slicing past the record cannot allocate more
-    # than the buffer holds, and a record that overran (or has a negative length) fails the
-    # single end-of-record comparison.
-    try:
-        for index in range(first, stop):  # noqa: B007 (read by the error handler)
-            start = pos
-            # record length
-            b = buf[pos]
-            if b < 128:
-                pos += 1
-                rec_end = pos + d1[b]
-            else:
-                c = buf[pos + 1]
-                if c < 128:
-                    pos += 2
-                    rec_end = pos + d2[b + 128 * c]
-                else:
-                    n, pos = svarint(buf, pos)
-                    rec_end = pos + n
-            # attributes (at pos) are unused by Kafka: skipped.  timestamp delta (varlong)
-            b = buf[pos + 1]
-            if b < 128:
-                timestamp = base_timestamp + d1[b]
-                pos += 2
-            else:
-                c = buf[pos + 2]
-                if c < 128:
-                    timestamp = base_timestamp + d2[b + 128 * c]
-                    pos += 3
-                else:
-                    d = buf[pos + 3]
-                    if d < 128:
-                        n = b - 128 + 128 * (c - 128) + 16384 * d
-                        timestamp = base_timestamp + ((n >> 1) ^ -(n & 1))
-                        pos += 4
-                    else:
-                        n, pos = svarlong(buf, pos + 1)
-                        timestamp = base_timestamp + n
-            # offset delta
-            b = buf[pos]
-            if b < 128:
-                offset = base_offset + d1[b]
-                pos += 1
-            else:
-                c = buf[pos + 1]
-                if c < 128:
-                    offset = base_offset + d2[b + 128 * c]
-                    pos += 2
-                else:
-                    d = buf[pos + 2]
-                    if d < 128:
-                        n = b - 128 + 128 * (c - 128) + 16384 * d
-                        offset = base_offset + ((n >> 1) ^ -(n & 1))
-                        pos += 3
-                    else:
-                        n, pos = svarint(buf, pos)
-                        offset = base_offset + n
-            # key
-            b = buf[pos]
-            if b < 128:
-                n = d1[b]
-                pos += 1
-            else:
-                c = buf[pos + 1]
-                if c < 128:
-                    n = d2[b + 128 * c]
-                    pos += 2
-                else:
-                    n, pos = svarint(buf, pos)
-            if n < 0:
-                key = None
-            else:
-                key = buf[pos:pos + n]
-                pos += n
-            # value
-            b = buf[pos]
-            if b < 128:
-                n = d1[b]
-                pos += 1
-            else:
-                c = buf[pos + 1]
-                if c < 128:
-                    n = d2[b + 128 * c]
-                    pos += 2
-                else:
-                    n, pos = svarint(buf, pos)
-            if n < 0:
-                value = None
-            else:
-                value = buf[pos:pos + n]
-                pos += n
-            # headers
-            if buf[pos]:
-                headers, pos = _read_headers(buf, pos, rec_end)
-                if pos != rec_end:
-                    raise IndexError
-                if narrow:
-                    append(new(cls, (offset, timestamp, key, value, headers)))
-                else:
-                    append(new(cls, (topic, partition, offset, timestamp, ts_type, key, value, tuple(headers),
-                                     epoch)))
-            else:
-                pos += 1
-                if pos != rec_end:
-                    raise IndexError
-                if narrow:
-                    append(new(cls, (offset, timestamp, key, value, [])))
-                else:
-                    # () is a shared, untracked constant: no per-record object for the GC.
-                    append(new(cls, (topic, partition, offset, timestamp, ts_type, key, value, (), epoch)))
-    except (IndexError, ValueError, DecodeError):
-        _diagnose(buf, start, end, index, count, where)
-    if stop < count:
-        if pos > end:  # a record claimed bytes beyond the batch
-            _diagnose(buf, start, end, index, count, where)
-    elif pos != end:
-        if pos > end:  # the last record claimed bytes beyond the batch
-            _diagnose(buf, start, end, index, count, where)
-        raise CorruptRecordError(f"{end - pos} bytes left after the last of {count} records", what=_WHAT,
-                                 path=["records"], offset=_report(pos, where))
-    if state is not None:
-        state[0] = stop
-        state[1] = pos
+    n = stop - first
+    columns, bad = record_columns(buf, pos, end, n, compiled=_COMPILED_WALK)
+    ends = columns[8]
+    if bad == n and stop < count:
+        bad = -1  # a slice of the records (a RecordReader's): they end before the section does
+    good = n if bad < 0 else bad
+    if good < n:
+        columns = [column[:good] for column in columns]
     if append_time is not None:
         # Kafka: with LogAppendTime every record's timestamp is the batch's max timestamp.
-        if narrow:
-            out = [new(cls, (r[0], append_time, r[2], r[3], r[4])) for r in out]
+        base_timestamp = append_time
+        columns[0] = [0] * good
+    out: list[Any] = []
+    append = out.append
+    new = tuple.__new__
+    try:
+        if wide is None:
+            for ts, od, ka, kl, va, vl, hc, ha, re in zip(*columns, strict=True):
+                append(new(cls, (base_offset + od, base_timestamp + ts, buf[ka:ka + kl] if kl >= 0 else None,
+                                 buf[va:va + vl] if vl >= 0 else None,
+                                 _read_headers(buf, ha, re, hc) if hc else [])))
         else:
-            out = [new(cls, (r[0], r[1], r[2], append_time, r[4], r[5], r[6], r[7], r[8])) for r in out]
+            topic, partition, ts_type, epoch = wide
+            for ts, od, ka, kl, va, vl, hc, ha, re in zip(*columns, strict=True):
+                # () is a shared, untracked constant: no per-record object for the GC.
+                append(new(cls, (topic, partition, base_offset + od, base_timestamp + ts, ts_type,
+                                 buf[ka:ka + kl] if kl >= 0 else None, buf[va:va + vl] if vl >= 0 else None,
+                                 tuple(_read_headers(buf, ha, re, hc)) if hc else (), epoch)))
+    except (IndexError, ValueError, DecodeError):  # headers that do not parse
+        bad = len(out)
+    if bad >= 0:
+        start = ends[bad - 1] if bad else pos
+        if bad < n:
+            _diagnose(buf, start, end, first + bad, count, where)
+        raise CorruptRecordError(f"{end - start} bytes left after the last of {count} records", what=_WHAT,
+                                 path=["records"], offset=_report(start, where))
+    if state is not None:
+        state[0] = stop
+        state[1] = ends[-1] if n else pos
     if cls is ControlRecord:
         for index, record in enumerate(out):
             if record.key is None or len(record.key) < 4:
@@ -582,8 +478,8 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
     return out
 
 
-def _read_headers(buf: bytes, pos: int, rec_end: int) -> tuple[list[tuple[str, bytes | None]], int]:
-    count, pos = read_varint(buf, pos)
+def _read_headers(buf: bytes, pos: int, rec_end: int, count: int) -> list[tuple[str, bytes | None]]:
+    """The ``count`` headers at ``pos`` (past the count), which must end at ``rec_end``."""
     # Each header takes at least 2 bytes (two 1-byte lengths): bounds a forged count.
     if count < 0 or count > (rec_end - pos) // 2:
         raise ValueError("header count")
@@ -603,7 +499,9 @@ def _read_headers(buf: bytes, pos: int, rec_end: int) -> tuple[list[tuple[str, b
             hvalue = buf[pos:pos + n]
             pos += n
         headers.append((hkey, hvalue))
-    return headers, pos
+    if pos != rec_end:
+        raise ValueError("headers end before the record")
+    return headers
 
 
 def _report(pos: int, where) -> int:
