@@ -23,7 +23,9 @@ warm-up run per tree and case that is not counted (it writes the ``.pyc`` files)
   is answered (OffsetFetch asked again at once while the broker answers
   COORDINATOR_LOAD_IN_PROGRESS, its coordinators loading in the background since 2026-11-27; the
   group is the one in the highest ``__consumer_offsets`` partition, which the loader takes last
-  unless a client asks for it first, as this request does).  Once per tree,
+  unless a client asks for it first, as this request does; since the third session of that day
+  a small partition asked for is loaded inside the request), and how many OffsetFetch requests
+  that took (1: the first was served).  Once per tree,
   a consumer then checks that the restarted broker still answers every committed offset.
 - **kwire broker process**: ``python -m kwire.cli.main broker --port 0 --json`` started, until
   its first ApiVersions answer (interpreter start and imports included).
@@ -274,7 +276,8 @@ FIGURES = {
     "embedded": [("import_ms", "import kwire.broker"), ("start_ms", "EmbeddedBroker(...).start()"),
                  ("answer_ms", "start + first ApiVersions answer")],
     "restart": [("start_ms", "EmbeddedBroker(...).start()"), ("answer_ms", "start + first ApiVersions answer"),
-                ("offsets_ms", "start + a group's committed offset (OffsetFetch)")],
+                ("offsets_ms", "start + a group's committed offset (OffsetFetch)"),
+                ("offset_fetch_tries", "OffsetFetch requests sent until then (count)")],
     "process": [("listening_ms", "exec to listening (--json line)"), ("answer_ms", "exec to first ApiVersions answer")],
 }
 
