@@ -13,15 +13,30 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AddRaftVoterRequest(Request["AddRaftVoterResponse"]):
-    """Kafka's AddRaftVoterRequest: api key 80 (``ApiKey.ADD_RAFT_VOTER``), versions 0-0, flexible versions 0."""
+class AddRaftVoterRequest(Request):
+    """Kafka's AddRaftVoterRequest: api key 80 (``ApiKey.ADD_RAFT_VOTER``), versions 0-1, flexible versions 0-1."""
 
-    __slots__ = ("cluster_id", "timeout_ms", "voter_id", "voter_directory_id", "listeners", "unknown_tags")
+    __slots__ = (
+        "cluster_id",
+        "timeout_ms",
+        "voter_id",
+        "voter_directory_id",
+        "listeners",
+        "ack_when_committed",
+        "unknown_tags",
+    )
     API_KEY: ClassVar[ApiKey] = ApiKey.ADD_RAFT_VOTER
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    _attrs = ("cluster_id", "timeout_ms", "voter_id", "voter_directory_id", "listeners")
-    _values = attrgetter("cluster_id", "timeout_ms", "voter_id", "voter_directory_id", "listeners")
+    MAX_VERSION: ClassVar[int] = 1
+    _attrs = ("cluster_id", "timeout_ms", "voter_id", "voter_directory_id", "listeners", "ack_when_committed")
+    _values = attrgetter(
+        "cluster_id",
+        "timeout_ms",
+        "voter_id",
+        "voter_directory_id",
+        "listeners",
+        "ack_when_committed",
+    )
 
     class Listener(Struct):
         """An element of ``AddRaftVoterRequest.listeners``."""
@@ -30,9 +45,9 @@ class AddRaftVoterRequest(Request["AddRaftVoterResponse"]):
         _attrs = ("name", "host", "port")
         _values = attrgetter("name", "host", "port")
 
-        name: str  # Name: versions 0
-        host: str  # Host: versions 0
-        port: int  # Port: versions 0
+        name: str  # Name: versions 0-1
+        host: str  # Host: versions 0-1
+        port: int  # Port: versions 0-1
         unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
 
         def __init__(
@@ -48,11 +63,12 @@ class AddRaftVoterRequest(Request["AddRaftVoterResponse"]):
             self.port = port
             self.unknown_tags = unknown_tags
 
-    cluster_id: str | None  # ClusterId: versions 0, nullable 0
-    timeout_ms: int  # TimeoutMs: versions 0
-    voter_id: int  # VoterId: versions 0
-    voter_directory_id: uuid.UUID  # VoterDirectoryId: versions 0
-    listeners: list[AddRaftVoterRequest.Listener]  # Listeners: versions 0
+    cluster_id: str | None  # ClusterId: versions 0-1, nullable 0-1
+    timeout_ms: int  # TimeoutMs: versions 0-1
+    voter_id: int  # VoterId: versions 0-1
+    voter_directory_id: uuid.UUID  # VoterDirectoryId: versions 0-1
+    listeners: list[AddRaftVoterRequest.Listener]  # Listeners: versions 0-1
+    ack_when_committed: bool  # AckWhenCommitted: versions 1
     unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
 
     def __init__(
@@ -63,6 +79,7 @@ class AddRaftVoterRequest(Request["AddRaftVoterResponse"]):
         voter_id: int = 0,
         voter_directory_id: uuid.UUID = ZERO_UUID,
         listeners: list[AddRaftVoterRequest.Listener] = MISSING,
+        ack_when_committed: bool = True,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
@@ -70,22 +87,23 @@ class AddRaftVoterRequest(Request["AddRaftVoterResponse"]):
         self.voter_id = voter_id
         self.voter_directory_id = voter_directory_id
         self.listeners = [] if listeners is MISSING else listeners
+        self.ack_when_committed = ack_when_committed
         self.unknown_tags = unknown_tags
 
 
 class AddRaftVoterResponse(Response):
-    """Kafka's AddRaftVoterResponse: api key 80 (``ApiKey.ADD_RAFT_VOTER``), versions 0-0, flexible versions 0."""
+    """Kafka's AddRaftVoterResponse: api key 80 (``ApiKey.ADD_RAFT_VOTER``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = ("throttle_time_ms", "error_code", "error_message", "unknown_tags")
     API_KEY: ClassVar[ApiKey] = ApiKey.ADD_RAFT_VOTER
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     _attrs = ("throttle_time_ms", "error_code", "error_message")
     _values = attrgetter("throttle_time_ms", "error_code", "error_message")
 
-    throttle_time_ms: int  # ThrottleTimeMs: versions 0
-    error_code: int  # ErrorCode: versions 0
-    error_message: str | None  # ErrorMessage: versions 0, nullable 0, ignorable
+    throttle_time_ms: int  # ThrottleTimeMs: versions 0-1
+    error_code: int  # ErrorCode: versions 0-1
+    error_message: str | None  # ErrorMessage: versions 0-1, nullable 0-1, ignorable
     unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
 
     def __init__(
