@@ -13,7 +13,7 @@ from ..message_base import MISSING, ZERO_UUID, Request, Response, Struct
 from .api_keys import ApiKey
 
 
-class AddRaftVoterRequest(Request):
+class AddRaftVoterRequest(Request["AddRaftVoterResponse"]):
     """Kafka's AddRaftVoterRequest: api key 80 (``ApiKey.ADD_RAFT_VOTER``), versions 0-1, flexible versions 0-1."""
 
     __slots__ = (
