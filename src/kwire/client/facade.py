@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from .loop_thread import LoopThread
 
@@ -56,7 +56,7 @@ class SyncFacade:
     def _twin(self) -> Any:
         raise NotImplementedError
 
-    def _wait(self, coro: Awaitable[Any], timeout: float | None) -> Any:
+    def _wait(self, coro: Coroutine[Any, Any, R], timeout: float | None) -> R:
         """Run ``coro`` on the loop thread and wait for it; ``timeout`` is the call's own
         ``timeout`` argument, when it has one (the coroutine keeps that deadline itself)."""
         return self._loop.run(coro)
@@ -68,26 +68,31 @@ class SyncFacade:
         return self._loop.run(call())
 
 
-def blocking(twin: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> Callable[Concatenate[Any, P], R]:
+def blocking(twin: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> Callable[Concatenate[SyncFacade, P], R]:
     """A facade method that runs the coroutine method ``twin`` of the asyncio client and returns
     its result."""
     name = twin.__name__
 
     @mirrors(twin, blocking=True)
     @functools.wraps(twin)
-    def method(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._wait(getattr(self._twin, name)(*args, **kwargs), kwargs.get("timeout"))  # type: ignore[arg-type]
+    def method(self: SyncFacade, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound: Callable[P, Coroutine[Any, Any, R]] = getattr(self._twin, name)  # twin, on the asyncio client
+        # The call's own ``timeout`` argument, a ``float | None`` in every client's signature (P
+        # does not let mypy see one parameter by name).
+        timeout = cast("float | None", kwargs.get("timeout"))
+        return self._wait(bound(*args, **kwargs), timeout)
 
     return method
 
 
-def on_loop(twin: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+def on_loop(twin: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[SyncFacade, P], R]:
     """A facade method that calls the plain method ``twin`` of the asyncio client on the loop thread."""
     name = twin.__name__
 
     @mirrors(twin)
     @functools.wraps(twin)
-    def method(self: SyncFacade, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._on_loop(getattr(self._twin, name), *args, **kwargs)
+    def method(self: SyncFacade, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound: Callable[P, R] = getattr(self._twin, name)  # twin, on the asyncio client
+        return self._on_loop(bound, *args, **kwargs)
 
     return method

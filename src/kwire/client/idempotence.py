@@ -148,7 +148,7 @@ class IdempotenceState:
         """Whether ``batch`` directly follows what the broker confirmed (so a refusal is a real gap)."""
         part = self._partitions.get(batch.tp)
         return part is not None and batch.sequence == part.last_acked + 1 \
-            and part.unfinished and part.unfinished[0] is batch
+            and bool(part.unfinished) and part.unfinished[0] is batch
 
     def request_reset(self, tp: TopicPartition, why: str) -> None:
         """Renumber ``tp`` under a new epoch once none of its batches is in flight."""
@@ -231,7 +231,7 @@ class IdempotenceState:
         return list(self._unsettled)
 
 
-def _remove(batches: list, batch) -> None:
+def _remove(batches: list[ProducerBatch], batch: ProducerBatch) -> None:
     for i, b in enumerate(batches):
         if b is batch:
             del batches[i]

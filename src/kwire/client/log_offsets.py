@@ -89,7 +89,7 @@ async def _ask_leader(cluster: Cluster, node: int, parts: dict[TopicPartition, i
     # v1 gives one offset per partition (v0 a list); v2 adds the isolation level.
     version = conn.version_for(ApiKey.LIST_OFFSETS, low=2 if isolation_level == READ_COMMITTED else 1)
     metadata = cluster.metadata
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[messages.ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition]] = {}
     for tp, ts in parts.items():
         part = messages.ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=tp.partition, timestamp=ts)
         if version >= 4:

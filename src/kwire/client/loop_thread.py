@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from .errors import ClientTimeoutError, IllegalStateError
@@ -73,6 +73,6 @@ class LoopThread:
             future.cancel()
             raise
 
-    def call_soon(self, callback, *args) -> None:
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
         """Run a plain function on the loop thread (thread-safe)."""
         self.loop.call_soon_threadsafe(callback, *args)

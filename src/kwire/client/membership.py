@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import DecodeError, ErrorCode, KafkaError, ProtocolError, error_name
@@ -31,6 +32,9 @@ from .cluster import Cluster
 from .consumer_errors import FatalGroupError
 from .errors import ClientError, IllegalStateError, is_retriable
 from .types import TopicPartition
+
+if TYPE_CHECKING:
+    from .config import ConsumerConfig
 
 __all__ = ["GroupMembership", "JoinResult"]
 
@@ -56,7 +60,7 @@ _AGAIN_NOW = "again now"
 class JoinResult:
     generation_id: int
     member_id: str
-    protocol_name: str
+    protocol_name: str | None  # the assignor the coordinator chose (null only in a refusal)
     leader: bool
     assignment: Assignment
 
@@ -71,9 +75,12 @@ class MemberState:
     _REJOIN_LEVEL = logging.INFO
     _REJOIN_WORDS = "rejoining"
 
-    def __init__(self, cluster: Cluster, config, wakeup: Callable[[], None], *, member_id: str):
+    def __init__(self, cluster: Cluster, config: ConsumerConfig, wakeup: Callable[[], None], *,
+                 member_id: str) -> None:
         self._cluster = cluster
         self._wakeup = wakeup
+        if config.group_id is None:  # the consumer makes a membership only for a group
+            raise IllegalStateError("a group membership needs group.id")
         self.group_id: str = config.group_id
         self.instance_id: str | None = config.group_instance_id
         self._rebalance_timeout_ms = config.max_poll_interval_ms
@@ -89,7 +96,7 @@ class MemberState:
         self.group_partition_counts: dict[str, int] | None = None
         self.last_poll = time.monotonic()
         self.polling = 0  # polls in progress: a poll blocked waiting for records counts as polling
-        self._heartbeats: asyncio.Task | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -142,7 +149,8 @@ class MemberState:
 class GroupMembership(MemberState):
     """One consumer's membership in its (classic) group."""
 
-    def __init__(self, cluster: Cluster, config, protocols: GroupProtocols, wakeup: Callable[[], None]):
+    def __init__(self, cluster: Cluster, config: ConsumerConfig, protocols: GroupProtocols,
+                 wakeup: Callable[[], None]) -> None:
         super().__init__(cluster, config, wakeup, member_id="")
         self.protocols = protocols
         self._session_timeout_ms = config.session_timeout_ms
@@ -281,7 +289,7 @@ class GroupMembership(MemberState):
             raise FatalGroupError(f"{what} for group {self.group_id!r} refused: {name}")
         logger.info("group %r: %s answered %s; joining again", self.group_id, what, name)
 
-    async def _lead(self, response, version: int) -> dict[str, bytes]:
+    async def _lead(self, response: messages.JoinGroupResponse, version: int) -> dict[str, bytes]:
         """The leader's step: everyone's subscriptions and the topics' partition counts -> assignments."""
         members = [(m.member_id, m.group_instance_id if version >= 5 else None, m.metadata)
                    for m in response.members]

@@ -25,6 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 from kwire.protocol import messages
 from kwire.protocol.errors import ErrorCode, KafkaError, error_name
@@ -36,6 +37,9 @@ from .consumer_errors import FatalGroupError
 from .errors import ClientError, UnsupportedApiError
 from .membership import _COORDINATOR_MOVED, STABLE, UNJOINED, JoinResult, MemberState
 from .types import TopicPartition
+
+if TYPE_CHECKING:
+    from .config import ConsumerConfig
 
 __all__ = ["ConsumerProtocolMembership"]
 
@@ -58,7 +62,7 @@ class ConsumerProtocolMembership(MemberState):
     _REJOIN_LEVEL = logging.DEBUG
     _REJOIN_WORDS = "heartbeat now"
 
-    def __init__(self, cluster: Cluster, config, wakeup: Callable[[], None]):
+    def __init__(self, cluster: Cluster, config: ConsumerConfig, wakeup: Callable[[], None]) -> None:
         # KIP-1082: the client names itself.  The broker, not the client, watches partition counts.
         super().__init__(cluster, config, wakeup, member_id=str(uuid.uuid4()))
         self.protocols = _Protocols()
@@ -136,7 +140,7 @@ class ConsumerProtocolMembership(MemberState):
                 return False
             return True
 
-    def _answer(self, response, wanted: tuple[str, ...] | None) -> bool:
+    def _answer(self, response: messages.ConsumerGroupHeartbeatResponse, wanted: tuple[str, ...] | None) -> bool:
         error = response.error_code
         if error:
             name = error_name(error)
@@ -148,9 +152,10 @@ class ConsumerProtocolMembership(MemberState):
                 return False
             if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or KafkaError.for_code(error).retriable:
                 return False
-            self.set_fatal(FatalGroupError(f"ConsumerGroupHeartbeat for group {self.group_id!r} refused: {name}"
-                                           + (f" ({response.error_message})" if response.error_message else "")))
-            raise self.fatal
+            fatal = FatalGroupError(f"ConsumerGroupHeartbeat for group {self.group_id!r} refused: {name}"
+                                    + (f" ({response.error_message})" if response.error_message else ""))
+            self.set_fatal(fatal)
+            raise fatal
         if wanted is not None:
             self._sent_topics = wanted
         if response.member_id:
@@ -165,7 +170,7 @@ class ConsumerProtocolMembership(MemberState):
             self._target_ids_changed = True
         return True
 
-    async def _by_id(self, partitions: Sequence[TopicPartition]) -> list:
+    async def _by_id(self, partitions: Sequence[TopicPartition]) -> list[HB.TopicPartitions]:
         by_topic: dict[str, list[int]] = {}
         for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)

@@ -10,6 +10,10 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kwire.protocol.messages import MetadataResponse
 
 __all__ = ["BrokerInfo", "ClusterMetadata", "PartitionInfo", "TopicInfo"]
 
@@ -58,7 +62,7 @@ class ClusterMetadata:
     fetched_at: float = 0.0  # time.monotonic() of the response; 0 before the first
 
     @classmethod
-    def from_response(cls, response) -> ClusterMetadata:
+    def from_response(cls, response: MetadataResponse) -> ClusterMetadata:
         """A snapshot of everything a MetadataResponse (any version) says."""
         brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, getattr(b, "rack", None))
                    for b in response.brokers}

@@ -42,6 +42,11 @@ _COORDINATOR_MOVED = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDIN
 _REBALANCED = {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS,
                ErrorCode.FENCED_INSTANCE_ID}
 
+_CommitPartition = messages.OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+# An OffsetFetch answer's partition: v8+ (per group) and v0-7 have a class each, with the same fields.
+_FetchedPartitionV8 = messages.OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
+_FetchedPartition = messages.OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition
+
 
 @dataclass(frozen=True)
 class GroupIdentity:
@@ -121,11 +126,11 @@ class GroupOffsets:
         version = conn.version_for(ApiKey.OFFSET_FETCH, 1, None if NO_TOPIC_ID not in ids else 9)
         request = messages.OffsetFetchRequest()
         if version >= 8:
-            group = messages.OffsetFetchRequest.OffsetFetchRequestGroup(
+            asked = messages.OffsetFetchRequest.OffsetFetchRequestGroup(
                 group_id=self.group_id, topics=[messages.OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics(
                     name=t, topic_id=metadata.topic_id(t) if version >= 10 else NO_TOPIC_ID, partition_indexes=ps)
                     for t, ps in by_topic.items()])
-            request.groups = [group]
+            request.groups = [asked]
         else:
             request.group_id = self.group_id
             request.topics = [messages.OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
@@ -133,24 +138,29 @@ class GroupOffsets:
         if version >= 7:
             request.require_stable = require_stable
         response = await conn.send(request, version=version)
+        # v8+ answers per group (one here), v0-7 at the top level (error_code 0 where a version lacks it).
+        topics: list[tuple[str | None, list[_FetchedPartitionV8] | list[_FetchedPartition]]]
         if version >= 8:
             group = response.groups[0]
-            top_error, topics = group.error_code, group.topics
+            top_error = group.error_code
+            topics = [(ids.get(t.topic_id) if version >= 10 else t.name, t.partitions) for t in group.topics]
         else:
-            top_error, topics = getattr(response, "error_code", 0), response.topics
+            top_error = response.error_code
+            topics = [(t.name, t.partitions) for t in response.topics]
         if top_error:
             self._raise(top_error, "OffsetFetch")
         result: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
-        for topic in topics:
-            name = ids.get(topic.topic_id) if version >= 10 else topic.name
-            for p in topic.partitions:
+        for name, partitions in topics:
+            if name is None:  # a topic id we did not ask for: nothing of ours to read
+                continue
+            for p in partitions:
                 tp = TopicPartition(name, p.partition_index)
                 if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # nothing committed there
                     continue
                 if p.error_code:
                     self._raise(p.error_code, f"OffsetFetch for {tp}")
                 if p.committed_offset >= 0:
-                    epoch = getattr(p, "committed_leader_epoch", -1) if version >= 5 else -1
+                    epoch = p.committed_leader_epoch if version >= 5 else -1
                     result[tp] = OffsetAndMetadata(p.committed_offset, p.metadata or "", epoch)
         return result
 
@@ -180,9 +190,9 @@ class GroupOffsets:
         node = await self._cluster.coordinator(self.group_id)
         conn = await self._cluster.connection(node)
         metadata = self._cluster.metadata
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[_CommitPartition]] = {}
         for tp, om in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(messages.OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+            by_topic.setdefault(tp.topic, []).append(_CommitPartition(
                 partition_index=tp.partition, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
                 committed_metadata=om.metadata))
         ids = {metadata.topic_id(t): t for t in by_topic}
@@ -201,6 +211,8 @@ class GroupOffsets:
         failed: dict[int, list[TopicPartition]] = {}
         for topic in response.topics:
             name = ids.get(topic.topic_id) if version >= 10 else topic.name
+            if name is None:  # a topic id we did not commit to: nothing of ours failed there
+                continue
             for p in topic.partitions:
                 if p.error_code:
                     failed.setdefault(p.error_code, []).append(TopicPartition(name, p.partition_index))

@@ -96,7 +96,7 @@ class GroupProtocols:
                     rack_id=rack_id), version))
                 for a in self.assignors]
 
-    def assignor(self, protocol_name: str) -> Assignor:
+    def assignor(self, protocol_name: str | None) -> Assignor:
         """The assignor for the protocol the coordinator chose; ValueError if we never offered it."""
         for assignor in self.assignors:
             if assignor.name == protocol_name:

@@ -48,7 +48,8 @@ def member_generation(sub: Subscription) -> int:
         return DEFAULT_GENERATION
     if len(sub.user_data) < _GENERATION.size:
         return DEFAULT_GENERATION  # Java: unreadable user data counts as the default generation
-    return _GENERATION.unpack_from(sub.user_data)[0]
+    generation: int = _GENERATION.unpack_from(sub.user_data)[0]
+    return generation
 
 
 @dataclass

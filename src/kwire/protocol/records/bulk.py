@@ -148,7 +148,7 @@ def seal_batch(sections: Sequence[bytes], count: int, base_timestamp: int, max_t
     return b"".join((header[:_CRC_AT], UINT32.pack(crc), header[_ATTRIBUTES_AT:], *sections))
 
 
-def murmur2_partitions(keys: Sequence[bytes], partitions: int) -> list[int] | None:
+def murmur2_partitions(keys: Sequence[bytes | None], partitions: int) -> list[int] | None:
     """Each key's partition as Java's default partitioner gives it (``(murmur2(key) &
     0x7fffffff) % partitions``), compiled; None when the compiled helper is not built or a key is
     not bytes (the caller then asks the partitioner key by key)."""
