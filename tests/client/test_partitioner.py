@@ -55,6 +55,23 @@ def test_murmur2_matches_kafka_python_on_thousands_of_keys():
             assert java_partition(key, n) == (theirs & 0x7FFFFFFF) % n, (key, n)
 
 
+def test_a_keyed_record_goes_where_kafka_python_puts_it_compiled_or_not(monkeypatch):
+    """The per-record path hashes with the compiled helper where it is built: same partitions."""
+    from kwire.protocol.records import bulk
+
+    rng = random.Random(481)
+    keys = random_keys(rng, 40) + [b"", b"user-1", b"a-little-bit-longer-string"]
+    compiled = Partitioner("murmur2_random")
+    assert compiled._hash_one is not java_partition, "the compiled helper is not built"
+    monkeypatch.setattr(bulk, "murmur2_partitions", lambda keys, n: None)
+    plain = Partitioner("murmur2_random")
+    assert plain._hash_one is java_partition
+    for key in keys:
+        for n in (1, 3, 8, 1000):
+            expected = (kafka_python_murmur2(key) & 0x7FFFFFFF) % n
+            assert compiled.partition("t", key, n) == plain.partition("t", key, n) == expected, (key, n)
+
+
 def test_murmur2_takes_any_bytes_like_key():
     key = b"a-little-bit-longer-string"
     assert murmur2(bytearray(key)) == murmur2(memoryview(key)) == JAVA_VECTORS[key]
