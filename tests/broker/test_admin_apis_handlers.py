@@ -296,12 +296,13 @@ def test_telemetry_as_without_plugin(state):
 
 
 def test_still_unserved_api_answers_unsupported_version_and_logs_it(state, caplog):
-    # (was CreateDelegationToken, answered since as a broker with delegation tokens disabled)
-    assert M.UnregisterBrokerRequest.API_KEY not in HANDLERS
+    # BrokerHeartbeat is controller-only (a broker's heartbeat to the controller).  (was
+    # CreateDelegationToken, then UnregisterBroker, answered since as a one-node Kafka answers them)
+    assert M.BrokerHeartbeatRequest.API_KEY not in HANDLERS
     with caplog.at_level(logging.WARNING, logger="kwire.broker.requests"):
-        resp = serve(state, M.UnregisterBrokerRequest(broker_id=1), 0)
+        resp = serve(state, M.BrokerHeartbeatRequest(broker_id=1, broker_epoch=1), 0)
     assert resp.error_code == UnsupportedVersionError.code
-    assert any("UnregisterBroker" in r.getMessage() for r in caplog.records)
+    assert any("BrokerHeartbeat" in r.getMessage() for r in caplog.records)
 
 
 def test_finalized_features_survive_restart(tmp_path):

@@ -471,9 +471,9 @@ def test_describe_cluster_every_version(state, v):
 
 # -- refusals ----------------------------------------------------------------------------------
 def test_unserved_api_answers_unsupported_version(state):
-    # UnregisterBroker has a top-level error code; this broker does not serve it.  (was ElectLeaders,
-    # then CreateDelegationToken, answered since as a broker with delegation tokens disabled)
-    resp = serve(state, messages.UnregisterBrokerRequest(broker_id=1), 0)
+    # BrokerHeartbeat has a top-level error code and is controller-only: a broker never serves it.
+    # (was ElectLeaders, then CreateDelegationToken, then UnregisterBroker, all answered since)
+    resp = serve(state, messages.BrokerHeartbeatRequest(broker_id=1, broker_epoch=1), 0)
     assert resp.error_code == UnsupportedVersionError.code
 
 

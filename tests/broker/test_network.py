@@ -111,8 +111,9 @@ def test_truncated_frame_then_disconnect(broker):
 
 def test_unserved_api_gets_an_error_response(broker):
     with _connect(broker.port) as s:
-        # (was ElectLeaders, then CreateDelegationToken, both answered since)
-        resp = _call(s, messages.UnregisterBrokerRequest(broker_id=1), 0)
+        # BrokerHeartbeat: controller-only, never served by a broker listener.  (was ElectLeaders,
+        # then CreateDelegationToken, then UnregisterBroker, all answered since)
+        resp = _call(s, messages.BrokerHeartbeatRequest(broker_id=1, broker_epoch=1), 0)
         assert resp.error_code == 35  # UNSUPPORTED_VERSION
         # The connection stays usable.
         assert _call(s, messages.ApiVersionsRequest(), 3, correlation_id=2).error_code == 0

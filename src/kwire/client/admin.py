@@ -1330,6 +1330,23 @@ class AsyncAdmin:
         await quorum_admin.update_features(self, levels, upgrade=upgrade, validate_only=validate_only,
                                            timeout=timeout)
 
+    async def unregister_broker(self, broker_id: int, *, timeout: float | None = None) -> None:
+        """Remove a (decommissioned) broker's registration from the controller (KIP-631)."""
+        await quorum_admin.unregister_broker(self, broker_id, timeout=timeout)
+
+    async def add_raft_voter(self, voter_id: int, voter_directory_id: uuid.UUID,
+                             endpoints: Iterable[quorum_admin.RaftVoterEndpoint], *, cluster_id: str | None = None,
+                             timeout: float | None = None) -> None:
+        """Add a controller to the metadata quorum's voters (KIP-853; the cluster needs kraft.version 1)."""
+        await quorum_admin.add_raft_voter(self, voter_id, voter_directory_id, endpoints, cluster_id=cluster_id,
+                                          timeout=timeout)
+
+    async def remove_raft_voter(self, voter_id: int, voter_directory_id: uuid.UUID, *,
+                                cluster_id: str | None = None, timeout: float | None = None) -> None:
+        """Remove a voter from the metadata quorum (KIP-853; the cluster needs kraft.version 1)."""
+        await quorum_admin.remove_raft_voter(self, voter_id, voter_directory_id, cluster_id=cluster_id,
+                                             timeout=timeout)
+
 
 # -- decoding helpers -------------------------------------------------------------------------------
 def _offset_spec(spec: int | str) -> int:
@@ -1462,3 +1479,6 @@ class Admin(SyncFacade):
     alter_partition_reassignments = blocking(AsyncAdmin.alter_partition_reassignments)
     describe_metadata_quorum = blocking(AsyncAdmin.describe_metadata_quorum)
     update_features = blocking(AsyncAdmin.update_features)
+    unregister_broker = blocking(AsyncAdmin.unregister_broker)
+    add_raft_voter = blocking(AsyncAdmin.add_raft_voter)
+    remove_raft_voter = blocking(AsyncAdmin.remove_raft_voter)

@@ -1,12 +1,15 @@
-"""``Admin``'s calls about the cluster's metadata quorum and its feature levels, as Kafka's
-Admin.describeMetadataQuorum (KIP-595/KIP-836) and Admin.updateFeatures (KIP-584): the KRaft
-quorum's leader, voters and observers, and changes to finalized feature levels (kept apart from
-admin.py, as admin_cluster.py is; ``AsyncAdmin`` has a thin method for each).
+"""``Admin``'s calls about the cluster's metadata quorum, its membership and its feature levels,
+as Kafka's Admin.describeMetadataQuorum (KIP-595/KIP-836), addRaftVoter / removeRaftVoter
+(KIP-853), unregisterBroker (KIP-631) and updateFeatures (KIP-584): the KRaft quorum's leader,
+voters and observers, changes to its voters and to the registered brokers, and changes to
+finalized feature levels (kept apart from admin.py, as admin_cluster.py is; ``AsyncAdmin`` has a
+thin method for each).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING
@@ -16,10 +19,23 @@ from kwire.protocol import messages
 if TYPE_CHECKING:
     from .admin import AsyncAdmin
 
-__all__ = ["FeatureUpgrade", "QuorumInfo", "ReplicaState", "describe_metadata_quorum", "update_features"]
+__all__ = [
+    "FeatureUpgrade",
+    "QuorumInfo",
+    "RaftVoterEndpoint",
+    "ReplicaState",
+    "add_raft_voter",
+    "describe_metadata_quorum",
+    "remove_raft_voter",
+    "unregister_broker",
+    "update_features",
+]
 
 DESCRIBE_QUORUM = messages.DescribeQuorumRequest.API_KEY
 UPDATE_FEATURES = messages.UpdateFeaturesRequest.API_KEY
+UNREGISTER_BROKER = messages.UnregisterBrokerRequest.API_KEY
+ADD_RAFT_VOTER = messages.AddRaftVoterRequest.API_KEY
+REMOVE_RAFT_VOTER = messages.RemoveRaftVoterRequest.API_KEY
 METADATA_TOPIC = "__cluster_metadata"  # the KRaft quorum's log (one partition)
 
 
@@ -44,6 +60,23 @@ class QuorumInfo:
     voters: tuple[ReplicaState, ...]
     observers: tuple[ReplicaState, ...]
     nodes: dict[int, list[tuple[str, str, int]]]
+
+
+@dataclass(frozen=True)
+class RaftVoterEndpoint:
+    """Where a new voter listens (Java's RaftVoterEndpoint): a listener name, host and port; the
+    quorum's leader needs the one of its default (controller) listener."""
+
+    name: str
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        # Java's RaftVoterEndpoint refuses these too, before anything is sent.
+        if not self.name or not self.host:
+            raise ValueError(f"{self}: the listener name and host must not be empty")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"{self}: port {self.port} is outside 0-65535")
 
 
 class FeatureUpgrade(IntEnum):
@@ -113,3 +146,61 @@ async def update_features(admin: AsyncAdmin, levels: Mapping[str, int], *,
 
     await retrying(attempt, timeout=admin._timeout(timeout), backoff=admin._cluster.retry_backoff,
                    what="UpdateFeatures")
+
+
+async def unregister_broker(admin: AsyncAdmin, broker_id: int, *, timeout: float | None) -> None:
+    """Remove a broker's registration from the controller (a decommissioned broker); raises
+    BrokerIdNotRegisteredError for an id the cluster does not know."""
+    from .admin import _broker_error
+    from .retry import retrying
+
+    async def attempt() -> None:
+        response = await admin._send(lambda v: messages.UnregisterBrokerRequest(broker_id=broker_id),
+                                     await admin._controller(), api_key=UNREGISTER_BROKER)
+        if response.error_code:
+            raise _broker_error(response.error_code, f"broker {broker_id}", response.error_message)
+
+    await retrying(attempt, timeout=admin._timeout(timeout), backoff=admin._cluster.retry_backoff,
+                   what="UnregisterBroker")
+
+
+async def add_raft_voter(admin: AsyncAdmin, voter_id: int, voter_directory_id: uuid.UUID,
+                         endpoints: Iterable[RaftVoterEndpoint], *, cluster_id: str | None,
+                         timeout: float | None) -> None:
+    """Add a controller (id and metadata log directory id) to the quorum's voters (KIP-853);
+    ``cluster_id`` None: not checked.  Answered once the new voter set is committed (AddRaftVoter
+    v1's ack_when_committed, which Java's Admin leaves at its default, true)."""
+    from .admin import _broker_error
+    from .retry import retrying
+
+    R = messages.AddRaftVoterRequest
+    listeners = [R.Listener(name=e.name, host=e.host, port=e.port) for e in endpoints]
+    wait_ms = int(admin._timeout(timeout) * 1000)
+
+    async def attempt() -> None:
+        request = R(cluster_id=cluster_id, timeout_ms=wait_ms, voter_id=voter_id,
+                    voter_directory_id=voter_directory_id, listeners=listeners)
+        response = await admin._send(lambda v: request, await admin._controller(), api_key=ADD_RAFT_VOTER)
+        if response.error_code:
+            raise _broker_error(response.error_code, f"voter {voter_id}", response.error_message)
+
+    await retrying(attempt, timeout=admin._timeout(timeout), backoff=admin._cluster.retry_backoff,
+                   what="AddRaftVoter")
+
+
+async def remove_raft_voter(admin: AsyncAdmin, voter_id: int, voter_directory_id: uuid.UUID, *,
+                            cluster_id: str | None, timeout: float | None) -> None:
+    """Remove a voter (id and metadata log directory id) from the quorum (KIP-853)."""
+    from .admin import _broker_error
+    from .retry import retrying
+
+    request = messages.RemoveRaftVoterRequest(cluster_id=cluster_id, voter_id=voter_id,
+                                              voter_directory_id=voter_directory_id)
+
+    async def attempt() -> None:
+        response = await admin._send(lambda v: request, await admin._controller(), api_key=REMOVE_RAFT_VOTER)
+        if response.error_code:
+            raise _broker_error(response.error_code, f"voter {voter_id}", response.error_message)
+
+    await retrying(attempt, timeout=admin._timeout(timeout), backoff=admin._cluster.retry_backoff,
+                   what="RemoveRaftVoter")

@@ -8,6 +8,7 @@ from . import (  # noqa: F401 - imported for their @handler registrations
     api_versions,
     client_quotas,
     cluster,
+    cluster_membership,
     config_resources,
     configs,
     consumer_groups,

@@ -65,9 +65,13 @@ def handle_describe_quorum(ctx, request):
         topics.append(Topic(topic_name=t.topic_name, partitions=parts))
     resp = R(error_code=ErrorCode.NONE, error_message=None, topics=topics)
     if v >= 2:
-        # The voter's endpoints: kwire's node has no separate controller listener, so its own.
-        listeners = [(lst.name, *lst.advertised) for lst in broker.listeners] or \
-            [("PLAINTEXT", *ctx.advertised)]
         resp.nodes = [R.Node(node_id=node, listeners=[R.Node.Listener(name=n, host=h, port=port)
-                                                      for n, h, port in listeners])]
+                                                      for n, h, port in voter_endpoints(ctx)])]
     return resp
+
+
+def voter_endpoints(ctx) -> list[tuple[str, str, int]]:
+    """The only voter's endpoints, (listener, host, port): kwire's node has no separate controller
+    listener, so its own listeners; the first is the quorum's default listener (Kafka's first
+    ``controller.listener.names`` entry)."""
+    return [(lst.name, *lst.advertised) for lst in ctx.broker.listeners] or [("PLAINTEXT", *ctx.advertised)]
