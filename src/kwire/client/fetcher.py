@@ -20,13 +20,17 @@ import asyncio
 import heapq
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import ErrorCode, KafkaError, error_name
 from kwire.protocol.records import iter_batches
-from kwire.protocol.records.batch import RecordReader
+from kwire.protocol.records.batch import RecordBatch, RecordReader
+from kwire.protocol.records.legacy import LegacyRecordBatch
+from kwire.protocol.records.record import ControlRecord
 
 from .cluster import Cluster
 from .errors import AuthenticationError, ClientError, SecurityProtocolMismatchError, is_retriable
@@ -34,7 +38,13 @@ from .metadata import NO_TOPIC_ID
 from .subscription import NONE_RESET, PartitionState, SubscriptionState
 from .types import ConsumerRecord, FetchedBatch, TopicPartition
 
+if TYPE_CHECKING:
+    from .config import ConsumerConfig
+
 __all__ = ["Fetcher", "READ_COMMITTED", "READ_UNCOMMITTED", "isolation_level_code"]
+
+# What a drain hands out: ConsumerRecords (drain) or FetchedBatches (drain_batches).
+T = TypeVar("T")
 
 logger = logging.getLogger("kwire.client.consumer")
 
@@ -57,7 +67,8 @@ class _Chunk:
 
     __slots__ = ("batches", "index", "aborted", "nbytes")
 
-    def __init__(self, batches: list, aborted: list[tuple[int, int]], nbytes: int):
+    def __init__(self, batches: list[RecordBatch | LegacyRecordBatch], aborted: list[tuple[int, int]],
+                 nbytes: int) -> None:
         self.batches = batches
         self.index = 0
         self.aborted = aborted  # heap of (first offset, producer id) of aborted transactions
@@ -74,7 +85,7 @@ class _PartitionBuffer:
     __slots__ = ("tp", "seek_epoch", "chunks", "pending", "pending_pos", "pending_next", "pending_epoch",
                  "reader", "fetch_offset", "aborted_pids")
 
-    def __init__(self, tp: TopicPartition, seek_epoch: int, fetch_offset: int):
+    def __init__(self, tp: TopicPartition, seek_epoch: int, fetch_offset: int) -> None:
         self.tp = tp
         self.seek_epoch = seek_epoch
         self.chunks: deque[_Chunk] = deque()
@@ -94,8 +105,8 @@ class _PartitionBuffer:
 class Fetcher:
     """Fetches for one consumer; ``drain()`` hands out records, ``maybe_fetch()`` keeps fetches going."""
 
-    def __init__(self, cluster: Cluster, config, subscriptions: SubscriptionState,
-                 wakeup: Callable[[], None]):
+    def __init__(self, cluster: Cluster, config: ConsumerConfig, subscriptions: SubscriptionState,
+                 wakeup: Callable[[], None]) -> None:
         self._cluster = cluster
         self._sub = subscriptions
         self._wakeup = wakeup
@@ -109,12 +120,12 @@ class Fetcher:
         self._reset_strategy = config.auto_offset_reset
         self._buffers: dict[TopicPartition, _PartitionBuffer] = {}
         self._buffered_bytes = 0
-        self._fetching_nodes: dict[int, asyncio.Task] = {}
+        self._fetching_nodes: dict[int, asyncio.Task[None]] = {}
         self._fetching: set[TopicPartition] = set()
         self._node_retry_at: dict[int, float] = {}
         self._partition_retry_at: dict[TopicPartition, float] = {}
         self._errors: list[BaseException] = []
-        self._refresh: asyncio.Task | None = None
+        self._refresh: asyncio.Task[None] | None = None
         self._refresh_wanted = False
         self._refresh_failures = 0
         self._refresh_not_before = 0.0
@@ -132,12 +143,13 @@ class Fetcher:
         """
         return self._drain(max_records, self._take)
 
-    def _drain(self, max_records: int, take) -> list:
+    def _drain(self, max_records: int, take: Callable[[_PartitionBuffer, PartitionState, int, list[T]], int]
+               ) -> list[T]:
         """What ``take(buf, state, need, out)`` puts in ``out`` for each partition in turn,
         until it counted ``max_records`` records."""
         if self._errors:
             raise self._errors.pop(0)
-        out: list = []
+        out: list[T] = []
         if not self._buffers:
             return out
         assignment = self._sub.assignment
@@ -166,7 +178,7 @@ class Fetcher:
                 break
         return out
 
-    def _take(self, buf: _PartitionBuffer, state: PartitionState, need: int, out: list) -> int:
+    def _take(self, buf: _PartitionBuffer, state: PartitionState, need: int, out: list[ConsumerRecord]) -> int:
         got = 0
         while got < need:
             pending = buf.pending
@@ -198,11 +210,13 @@ class Fetcher:
         """Decode the next records of the batch being consumed into ``buf.pending``: about as
         many as the application takes now, so records are built just before use and die young
         (cheap for the garbage collector) instead of waiting in a whole decoded batch."""
-        reader = buf.reader
+        # Called only while the batch being consumed has records not decoded yet (a reader).
+        reader: RecordReader = buf.reader  # type: ignore[assignment]
         records = reader.take(max(n, _MIN_DECODE))  # a corrupt record raises here, again at every poll
         if reader.done:
             buf.reader = None
-        position = state.position
+        # A partition with buffered data has a position: a seek or reset drops its buffer.
+        position: int = state.position  # type: ignore[assignment]
         if records and records[0][2] < position:
             # A batch that starts before the position (a seek into it, a compressed batch).
             records = [r for r in records if r[2] >= position]
@@ -222,7 +236,7 @@ class Fetcher:
             tp = buf.tp
             chunk = buf.chunks[0]
             try:
-                if batch.magic == 2:
+                if isinstance(batch, RecordBatch):  # magic 2 (iter_batches gives legacy sets their own class)
                     # The decoder builds the ConsumerRecords itself (one tuple per record), a
                     # slice at a time as the application takes them (_read_more).
                     buf.reader = batch.reader((ConsumerRecord, tp[0], tp[1]))
@@ -236,7 +250,7 @@ class Fetcher:
             if self._hand_out_legacy(buf, state, batch, pending):
                 return True
 
-    def _next_batch(self, buf: _PartitionBuffer, state: PartitionState):
+    def _next_batch(self, buf: _PartitionBuffer, state: PartitionState) -> RecordBatch | LegacyRecordBatch | None:
         """The next batch of the buffer that may hold records for the application, taken from
         its chunk; control batches and aborted transactions (read_committed) are stepped over.
         None when the buffer has no batch left."""
@@ -257,25 +271,28 @@ class Fetcher:
                 while aborted and aborted[0][0] <= last:
                     pids.add(heapq.heappop(aborted)[1])
                 if batch.is_control:
-                    records = batch.records()
-                    if records and records[0].type == _ABORT:
+                    marker = batch.records()[:1]  # a control batch holds one ControlRecord
+                    if marker and isinstance(marker[0], ControlRecord) and marker[0].type == _ABORT:
                         pids.discard(batch.producer_id)
                     state.position = next_offset
                     continue
                 if batch.is_transactional and batch.producer_id in pids:
                     state.position = next_offset
                     continue
-            if batch.is_control or next_offset <= state.position:
-                state.position = max(state.position, next_offset)
+            # A partition with buffered data has a position: a seek or reset drops its buffer.
+            position: int = state.position  # type: ignore[assignment]
+            if batch.is_control or next_offset <= position:
+                state.position = max(position, next_offset)
                 continue
             return batch
         return None
 
     @staticmethod
-    def _hand_out_legacy(buf: _PartitionBuffer, state: PartitionState, batch, pending: list) -> bool:
+    def _hand_out_legacy(buf: _PartitionBuffer, state: PartitionState, batch: LegacyRecordBatch,
+                         pending: list[ConsumerRecord]) -> bool:
         """Put the records of a legacy message set at or after the position in ``buf.pending``;
         False (and the position past the set) when none are."""
-        position = state.position
+        position: int = state.position  # type: ignore[assignment]  # buffered data: a position
         if pending and pending[0][2] < position:
             # A batch that starts before the position (a seek into it, a compressed batch).
             pending = [r for r in pending if r[2] >= position]
@@ -299,7 +316,8 @@ class Fetcher:
         ``drain()``."""
         return self._drain(max_records, self._take_batches)
 
-    def _take_batches(self, buf: _PartitionBuffer, state: PartitionState, need: int, out: list) -> int:
+    def _take_batches(self, buf: _PartitionBuffer, state: PartitionState, need: int, out: list[FetchedBatch]
+                      ) -> int:
         tp = buf.tp
         got = 0
         if buf.pending is not None or buf.reader is not None:
@@ -308,7 +326,7 @@ class Fetcher:
             batch = self._next_batch(buf, state)
             if batch is None:
                 break
-            if batch.magic != 2:
+            if not isinstance(batch, RecordBatch):  # a legacy message set (magic 0 or 1)
                 try:
                     pending = self._legacy_records(batch, tp)
                 except Exception:
@@ -317,7 +335,7 @@ class Fetcher:
                 if self._hand_out_legacy(buf, state, batch, pending):
                     got += self._rest_of_batch(buf, state, out)
                 continue
-            start = state.position
+            start: int = state.position  # type: ignore[assignment]  # buffered data: a position (see _read_more)
             state.position = batch.next_offset
             state.leader_epoch = batch.partition_leader_epoch
             out.append(FetchedBatch(tp, batch, start, None))
@@ -325,13 +343,13 @@ class Fetcher:
         return got
 
     @staticmethod
-    def _rest_of_batch(buf: _PartitionBuffer, state: PartitionState, out: list) -> int:
+    def _rest_of_batch(buf: _PartitionBuffer, state: PartitionState, out: list[FetchedBatch]) -> int:
         """The records of the batch being consumed not handed out yet, as one ``FetchedBatch``."""
         records = [] if buf.pending is None else buf.pending[buf.pending_pos:]
         if buf.reader is not None:
             records += buf.reader.take(1 << 62)  # a corrupt record raises here, as in drain()
             buf.reader = None
-            position = state.position
+            position: int = state.position  # type: ignore[assignment]  # buffered data: a position
             if records and records[0][2] < position:
                 records = [r for r in records if r[2] >= position]
         buf.pending = None
@@ -342,9 +360,10 @@ class Fetcher:
         return len(records)
 
     @staticmethod
-    def _legacy_records(batch, tp: TopicPartition) -> list[ConsumerRecord]:
+    def _legacy_records(batch: LegacyRecordBatch, tp: TopicPartition) -> list[ConsumerRecord]:
         """The records of a magic 0/1 message set as ConsumerRecords (headers: none, as ())."""
-        ts_type = -1 if batch.magic == 0 else int(batch.timestamp_type)
+        ts = batch.timestamp_type  # None in magic 0, which has no timestamps
+        ts_type = -1 if ts is None else int(ts)
         new = tuple.__new__
         cr = ConsumerRecord
         topic, partition = tp
@@ -404,7 +423,8 @@ class Fetcher:
                 continue
             if leader in self._fetching_nodes or self._node_retry_at.get(leader, 0.0) > now:
                 continue
-            offset = state.position if buf is None else buf.fetch_offset
+            # fetchable(): the position is known.
+            offset: int = state.position if buf is None else buf.fetch_offset  # type: ignore[assignment]
             end = state.last_stable_offset if committed else state.high_watermark
             by_node.setdefault(leader, []).append((state, offset))
             caught_up[leader] = caught_up.get(leader, True) and 0 <= end <= offset
@@ -463,9 +483,9 @@ class Fetcher:
                 isinstance(e, (AuthenticationError, SecurityProtocolMismatchError)) for e in self._errors):
             self._errors.append(exc)
 
-    def _build_request(self, parts: list[tuple[PartitionState, int]], with_ids: bool):
+    def _build_request(self, parts: list[tuple[PartitionState, int]], with_ids: bool) -> messages.FetchRequest:
         metadata = self._cluster.metadata
-        topics: dict[str, list] = {}
+        topics: dict[str, list[messages.FetchRequest.FetchTopic.FetchPartition]] = {}
         for state, offset in parts:
             topics.setdefault(state.tp.topic, []).append(messages.FetchRequest.FetchTopic.FetchPartition(
                 partition=state.tp.partition, current_leader_epoch=metadata.leader_epoch(*state.tp),
@@ -512,7 +532,8 @@ class Fetcher:
             self.maybe_fetch()
             self._wakeup()
 
-    def _handle_response(self, node: int, response, version: int, sent: dict, ids: dict) -> None:
+    def _handle_response(self, node: int, response: messages.FetchResponse, version: int,
+                         sent: dict[TopicPartition, tuple[int, int]], ids: dict[uuid.UUID, str]) -> None:
         if response.error_code:
             logger.info("fetch from node %d refused: %s", node, error_name(response.error_code))
             self._node_retry_at[node] = time.monotonic() + self._cluster.retry_backoff.delay(0)
