@@ -88,3 +88,18 @@ def test_the_progress_line_counts_deliveries_only_when_it_shows_them(capsys):
     progress.next = 0
     progress.tick(5, delivered)
     assert asked == [1] and "5 sent, 3 delivered" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("delim", [b"\n", b"\x00", b"\r\n", b"--"])
+@pytest.mark.parametrize("read_size", [1, 2, 3, 5, 7, 64])
+def test_records_cut_by_the_end_of_a_read_are_joined(monkeypatch, delim, read_size):
+    # Every way a read can end: inside a record, right after a delimiter, inside a two-byte
+    # delimiter, on an empty record; and the input's last record with and without its delimiter.
+    import io
+
+    monkeypatch.setattr(produce_cmd, "_READ_SIZE", read_size)
+    records = [b"a", b"", b"bcdef", b"+", b"\r", b"", b"ghijklmnopq", b"r"]
+    for tail in (delim, b""):
+        data = delim.join(records) + tail
+        got = [r for run in produce_cmd._split(io.BytesIO(data), delim) for r in run]
+        assert got == records, (data, read_size)
