@@ -9,7 +9,8 @@
 The base's ``src`` is extracted with ``git archive REV src`` into a temp dir; the current tree is
 this repository's ``src`` as it is on disk (``--current worktree``, the default, uncommitted
 changes included) or another commit extracted the same way.  A compiled extension of the
-working tree (``*.so``) is copied into an extracted tree when its C source there is the same.
+working tree (``*.so``) is copied into an extracted tree when its C source there is the same,
+else built from that tree's C source.
 Every measurement runs in a fresh ``python`` subprocess with ``PYTHONPATH`` pointing at one tree
 or the other, the trees alternating (the order swapped every run), N runs each, after one
 warm-up run per tree and case that is not counted (it writes the ``.pyc`` files).  Cases:
@@ -47,6 +48,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -195,7 +197,8 @@ def git(*args: str) -> str:
 
 def extract(rev: str, into: Path) -> Path:
     """``git archive rev src`` into ``into``; the working tree's built extensions copied beside
-    identical C sources.  Returns the tree's src dir."""
+    identical C sources, and built from the tree's own C source where it differs (else that tree
+    would run without its compiled helper, slower than it is).  Returns the tree's src dir."""
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "src"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
@@ -206,7 +209,23 @@ def extract(rev: str, into: Path) -> Path:
         theirs = src / rel.parent / c_source.name
         if c_source.is_file() and theirs.is_file() and filecmp.cmp(c_source, theirs, shallow=False):
             shutil.copy2(so, src / rel)
+        elif theirs.is_file():
+            build_extension(theirs, src / rel)
     return src
+
+
+def build_extension(c_source: Path, so: Path) -> None:
+    """Compile one C file into the extension module ``so`` (as setup.py's optional Extension
+    does); on failure the tree runs without it, which is logged."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()
+    flags = (sysconfig.get_config_var("CFLAGSFORSHARED") or "-fPIC").split()
+    include = sysconfig.get_paths()["include"]
+    out = subprocess.run([*cc, "-shared", "-O2", *flags, f"-I{include}", str(c_source), "-o", str(so)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        log(f"could not build {so.name} from {c_source}: {out.stderr[-300:]}; that tree runs without it")
+    else:
+        log(f"built {so.name} from that tree's {c_source.name} (it differs from the working tree's)")
 
 
 def run_child(src: Path, args: list[str], cwd: Path, timeout: float = 120, setting: str | None = None) -> dict:
