@@ -25,9 +25,10 @@ is replayed and installed right there, on the event loop, through the same ``rea
 COORDINATOR_LOAD_IN_PROGRESS and retried.  That is kwire's own shortcut: Kafka refuses until the
 partition's scheduled load is done.  A larger partition keeps Kafka's behaviour: the request is
 refused and the partition is the worker's next.  The bound keeps the loop's pause short (a few
-ms of CPU for a partition at the threshold: see ``INLINE_BYTES``).  The other partitions stay in the worker rather than on the loop: measured on the
-50-group restart, loading them all on the loop's turns delayed the first requests more than the
-worker's competition for the GIL did (benchmarks/RESULTS.md, 2026-11-27 second session, H21).
+ms of CPU for a partition at the threshold: see ``INLINE_BYTES``).  The partitions nobody asks
+for stay in the worker rather than on the loop: measured on the 50-group restart, loading them
+all on the loop's turns delayed the first requests more than the worker's competition for the
+GIL did (benchmarks/RESULTS.md, 2026-11-27 second session, H21).
 
 ``__transaction_state`` gets the same treatment (``TransactionCoordinator.loading`` tells
 ``transactions_wanted``): its install needs every group partition first, so when what is left
