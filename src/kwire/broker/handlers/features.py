@@ -7,7 +7,8 @@ AddPartitionsToTxn v4-5, TxnOffsetCommit v5, Produce v12's implicit add), so tra
 which an admin may lower to 1 or 0 as Kafka allows (kwire.broker.transactions.version says what a
 level changes); KIP-848 consumer groups, so group.version 1 (librdkafka's group.protocol=consumer checks it); KIP-932 share groups, so
 share.version 1; no KIP-1071 streams groups nor ELR, so their levels are 0 (a level 0 feature is not
-finalized, as in Kafka).  kraft.version is 0: a static one-voter quorum (no AddRaftVoter).
+finalized, as in Kafka).  kraft.version is 0: a static one-voter quorum (AddRaftVoter and RemoveRaftVoter refuse
+any change, cluster_membership.py).
 
 The finalized levels are kept in ``<data dir>/__kwire/features.json`` with an epoch that grows
 with every change (Kafka's is the metadata log offset of the last feature record).
