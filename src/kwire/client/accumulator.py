@@ -202,7 +202,14 @@ class RecordAccumulator:
             batch = queue[-1]
             if batch.open:
                 if batch.size + size <= self.batch_size and batch.sections is None:
-                    batch.add(key, value, timestamp, headers, token)
+                    if headers is None and batch.headers is None:
+                        # batch.add's common case, inline: this runs once per record.
+                        batch.keys.append(key)
+                        batch.values.append(value)
+                        batch.timestamps.append(timestamp)
+                        batch.tokens.append(token)
+                    else:
+                        batch.add(key, value, timestamp, headers, token)
                     batch.size += size
                     self.buffered += size
                     self.record_count += 1

@@ -980,8 +980,11 @@ class _SyncCore(AsyncProducer):
         """On the loop: move records produced by other threads into their batches, in order."""
         self.drain_scheduled = False
         handoff = self.handoff
+        take = handoff.popleft
+        # The last topic's route: nothing here awaits, so the metadata cannot change meanwhile.
+        last_topic = last_route = None
         while handoff:
-            topic, partition, key, value, timestamp, headers, future, size = record = handoff.popleft()
+            topic, partition, key, value, timestamp, headers, future, size = record = take()
             self.taken_bytes += size
             if self._state != _RUNNING:
                 self.fail_record(future, key, value, timestamp, topic, partition,
@@ -993,7 +996,11 @@ class _SyncCore(AsyncProducer):
                 except Exception as exc:  # noqa: BLE001 - the record's outcome
                     self.fail_record(future, key, value, timestamp, topic, partition, exc)
                 continue
-            route = self._cached_route(topic)
+            if topic == last_topic:
+                route = last_route
+            else:
+                route = self._cached_route(topic)
+                last_topic, last_route = (topic, route) if route is not None else (None, None)
             if route is None or (partition is not None and partition >= route.count):
                 # The topic's metadata went away since produce() looked: wait like send() does.
                 # Records after it may overtake it; that is a topic changing under the producer.
@@ -1137,8 +1144,11 @@ class Producer:
         core = self._core
         if core._txn is not None:
             core._txn.check_send()
-        key, value, headers = _record_fields(key, value, headers, core._legacy)
-        ts = _timestamp(timestamp)
+        if headers or (value is not None and type(value) is not bytes) or (key is not None and type(key) is not bytes):
+            key, value, headers = _record_fields(key, value, headers, core._legacy)
+        else:
+            headers = None  # (the common case without a call: this runs once per record)
+        ts = int(time.time() * 1000) if timestamp is None else _timestamp(timestamp)
         size = record_size(key, value, headers)
         future = RecordFuture(core.condition, on_delivery or self._default_callback)
         if size > core._max_request_size or size > core._buffer_memory:
