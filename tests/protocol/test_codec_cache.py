@@ -72,3 +72,13 @@ def test_each_variant_has_its_own_code(cache_dir):
     c = _codec()
     c._decoder(record_views=False, null_arrays_as_empty=True)
     assert len(list(cache_dir.iterdir())) == 2
+
+
+def test_a_file_of_another_source_under_the_same_name_is_not_used(cache_dir):
+    # (a CRC-32 names the file: the source kept in it decides)
+    import marshal
+
+    _codec()
+    (path,) = cache_dir.iterdir()
+    path.write_bytes(marshal.dumps(("other source", compile("def dec_x(): pass", "<other>", "exec"))))
+    _roundtrip(_codec())

@@ -12,12 +12,12 @@ that name; enclosing functions prepend their own field, so the error names the w
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 import struct
 import sys
 import uuid
+import zlib
 from functools import cache
 from types import CodeType
 from typing import Any
@@ -635,18 +635,21 @@ def _compiled(source: str, filename: str) -> CodeType:
     answers alone took 20-60 ms of every client command line's start-up), and the source of a
     message at a version is the same in every process of one kwire: so its code object is kept
     as Python keeps a module's (``marshal``, in ``__pycache__/codecs`` beside this file, named by
-    a hash of the source and the interpreter's cache tag), and read back instead of compiled.
+    the source's CRC-32 and length and the interpreter's cache tag, and holding the source: only
+    the same source gets the code back), and read back instead of compiled.  (Not a hashlib
+    digest: importing hashlib cost more start-up than this saves on a small message.)
     Any failure to read or write the cache (a read-only install, PYTHONDONTWRITEBYTECODE, a
     damaged file) just compiles."""
     cache_dir = _CODEC_CACHE
     if cache_dir is None:
         return compile(source, filename, "exec")
-    digest = hashlib.sha1(f"{filename}\0{source}".encode(), usedforsecurity=False).hexdigest()
-    path = os.path.join(cache_dir, f"{digest}.{sys.implementation.cache_tag}.code")
+    text = f"{filename}\0{source}"
+    key = f"{zlib.crc32(text.encode()):08x}{len(text):x}"
+    path = os.path.join(cache_dir, f"{key}.{sys.implementation.cache_tag}.code")
     try:
         with open(path, "rb") as f:
-            code = marshal.loads(f.read())
-        if isinstance(code, CodeType) and code.co_filename == filename:
+            kept, code = marshal.loads(f.read())
+        if kept == text and isinstance(code, CodeType):
             return code
     except (OSError, ValueError, EOFError, TypeError):
         pass
@@ -656,7 +659,7 @@ def _compiled(source: str, filename: str) -> CodeType:
             os.makedirs(cache_dir, exist_ok=True)
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "wb") as f:
-                f.write(marshal.dumps(code))
+                f.write(marshal.dumps((text, code)))
             os.replace(tmp, path)  # whole or not at all: another process may be reading it
         except OSError:
             pass
