@@ -35,8 +35,8 @@ import math
 import queue
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from kwire.protocol.errors import ErrorCode, KafkaError, StaleMemberEpochError
 
@@ -52,7 +52,7 @@ from .loop_thread import LoopThread
 from .membership import STABLE, UNJOINED, GroupMembership, JoinResult
 from .membership_kip848 import ConsumerProtocolMembership
 from .offsets import GroupIdentity, GroupOffsets
-from .subscription import EARLIEST, LATEST, NONE_RESET, SubscriptionState
+from .subscription import EARLIEST, LATEST, NONE_RESET, PartitionState, SubscriptionState
 from .transactions import ConsumerGroupMetadata
 from .types import ConsumerRecord, FetchedBatch, OffsetAndMetadata, TopicPartition
 
@@ -75,6 +75,12 @@ _STALE_EPOCH_RETRIES = 3
 
 Offsets = Mapping[TopicPartition, "int | OffsetAndMetadata"]
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], "BaseException | None"], Any]
+# A rebalance listener's callback: called with the partitions, its result awaited if awaitable.
+ListenerCallback = Callable[[list[TopicPartition]], Any]
+# A consumer's group membership: the classic protocol's or KIP-848's.
+Membership = GroupMembership | ConsumerProtocolMembership
+# What a poll hands out: ConsumerRecords (getmany) or FetchedBatches (getbatches).
+T = TypeVar("T")
 
 
 class RebalanceListener:
@@ -106,18 +112,19 @@ class RebalanceListener:
         return self.on_partitions_revoked(lost)
 
 
-def _partitions(partitions) -> list[TopicPartition]:
+def _partitions(partitions: Iterable[TopicPartition] | Iterable[tuple[str, int]] | TopicPartition
+                ) -> list[TopicPartition]:
     """TopicPartition, or an iterable of them (or of (topic, partition) pairs) -> a list."""
     if isinstance(partitions, TopicPartition):
         return [partitions]
     return [TopicPartition(*tp) for tp in partitions]
 
 
-def _error_of(future: asyncio.Future) -> BaseException | None:
+def _error_of(future: asyncio.Future[Any]) -> BaseException | None:
     return asyncio.CancelledError() if future.cancelled() else future.exception()
 
 
-async def _wait(task: asyncio.Future, deadline: float) -> bool:
+async def _wait(task: asyncio.Future[Any], deadline: float) -> bool:
     """Wait for ``task`` until ``deadline`` (monotonic) without cancelling it; True if done."""
     if not task.done():
         remaining = deadline - time.monotonic()
@@ -130,7 +137,7 @@ class AsyncConsumer:
     """A Kafka consumer for asyncio.  Not safe to share between tasks that poll concurrently."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, /, *, topics: Iterable[str] | None = None,
-                 listener: RebalanceListener | None = None, **settings: Any):
+                 listener: RebalanceListener | None = None, **settings: Any) -> None:
         if isinstance(conf, str):
             raise TypeError("AsyncConsumer's first argument is the configuration dict; "
                             f"pass topics=[{conf!r}] to subscribe")
@@ -143,7 +150,7 @@ class AsyncConsumer:
         self._listener = listener
         self._group_id: str | None = config.group_id or None
         self._offsets = GroupOffsets(self._cluster, self._group_id) if self._group_id else None
-        self._membership: GroupMembership | ConsumerProtocolMembership | None = None
+        self._membership: Membership | None = None
         if self._group_id and config.group_protocol == "consumer":
             # KIP-848: the broker assigns; the same consumer logic applies its (cooperative) changes.
             self._membership = ConsumerProtocolMembership(self._cluster, config, self._wake)
@@ -153,13 +160,13 @@ class AsyncConsumer:
         self._auto_commit = bool(config.enable_auto_commit and self._group_id)
         self._auto_commit_interval = config.auto_commit_interval_ms / 1000
         self._next_auto_commit = time.monotonic() + self._auto_commit_interval
-        self._auto_commit_task: asyncio.Task | None = None
+        self._auto_commit_task: asyncio.Task[None] | None = None
         # Partitions this consumer lost -> the generation in which it last owned them (for the guard).
         self._lost: dict[TopicPartition, int] = {}
         self._owned_generation = -1
-        self._join_task: asyncio.Task | None = None
-        self._positions_task: asyncio.Task | None = None
-        self._pattern_task: asyncio.Task | None = None
+        self._join_task: asyncio.Task[JoinResult] | None = None
+        self._positions_task: asyncio.Task[None] | None = None
+        self._pattern_task: asyncio.Task[None] | None = None
         self._next_metadata_check = 0.0
         self._pattern_known = True  # False from subscribe(pattern=) until the first metadata check
         self._listener_error: BaseException | None = None
@@ -167,7 +174,7 @@ class AsyncConsumer:
         self._iter_pos = 0
         self._closed = False
         # How listener callbacks are run; the synchronous Consumer routes them to its caller's thread.
-        self._run_callback: Callable[[Callable, list[TopicPartition]], Awaitable[Any]] = self._run_here
+        self._run_callback: Callable[[ListenerCallback, list[TopicPartition]], Awaitable[Any]] = self._run_here
         if topics:
             self.subscribe(topics)
 
@@ -189,9 +196,11 @@ class AsyncConsumer:
             self._next_metadata_check = 0.0
             self._pattern_known = False
         else:
-            changed = self._sub.subscribe([topics] if isinstance(topics, str) else topics)
-            if changed and self._membership.state != UNJOINED:
-                self._membership.request_rejoin("the subscription changed")
+            # (pattern is None here, so topics is not: checked above)
+            changed = self._sub.subscribe([topics] if isinstance(topics, str) else topics)  # type: ignore[arg-type]
+            m = self._membership  # made with group.id, checked above
+            if changed and m is not None and m.state != UNJOINED:
+                m.request_rejoin("the subscription changed")
         self._wake()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -207,7 +216,7 @@ class AsyncConsumer:
         """Stop reading: revoke the partitions (listener, auto commit) and leave the group."""
         self._check_open()
         if self._sub.group_managed and self._membership is not None:
-            await self._leave_group("the consumer unsubscribed")
+            await self._leave_group(self._membership, "the consumer unsubscribed")
         self._sub.unsubscribe()
         self._fetcher.on_assignment_change()
 
@@ -236,7 +245,8 @@ class AsyncConsumer:
         whatever its size.  Positions, commits and rebalances are as with ``getmany``."""
         return await self._poll_with(self._fetcher.drain_batches, timeout_ms, max_records)
 
-    async def _poll_with(self, drain, timeout_ms: float | None, max_records: int | None) -> list:
+    async def _poll_with(self, drain: Callable[[int], list[T]], timeout_ms: float | None, max_records: int | None
+                         ) -> list[T]:
         self._check_open()
         if self._sub.mode == SubscriptionState.NONE:
             raise IllegalStateError("the consumer is neither subscribed nor assigned: call subscribe() or assign()")
@@ -252,7 +262,7 @@ class AsyncConsumer:
             m.polling -= 1
             m.polled()
 
-    async def _poll(self, deadline: float, max_records: int, drain) -> list:
+    async def _poll(self, deadline: float, max_records: int, drain: Callable[[int], list[T]]) -> list[T]:
         self._maybe_auto_commit()
         while True:
             self._wakeup_event.clear()
@@ -273,7 +283,7 @@ class AsyncConsumer:
             except asyncio.TimeoutError:
                 pass
 
-    def __aiter__(self):
+    def __aiter__(self) -> AsyncConsumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
@@ -303,7 +313,7 @@ class AsyncConsumer:
         if m.lost_reason is not None and self._join_task is None:
             await self._partitions_lost(m.lost_reason)
             m.lost_reason = None
-        self._maybe_check_metadata()
+        self._maybe_check_metadata(m)
         # A pattern subscription joins once it knows which topics match.
         if self._join_task is None and m.needs_join and self._pattern_known:
             await self._prepare_join()
@@ -316,7 +326,7 @@ class AsyncConsumer:
             except FatalGroupError as exc:
                 m.set_fatal(exc)
                 raise
-            await self._apply_assignment(result)
+            await self._apply_assignment(m, result)
         if self._listener_error is not None:
             error, self._listener_error = self._listener_error, None
             raise error
@@ -345,7 +355,7 @@ class AsyncConsumer:
         await self._call_listener("on_partitions_revoked", revoked)
         self._disown(revoked)
 
-    async def _apply_assignment(self, result: JoinResult) -> None:
+    async def _apply_assignment(self, m: Membership, result: JoinResult) -> None:
         new = [tp for tp in result.assignment.partitions]
         owned = set(self._sub.assignment)
         new_set = set(new)
@@ -357,7 +367,7 @@ class AsyncConsumer:
                 await self._commit_quietly(revoked, "before revoking partitions")
             await self._call_listener("on_partitions_revoked", revoked)
             self._disown(revoked, previous_generation)
-            self._membership.request_rejoin("partitions were revoked; rejoining so they can be reassigned")
+            m.request_rejoin("partitions were revoked; rejoining so they can be reassigned")
         added = [tp for tp in new if tp not in owned]
         self._sub.set_assignment([tp for tp in self._sub.assignment if tp in new_set] + added)
         for tp in new:
@@ -365,7 +375,7 @@ class AsyncConsumer:
         self._fetcher.on_assignment_change()
         unsubscribed = sorted({tp.topic for tp in new} - set(self._sub.topics))
         if unsubscribed:
-            self._membership.request_rejoin(f"assigned topics {unsubscribed} that are not subscribed")
+            m.request_rejoin(f"assigned topics {unsubscribed} that are not subscribed")
         await self._call_listener("on_partitions_assigned", added, always=True)
 
     async def _partitions_lost(self, reason: str) -> None:
@@ -402,27 +412,25 @@ class AsyncConsumer:
                 self._listener_error = exc
 
     @staticmethod
-    async def _run_here(callback: Callable, partitions: list[TopicPartition]) -> Any:
+    async def _run_here(callback: ListenerCallback, partitions: list[TopicPartition]) -> Any:
         result = callback(partitions)
         if inspect.isawaitable(result):
             result = await result
         return result
 
-    def _maybe_check_metadata(self) -> None:
+    def _maybe_check_metadata(self, m: Membership) -> None:
         """Every metadata.max.age.ms: a pattern subscription looks for new or deleted matching
         topics; a leader for changed partition counts.  Either triggers a rejoin."""
-        m = self._membership
         pattern = self._sub.mode == SubscriptionState.PATTERN
         if not pattern and m.group_partition_counts is None:
             return
         if self._pattern_task is not None or time.monotonic() < self._next_metadata_check:
             return
         self._next_metadata_check = time.monotonic() + self.config.metadata_max_age_ms / 1000
-        self._pattern_task = asyncio.ensure_future(self._check_metadata(pattern))
+        self._pattern_task = asyncio.ensure_future(self._check_metadata(m, pattern))
         self._pattern_task.add_done_callback(lambda _: self._wake())
 
-    async def _check_metadata(self, pattern: bool) -> None:
-        m = self._membership
+    async def _check_metadata(self, m: Membership, pattern: bool) -> None:
         try:
             if pattern:
                 metadata = await self._cluster.refresh_metadata(None)
@@ -470,7 +478,7 @@ class AsyncConsumer:
         need_committed = [s.tp for s in states if s.reset is None]
         no_offset: list[TopicPartition] = []
 
-        def current(tp: TopicPartition):
+        def current(tp: TopicPartition) -> PartitionState | None:
             state = self._sub.assignment.get(tp)
             return state if state is not None and state.seek_epoch == epochs[tp] else None
 
@@ -491,8 +499,8 @@ class AsyncConsumer:
                     epochs[tp] = state.seek_epoch
         if resets:
             timestamps = {tp: EARLIEST_TIMESTAMP if how == EARLIEST else LATEST_TIMESTAMP for tp, how in resets.items()}
-            found = await list_offsets(self._cluster, timestamps, isolation_level=self._isolation)
-            for tp, answer in found.items():
+            reset_to = await list_offsets(self._cluster, timestamps, isolation_level=self._isolation)
+            for tp, answer in reset_to.items():
                 state = current(tp)
                 if state is not None and answer is not None:
                     logger.info("%s: reset to the %s offset %d", tp, resets[tp], answer.offset)
@@ -537,7 +545,7 @@ class AsyncConsumer:
             self.seek_to_end(ends)
         self._wake()
 
-    def _assigned_or(self, partitions) -> list[TopicPartition]:
+    def _assigned_or(self, partitions: Iterable[TopicPartition] | TopicPartition | None) -> list[TopicPartition]:
         return list(self._sub.assignment) if partitions is None else _partitions(partitions)
 
     async def position(self, partition: TopicPartition, timeout: float | None = None) -> int:
@@ -552,7 +560,9 @@ class AsyncConsumer:
             state = self._sub.state(tp)
             if not state.has_position and time.monotonic() >= deadline:
                 raise ClientTimeoutError(f"the position of {tp} was not known within the timeout")
-        return state.position
+        position = state.position
+        assert position is not None  # has_position
+        return position
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
                                 ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
@@ -671,7 +681,7 @@ class AsyncConsumer:
     async def _send_commit(self, chosen: dict[TopicPartition, OffsetAndMetadata], timeout: float | None) -> None:
         for attempt in range(_STALE_EPOCH_RETRIES + 1):
             try:
-                await self._offsets.commit(chosen, self._identity(), timeout=timeout)
+                await self._require_group().commit(chosen, self._identity(), timeout=timeout)
                 return
             except StaleMemberEpochError:
                 # KIP-848: a heartbeat in flight moved this member to a new epoch; as Java's consumer,
@@ -697,7 +707,8 @@ class AsyncConsumer:
         else:
             m.request_rejoin("a commit found the group rebalancing")
 
-    def commit_async(self, offsets: Offsets | None = None, callback: CommitCallback | None = None) -> asyncio.Future:
+    def commit_async(self, offsets: Offsets | None = None, callback: CommitCallback | None = None
+                     ) -> asyncio.Future[None]:
         """Start a commit; a future of its completion.  ``callback(offsets, error_or_None)`` runs
         when it completes.  A commit the guard refuses fails the future (and calls back) at once."""
         self._check_open()
@@ -705,7 +716,7 @@ class AsyncConsumer:
         try:
             chosen = self._prepare_commit(offsets)
         except Exception as exc:
-            future = loop.create_future()
+            future: asyncio.Future[None] = loop.create_future()
             future.set_exception(exc)
             chosen = {}
         else:
@@ -729,7 +740,7 @@ class AsyncConsumer:
 
     def _changed_positions(self, partitions: Iterable[TopicPartition] | None = None) -> list[TopicPartition]:
         consumed = self._sub.consumed_offsets()
-        known = self._offsets.known
+        known = self._require_group().known
         wanted = consumed if partitions is None else [tp for tp in partitions if tp in consumed]
         return [tp for tp in wanted if known.get(tp) != consumed[tp][0]]
 
@@ -751,8 +762,7 @@ class AsyncConsumer:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
 
-    async def _leave_group(self, reason: str) -> None:
-        m = self._membership
+    async def _leave_group(self, m: Membership, reason: str) -> None:
         if self._join_task is not None:
             self._join_task.cancel()
             await asyncio.gather(self._join_task, return_exceptions=True)
@@ -773,7 +783,7 @@ class AsyncConsumer:
             return
         try:
             if self._sub.group_managed and self._membership is not None:
-                await self._leave_group("the consumer is closing")
+                await self._leave_group(self._membership, "the consumer is closing")
             elif self._auto_commit and self._sub.assignment:
                 await self._commit_quietly(list(self._sub.assignment), "commit on close")
         finally:
@@ -797,8 +807,12 @@ class AsyncConsumer:
     async def __aenter__(self) -> AsyncConsumer:
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+# A listener call carried to the caller's thread: (callback, partitions, the loop's future of its result).
+_CallbackCall = tuple[ListenerCallback, list[TopicPartition], "asyncio.Future[Any]"]
 
 
 class _CallerThreadCallbacks:
@@ -810,21 +824,21 @@ class _CallerThreadCallbacks:
     thread and may call the consumer (commit, seek) as Java allows.
     """
 
-    def __init__(self, loop_thread: LoopThread):
+    def __init__(self, loop_thread: LoopThread) -> None:
         self._loop_thread = loop_thread
-        self._channel: queue.SimpleQueue | None = None
+        self._channel: queue.SimpleQueue[_CallbackCall | None] | None = None
 
-    async def run(self, callback: Callable, partitions: list[TopicPartition]) -> Any:
+    async def run(self, callback: ListenerCallback, partitions: list[TopicPartition]) -> Any:
         channel = self._channel
         if channel is None:  # not inside a blocking facade call: nothing to hand it to
             raise IllegalStateError("a rebalance callback came outside poll(); it cannot run in the caller's thread")
-        reply = asyncio.get_running_loop().create_future()
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         channel.put((callback, partitions, reply))
         return await reply
 
-    def call(self, coro, timeout: float | None = None):
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop, serving callbacks in this thread until it completes."""
-        channel: queue.SimpleQueue = queue.SimpleQueue()
+        channel: queue.SimpleQueue[_CallbackCall | None] = queue.SimpleQueue()
         previous, self._channel = self._channel, channel
         loop = self._loop_thread.loop
         future = self._loop_thread.submit(coro)
@@ -854,7 +868,7 @@ class _CallerThreadCallbacks:
         return future.result()
 
 
-def _settle(reply: asyncio.Future, result: Any, error: BaseException | None) -> None:
+def _settle(reply: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if reply.done():
         return
     if error is not None:
@@ -874,12 +888,14 @@ class Consumer(SyncFacade):
     """
 
     def __init__(self, conf: Mapping[str, Any] | None = None, /, *, topics: Iterable[str] | None = None,
-                 listener: RebalanceListener | None = None, **settings: Any):
+                 listener: RebalanceListener | None = None, **settings: Any) -> None:
         if isinstance(conf, str):
             raise TypeError(f"Consumer's first argument is the configuration dict; pass topics=[{conf!r}] to subscribe")
         self._loop = LoopThread.get()
         self._callbacks = _CallerThreadCallbacks(self._loop)
-        self._commit_callbacks: queue.SimpleQueue = queue.SimpleQueue()
+        # (callback, offsets, error) of commit_async completions, run at the caller's next call
+        self._commit_callbacks: queue.SimpleQueue[
+            tuple[CommitCallback, dict[TopicPartition, OffsetAndMetadata], BaseException | None]] = queue.SimpleQueue()
 
         async def make() -> AsyncConsumer:
             return AsyncConsumer(conf, listener=listener, **settings)
@@ -894,7 +910,7 @@ class Consumer(SyncFacade):
         """The consumer's settings, parsed and checked (read-only)."""
         return self._consumer.config
 
-    def _run(self, coro, timeout: float | None = None):
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return self._loop.run(coro, timeout)
 
     @property
@@ -962,10 +978,10 @@ class Consumer(SyncFacade):
         self._run(self._consumer.commit(offsets, timeout))
 
     def commit_async(self, offsets: Offsets | None = None,
-                     callback: CommitCallback | None = None) -> concurrent.futures.Future:
+                     callback: CommitCallback | None = None) -> concurrent.futures.Future[None]:
         """Start a commit; a ``concurrent.futures.Future`` of its completion.  ``callback(offsets,
         error_or_None)`` runs in this thread at the next poll/commit/close after it completes."""
-        result: concurrent.futures.Future = concurrent.futures.Future()
+        result: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def settle(chosen: dict[TopicPartition, OffsetAndMetadata], error: BaseException | None) -> None:
             if callback is not None:
@@ -999,5 +1015,5 @@ class Consumer(SyncFacade):
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
