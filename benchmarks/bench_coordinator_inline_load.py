@@ -10,7 +10,7 @@ log); meanwhile the event loop serves nothing else.  This measures that pause at
 partition filled with offset commits up to the threshold (``--bytes``, default ``INLINE_BYTES``),
 loaded by the first request that names one of its groups (``GroupCoordinator.loading``), in a
 fresh process each run (so the first use of the coordinator-record codecs is included: the
-"cold" figure), and then a second partition of the same size in the same process ("warm").
+"cold" figure; a ``--bytes`` above the threshold raises it to that), and then a second partition of the same size in the same process ("warm").
 Beside it, in the same process and run, the worker thread's read of a third such partition
 plus its install: what the background load costs for the same bytes.
 
@@ -87,6 +87,8 @@ elif mode == "prepare":
                       "bytes": [partition_bytes(p) for p in targets]}))
 else:
     cold_group, warm_group, worker_group = sys.argv[3:6]
+    # (a size above the tree's threshold is measured with the threshold raised to it)
+    loader.INLINE_BYTES = max(loader.INLINE_BYTES, int(sys.argv[6]))
     state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
 
     class Held:  # the worker's jobs, run when this child says
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             scratch = work / "scratch"
             shutil.rmtree(scratch, ignore_errors=True)
             shutil.copytree(template, scratch)
-            result = child(["load", str(scratch), *prepared["targets"]], work, src)
+            result = child(["load", str(scratch), *prepared["targets"], str(args.bytes)], work, src)
             if i:
                 runs.append(result)
             print(f"[bench_coordinator_inline_load] run {i}{' (warm-up)' if not i else ''}: "
