@@ -38,8 +38,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
@@ -72,6 +73,15 @@ from .transactions import (
     TxnState,
 )
 from .types import TopicPartition
+
+if TYPE_CHECKING:
+    from kwire.protocol.messages import Request, Response
+
+    from .config import ProducerConfig
+    from .connection import BrokerConnection
+
+    R = TypeVar("R", bound=Response)
+T = TypeVar("T")
 
 __all__ = ["Sender", "raise_partition_errors"]
 
@@ -106,13 +116,13 @@ Deliver = Callable[[ProducerBatch, int, int, BaseException | None], None]
 class Sender:
     """Drains the accumulator to the partition leaders.  ``start()`` it inside the event loop."""
 
-    def __init__(self, cluster: Cluster, accumulator: RecordAccumulator, config: Any, *,
+    def __init__(self, cluster: Cluster, accumulator: RecordAccumulator, config: ProducerConfig, *,
                  deliver: Deliver, idempotence: IdempotenceState | None, legacy: bool,
                  topics: Callable[[], Iterable[str]], max_produce_version: int | None = None,
-                 transactions: TransactionManager | None = None):
+                 transactions: TransactionManager | None = None) -> None:
         self._cluster = cluster
         self._txn = transactions
-        self._add_task: asyncio.Task | None = None  # the AddPartitionsToTxn out now
+        self._add_task: asyncio.Task[None] | None = None  # the AddPartitionsToTxn out now
         self._acc = accumulator
         self._deliver = deliver
         self._idem = idempotence
@@ -125,6 +135,7 @@ class Sender:
         self._ack_timeout_ms = config.request_timeout_ms
         self._max_request_size = config.max_request_size
         self._metadata_max_age = config.metadata_max_age_ms / 1000
+        assert config.delivery_timeout_ms is not None  # ProducerConfig derives it when not set
         self._delivery_timeout_ms = config.delivery_timeout_ms
         self._max_requests_per_node = max(1, config.max_in_flight_requests_per_connection)
         if idempotence is not None:
@@ -137,15 +148,15 @@ class Sender:
         # Open connections by node.  Requests go only to a node whose connection is open, so that
         # each is written the moment it is made: two requests waiting for one connect could
         # otherwise be written in either order.
-        self._connections: dict[int, Any] = {}
-        self._connecting: dict[int, asyncio.Task] = {}
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
         self._batches_out: dict[TopicPartition, int] = {}  # per partition
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._requests: set[asyncio.Task] = set()
-        self._metadata_task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        self._metadata_task: asyncio.Task[None] | None = None
         self._metadata_not_before = 0.0
-        self._init_task: asyncio.Task | None = None
+        self._init_task: asyncio.Task[None] | None = None
         self._init_not_before = 0.0
         self._init_failures = 0
         self.flushing = 0        # flush() calls waiting: everything queued is ready now
@@ -199,7 +210,7 @@ class Sender:
             if txn.failing:
                 self._fail_queued(txn)
             elif txn.has_pending and self._add_task is None:
-                self._add_task = asyncio.ensure_future(self._add_partitions(txn.take_pending()))
+                self._add_task = asyncio.ensure_future(self._add_partitions(txn, txn.take_pending()))
         if idem is not None:
             if idem.needs_producer_id:
                 if txn is not None:
@@ -295,7 +306,7 @@ class Sender:
         task = self._connecting[node] = asyncio.ensure_future(self._cluster.connection(node))
         task.add_done_callback(lambda t: self._connected(node, t))
 
-    def _connected(self, node: int, task: asyncio.Task) -> None:
+    def _connected(self, node: int, task: asyncio.Task[BrokerConnection]) -> None:
         del self._connecting[node]
         if task.cancelled():
             return
@@ -319,7 +330,7 @@ class Sender:
             self._want_metadata()
         self._wakeup.set()
 
-    async def _produce(self, node: int, conn, batches: list[ProducerBatch]) -> None:
+    async def _produce(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]) -> None:
         try:
             try:
                 request, version, names = self._request(conn, batches)
@@ -348,7 +359,8 @@ class Sender:
                 self._batches_out[batch.tp] -= 1
             self._wakeup.set()
 
-    def _request(self, conn, batches: list[ProducerBatch]) -> tuple[messages.ProduceRequest, int, dict]:
+    def _request(self, conn: BrokerConnection, batches: list[ProducerBatch]
+                 ) -> tuple[messages.ProduceRequest, int, dict[uuid.UUID | str, str]]:
         if self._legacy:
             version = conn.version_for(ApiKey.PRODUCE, 0, min(2, self._max_version if self._max_version is not None else 2))
             magic = 1 if version == 2 else 0
@@ -362,7 +374,7 @@ class Sender:
                 version = TOPIC_ID_PRODUCE_VERSION - 1  # a topic without a known id: name it
         compression = self._acc.compression
         topics: dict[str, TopicData] = {}
-        names: dict[Any, str] = {}  # what the response calls each topic -> its name
+        names: dict[uuid.UUID | str, str] = {}  # what the response calls each topic (id or name) -> its name
         for batch in batches:
             topic = batch.tp.topic
             data = topics.get(topic)
@@ -382,11 +394,14 @@ class Sender:
                                           topic_data=list(topics.values()))
         return request, version, names
 
-    def _handle_response(self, response, version: int, names: dict, batches: list[ProducerBatch]) -> None:
+    def _handle_response(self, response: messages.ProduceResponse, version: int, names: dict[uuid.UUID | str, str],
+                         batches: list[ProducerBatch]) -> None:
         by_tp = {batch.tp: batch for batch in batches}
         by_id = version >= TOPIC_ID_PRODUCE_VERSION
         for topic_response in response.responses:
             topic = names.get(topic_response.topic_id if by_id else topic_response.name)
+            if topic is None:  # not a topic of this request: nothing of ours there
+                continue
             for p in topic_response.partition_responses:
                 batch = by_tp.pop(TopicPartition(topic, p.index), None)
                 if batch is None:
@@ -479,7 +494,7 @@ class Sender:
             return
         if txn.state is TxnState.ABORTING:
             error: BaseException = TransactionAbortedError("the transaction was aborted before the record was sent")
-        elif txn.state is TxnState.FATAL_ERROR:
+        elif txn.state is TxnState.FATAL_ERROR and txn.error is not None:  # (FATAL_ERROR always has one)
             error = txn.error
         else:
             error = TransactionAbortRequiredError(f"the transaction failed before the record was sent: {txn.error}")
@@ -520,7 +535,7 @@ class Sender:
     async def _init_producer_id(self) -> None:
         cluster = self._cluster
 
-        async def attempt():
+        async def attempt() -> messages.InitProducerIdResponse:
             conn = await cluster.any_connection()
             version = conn.version_for(ApiKey.INIT_PRODUCER_ID)
             request = messages.InitProducerIdRequest(transactional_id=None,
@@ -546,21 +561,23 @@ class Sender:
                 self.abort(exc)
         else:
             self._init_failures = 0
+            assert self._idem is not None  # only an idempotent producer asks for an id here
             self._idem.set_producer_id(response.producer_id, response.producer_epoch)
         finally:
             self._init_task = None
             self._wakeup.set()
 
     # -- transactions -----------------------------------------------------------------------------
-    async def coordinator_call(self, key: str, key_type: int, build: Callable[[Any], tuple[Any, int]],
-                               check: Callable[[Any, int], Any], *, what: str, timeout: float) -> Any:
+    async def coordinator_call(self, key: str, key_type: int,
+                               build: Callable[[BrokerConnection], tuple[Request[R], int]],
+                               check: Callable[[R, int], T], *, what: str, timeout: float) -> T:
         """Send a request to the coordinator of ``key`` until it is answered without a retriable
         error (``timeout`` seconds at most): ``build(conn)`` makes (request, version), ``check(response,
         version)`` raises the response's error or returns the result.  A coordinator that moved
         (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, its connection lost) is looked up again."""
         cluster = self._cluster
 
-        async def attempt() -> Any:
+        async def attempt() -> T:
             node = await cluster.coordinator(key, key_type)
             conn = await cluster.connection(node)
             request, version = build(conn)
@@ -574,16 +591,15 @@ class Sender:
         return await retrying(attempt, timeout=timeout, backoff=cluster.retry_backoff, what=what,
                               before_retry=before_retry)
 
-    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
+    async def _add_partitions(self, txn: TransactionManager, tps: list[TopicPartition]) -> None:
         """AddPartitionsToTxn for ``tps`` (the sender sends their batches once it succeeds)."""
-        txn = self._txn
         request_type = messages.AddPartitionsToTxnRequest
         topic_type = request_type.AddPartitionsToTxnTopic
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
 
-        def build(conn) -> tuple[Any, int]:
+        def build(conn: BrokerConnection) -> tuple[messages.AddPartitionsToTxnRequest, int]:
             # v4+ is the brokers' batched form (KIP-890); clients send v3 and below.
             version = conn.version_for(request_type.API_KEY, 0, 3)
             return request_type(v3_and_below_transactional_id=txn.transactional_id,
@@ -591,7 +607,7 @@ class Sender:
                                 v3_and_below_producer_epoch=txn.epoch,
                                 v3_and_below_topics=[topic_type(name=t, partitions=ps) for t, ps in by_topic.items()]), version
 
-        def check(response, version: int) -> None:
+        def check(response: messages.AddPartitionsToTxnResponse, version: int) -> None:
             codes = {TopicPartition(t.name, p.partition_index): p.partition_error_code
                      for t in response.results_by_topic_v3_and_below for p in t.results_by_partition}
             raise_partition_errors(codes, "AddPartitionsToTxn")

@@ -31,11 +31,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from kwire.protocol import messages
 from kwire.protocol.errors import FencedMemberEpochError, KafkaError, UnknownMemberIdError
 from kwire.protocol.records import iter_batches
+from kwire.protocol.splice import SplicedBytes
 from kwire.settings import ConfigError
 
 from .cluster import Cluster
@@ -43,6 +44,11 @@ from .config import CommonConfig, _choice, _int
 from .errors import IllegalStateError
 from .facade import SyncFacade, blocking, mirrors, on_loop
 from .loop_thread import LoopThread
+
+_FetchAckBatch = messages.ShareFetchRequest.FetchTopic.FetchPartition.AcknowledgementBatch
+_AckAckBatch = messages.ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch
+# An acknowledgement batch of ShareFetch or of ShareAcknowledge (two classes, the same fields).
+_AckBatch = TypeVar("_AckBatch", _FetchAckBatch, _AckAckBatch)
 
 
 def error_for_code(code: int, message: str) -> KafkaError:
@@ -114,12 +120,14 @@ class AsyncShareConsumer:
         if not isinstance(config, ShareConsumerConfig):
             config = ShareConsumerConfig.from_settings(config, **settings)
         self.config = config
+        assert config.group_id  # ShareConsumerConfig requires group.id
+        self._group_id: str = config.group_id
         self.member_id = str(uuid.uuid4())
         self._cluster: Cluster | None = None
         self._topics: list[str] = []
         self._member_epoch = 0
         self._assignment: dict[str, tuple[int, ...]] = {}
-        self._heartbeat: asyncio.Task | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self._interval = 5.0
         self._subscription_sent = False
         self._sessions: dict[int, _Session] = {}
@@ -131,7 +139,7 @@ class AsyncShareConsumer:
     async def __aenter__(self) -> AsyncShareConsumer:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     # -- membership ---------------------------------------------------------------------------
@@ -157,14 +165,14 @@ class AsyncShareConsumer:
             except Exception as exc:  # noqa: BLE001 - retried at the next interval
                 logger.warning("share group %s: heartbeat failed: %s", self.config.group_id, exc)
                 if self._cluster is not None:
-                    self._cluster.forget_coordinator(self.config.group_id)
+                    self._cluster.forget_coordinator(self._group_id)
             await asyncio.sleep(self._interval)
 
     async def _heartbeat_once(self, leave: bool = False) -> None:
         assert self._cluster is not None
-        node = await self._cluster.coordinator(self.config.group_id)
+        node = await self._cluster.coordinator(self._group_id)
         R = messages.ShareGroupHeartbeatRequest
-        req = R(group_id=self.config.group_id, member_id=self.member_id,
+        req = R(group_id=self._group_id, member_id=self.member_id,
                 member_epoch=FINAL_EPOCH if leave else self._member_epoch, rack_id=None,
                 subscribed_topic_names=None if self._subscription_sent and not leave else list(self._topics))
         if leave:
@@ -238,15 +246,15 @@ class AsyncShareConsumer:
         results = await asyncio.gather(*(self._fetch_from(node, tps, wait) for node, tps in by_leader.items()))
         return [r for rs in results for r in rs]
 
-    def _ack_batches(self, tp: tuple[str, int], B) -> list:
+    def _ack_batches(self, tp: tuple[str, int], batch_type: type[_AckBatch]) -> list[_AckBatch]:
         acks = self._acks.pop(tp, {})
-        out = []
+        out: list[_AckBatch] = []
         for off in sorted(acks):
             t = acks[off]
             if out and out[-1].last_offset == off - 1 and out[-1].acknowledge_types == [t]:
                 out[-1].last_offset = off
             else:
-                out.append(B(first_offset=off, last_offset=off, acknowledge_types=[t]))
+                out.append(batch_type(first_offset=off, last_offset=off, acknowledge_types=[t]))
         return out
 
     async def _fetch_from(self, node: int, tps: list[tuple[str, int]], wait: float) -> list[ShareRecord]:
@@ -254,11 +262,10 @@ class AsyncShareConsumer:
         s = self._sessions.setdefault(node, _Session())
         R = messages.ShareFetchRequest
         md = self._cluster.metadata
-        topics: dict[str, R.FetchTopic] = {}
-        sent_acks = {}
+        topics: dict[str, messages.ShareFetchRequest.FetchTopic] = {}
+        sent_acks: dict[tuple[str, int], list[_FetchAckBatch]] = {}
         for topic, p in tps:
-            batches = self._ack_batches((topic, p), R.FetchTopic.FetchPartition.AcknowledgementBatch) \
-                if s.epoch != INITIAL_EPOCH else []
+            batches = self._ack_batches((topic, p), _FetchAckBatch) if s.epoch != INITIAL_EPOCH else []
             if (topic, p) in s.partitions and not batches:
                 continue
             sent_acks[(topic, p)] = batches
@@ -267,7 +274,7 @@ class AsyncShareConsumer:
         forgotten: dict[str, list[int]] = {}
         for topic, p in s.forget:
             forgotten.setdefault(topic, []).append(p)
-        req = R(group_id=self.config.group_id, member_id=self.member_id, share_session_epoch=s.epoch,
+        req = R(group_id=self._group_id, member_id=self.member_id, share_session_epoch=s.epoch,
                 max_wait_ms=int(wait * 1000), min_bytes=self.config.fetch_min_bytes,
                 max_bytes=self.config.fetch_max_bytes, max_records=self.config.max_poll_records,
                 batch_size=self.config.max_poll_records, share_acquire_mode=0, topics=list(topics.values()),
@@ -284,29 +291,33 @@ class AsyncShareConsumer:
         out: list[ShareRecord] = []
         for t in resp.responses:
             name = md.topic_name(t.topic_id)
-            for p in t.partitions:
-                if p.acknowledge_error_code:
-                    logger.warning("%s-%d: acknowledgement failed: %s", name, p.partition_index,
-                                   error_for_code(p.acknowledge_error_code, p.acknowledge_error_message or ""))
-                if p.error_code or name is None or not p.acquired_records:
+            for part in t.partitions:
+                if part.acknowledge_error_code:
+                    logger.warning("%s-%d: acknowledgement failed: %s", name, part.partition_index,
+                                   error_for_code(part.acknowledge_error_code, part.acknowledge_error_message or ""))
+                if part.error_code or name is None or not part.acquired_records:
                     continue
-                out += self._records_of(name, p)
+                out += self._records_of(name, part)
         return out
 
-    def _records_of(self, topic: str, p) -> list[ShareRecord]:
-        acquired = {}
+    def _records_of(self, topic: str, p: messages.ShareFetchResponse.ShareFetchableTopicResponse.PartitionData
+                    ) -> list[ShareRecord]:
+        acquired: dict[int, int] = {}
         for a in p.acquired_records:
             for off in range(a.first_offset, a.last_offset + 1):
                 acquired[off] = a.delivery_count
-        data = p.records.read() if hasattr(p.records, "read") else bytes(p.records or b"")
-        out = []
+        records = p.records
+        data = records.read() if isinstance(records, SplicedBytes) else bytes(records or b"")
+        out: list[ShareRecord] = []
         for batch in iter_batches(data):
             if batch.is_control:
                 continue
+            ts = batch.timestamp_type  # None only in a magic 0 message set, which has no timestamps
+            ts_type = -1 if ts is None else int(ts)
             for r in batch:
                 n = acquired.pop(r.offset, None)
                 if n is not None:
-                    out.append(ShareRecord(topic, p.partition_index, r.offset, r.timestamp, int(batch.timestamp_type),
+                    out.append(ShareRecord(topic, p.partition_index, r.offset, r.timestamp, ts_type,
                                            r.key, r.value, tuple(r.headers), n))
         if acquired:  # acquired offsets with no record: gaps
             gaps = self._acks.setdefault((topic, p.partition_index), {})
@@ -327,13 +338,13 @@ class AsyncShareConsumer:
         assert self._cluster is not None
         md = self._cluster.metadata
         R = messages.ShareAcknowledgeRequest
-        by_leader: dict[int, dict[str, R.AcknowledgeTopic]] = {}
+        by_leader: dict[int, dict[str, messages.ShareAcknowledgeRequest.AcknowledgeTopic]] = {}
         for tp in list(self._acks):
             leader = md.leader(*tp)
             s = self._sessions.get(leader) if leader is not None else None
-            if s is None or s.epoch == INITIAL_EPOCH:
+            if leader is None or s is None or s.epoch == INITIAL_EPOCH:
                 continue
-            batches = self._ack_batches(tp, R.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch)
+            batches = self._ack_batches(tp, _AckAckBatch)
             topics = by_leader.setdefault(leader, {})
             at = topics.setdefault(tp[0], R.AcknowledgeTopic(topic_id=md.topic_id(tp[0]), partitions=[]))
             at.partitions.append(R.AcknowledgeTopic.AcknowledgePartition(partition_index=tp[1],
@@ -345,20 +356,26 @@ class AsyncShareConsumer:
         results: dict[tuple[str, int], KafkaError | None] = {}
         for node, topics in by_leader.items():
             s = self._sessions[node]
-            req = R(group_id=self.config.group_id, member_id=self.member_id,
+            req = R(group_id=self._group_id, member_id=self.member_id,
                     share_session_epoch=FINAL_EPOCH if final else s.epoch, topics=list(topics.values()))
             resp = await self._cluster.send(req, node, high=1)
             if resp.error_code:
                 err = error_for_code(resp.error_code, resp.error_message or "")
                 for at in topics.values():
+                    name = md.topic_name(at.topic_id)
+                    if name is None:  # a topic deleted meanwhile
+                        continue
                     for ap in at.partitions:
-                        results[(md.topic_name(at.topic_id), ap.partition_index)] = err
+                        results[(name, ap.partition_index)] = err
                 continue
             if not final:
                 s.epoch = 1 if s.epoch >= 2**31 - 1 else s.epoch + 1
             for t in resp.responses:
+                name = md.topic_name(t.topic_id)
+                if name is None:  # a topic id the metadata no longer knows: nothing to name
+                    continue
                 for p in t.partitions:
-                    results[(md.topic_name(t.topic_id), p.partition_index)] = \
+                    results[(name, p.partition_index)] = \
                         error_for_code(p.error_code, p.error_message or "") if p.error_code else None
         return results
 
@@ -376,7 +393,7 @@ class AsyncShareConsumer:
                     await self._acknowledge(final=True)
                     await self._heartbeat_once(leave=True)
                 except Exception as exc:  # noqa: BLE001 - the broker expires what is left
-                    logger.warning("share group %s: leaving failed: %s", self.config.group_id, exc)
+                    logger.warning("share group %s: leaving failed: %s", self._group_id, exc)
         finally:
             self._closed = True
             if self._heartbeat is not None:
@@ -403,7 +420,7 @@ class ShareConsumer(SyncFacade):
     def __enter__(self) -> ShareConsumer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     subscribe = on_loop(AsyncShareConsumer.subscribe)
