@@ -6,7 +6,11 @@ Cases, each timed as the best of ``--repeat`` runs of about ``--seconds``:
   fallback (the compiled helper hidden, as on a machine without a C compiler);
 - headers: ``iter_batches`` over a fetch answer of 2,000 one-record batches, reading each
   batch's header fields and checking its CRC (what the consumer's fetcher and the broker's
-  validation do per batch).
+  validation do per batch);
+- records: ``RecordBatch.records()`` over the same 8 batches (the per-record decoder), with the
+  compiled walk and with the Python one (a tree without the switch decodes in Python anyway);
+- consumer slices: what the client's fetcher does with a fetched batch, ``RecordBatch.reader``
+  into ``kwire.client.ConsumerRecord`` and ``take`` 500 records (max.poll.records) at a time.
 
     python benchmarks/bench_record_walk.py --trees OLD/src NEW/src [--rounds 4] [--seconds 0.5]
 
@@ -24,7 +28,8 @@ import subprocess
 import sys
 import time
 
-CASES = ("columns, compiled walk", "columns, Python walk", "headers + CRC per batch")
+CASES = ("columns, compiled walk", "columns, Python walk", "headers + CRC per batch", "records() per record",
+         "records(), Python walk", "consumer slices per record")
 
 
 def _best(fn, seconds: float, repeat: int) -> float:
@@ -94,6 +99,28 @@ def measure(seconds: float, repeat: int) -> dict[str, float]:
         for mod, name, value in saved:
             setattr(mod, name, value)
     out[CASES[2]] = _best(headers, seconds, repeat) / 2000 * 1e9
+
+    from kwire.client import ConsumerRecord
+    from kwire.protocol.records import batch as batch_module
+
+    def records():
+        for batch in batches:
+            batch.records()
+
+    def consume():
+        for batch in batches:
+            reader = batch.reader((ConsumerRecord, "t", 0))
+            while not reader.done:
+                reader.take(500)
+
+    out[CASES[3]] = _best(records, seconds, repeat) / 8000 * 1e9
+    saved_walk = getattr(batch_module, "_COMPILED_WALK", None)
+    batch_module._COMPILED_WALK = False  # new trees: the walk's Python fallback; old trees decode in Python
+    try:
+        out[CASES[4]] = _best(records, seconds, repeat) / 8000 * 1e9
+    finally:
+        batch_module._COMPILED_WALK = saved_walk
+    out[CASES[5]] = _best(consume, seconds, repeat) / 8000 * 1e9
     return out
 
 

@@ -142,6 +142,11 @@ def record_columns(buf, pos: int, stop: int, count: int, *,
             buf = memoryview(buf).cast("B")
         if pos < 0 or stop < pos or stop > len(buf):
             raise ValueError(f"records at {pos}..{stop} are outside a buffer of {len(buf)} bytes")
+        np = _numpy() if count >= _VECTOR_MIN else None
+        if np is not None:  # numpy reads the fields of all records at once (scan_records_python)
+            out = np.empty((_N_FIELDS, count), dtype=np.int64)
+            if _scan_vectorized(buf, [(pos, stop, count)], memoryview(out), count, 0):
+                return out.tolist(), -1
         flat = [0] * (_N_FIELDS * count)
         bad = _scan_exact(buf, pos, stop, count, flat, count, 0)
     return [flat[k * count:(k + 1) * count] for k in range(_N_FIELDS)], bad
@@ -222,19 +227,36 @@ def scan_records_python(buf, pos: int, stop: int, count: int, out, row: int) -> 
     return _scan_exact(buf, pos, stop, count, view.cast("B").cast("q"), stride, row)
 
 
+def _fill_d2() -> None:
+    """The two-byte zigzag table of ``_scan_exact`` (filled on first use, not at import: the
+    fallback runs only where the accelerator is not built)."""
+    _D2[:] = [0] * 128 + [(n >> 1) ^ -(n & 1) for n in range(16384)]
+
+
+# zigzag value of a two-byte varint (b, c) (b >= 128, c < 128) at index b + 128 * c: lengths
+# and deltas from 64 to 8191, most of the rest
+_D2: list[int] = []
+
+
 def _scan_exact(buf, pos: int, stop: int, count: int, cells, stride: int, row: int) -> int:
-    """The record-by-record walk (``cells``: ``out`` as a flat int64 view)."""
+    """The record-by-record walk (``cells``: ``out`` as a flat int64 view, or a list)."""
+    if not _D2:
+        _fill_d2()
     d1 = _D1
+    d2 = _D2
     varint = _varint
     limit = stop
     p = pos
-    # Every varint takes the one-byte path inline (a table lookup: most lengths and deltas of
-    # small records), longer ones or ones at the end of the bytes through ``_varint``.
+    o1, o2, o3, o4, o5, o6, o7, o8 = (k * stride for k in range(1, 9))
+    # Every varint takes the one- or two-byte path inline (table lookups: most lengths and
+    # deltas of records), longer ones or ones at the end of the bytes through ``_varint``.
     for i in range(count):
         # record length: must fit in what is left of the section
         b = buf[p] if p < limit else 128
         if b < 128:
             length, p = d1[b], p + 1
+        elif p + 1 < limit and (c := buf[p + 1]) < 128:
+            length, p = d2[b + 128 * c], p + 2
         else:
             got = varint(buf, p, limit, 5)
             if got is None:
@@ -247,6 +269,8 @@ def _scan_exact(buf, pos: int, stop: int, count: int, cells, stride: int, row: i
         b = buf[p] if p < end else 128  # timestamp delta: a varlong
         if b < 128:
             ts_delta, p = d1[b], p + 1
+        elif p + 1 < end and (c := buf[p + 1]) < 128:
+            ts_delta, p = d2[b + 128 * c], p + 2
         else:
             got = varint(buf, p, end, 10)
             if got is None:
@@ -255,6 +279,8 @@ def _scan_exact(buf, pos: int, stop: int, count: int, cells, stride: int, row: i
         b = buf[p] if p < end else 128
         if b < 128:
             off_delta, p = d1[b], p + 1
+        elif p + 1 < end and (c := buf[p + 1]) < 128:
+            off_delta, p = d2[b + 128 * c], p + 2
         else:
             got = varint(buf, p, end, 5)
             if got is None:
@@ -263,6 +289,8 @@ def _scan_exact(buf, pos: int, stop: int, count: int, cells, stride: int, row: i
         b = buf[p] if p < end else 128  # key: length (negative: null), then its bytes
         if b < 128:
             key_length, key_at = d1[b], p + 1
+        elif p + 1 < end and (c := buf[p + 1]) < 128:
+            key_length, key_at = d2[b + 128 * c], p + 2
         else:
             got = varint(buf, p, end, 5)
             if got is None:
@@ -274,6 +302,8 @@ def _scan_exact(buf, pos: int, stop: int, count: int, cells, stride: int, row: i
         b = buf[p] if p < end else 128  # value
         if b < 128:
             value_length, value_at = d1[b], p + 1
+        elif p + 1 < end and (c := buf[p + 1]) < 128:
+            value_length, value_at = d2[b + 128 * c], p + 2
         else:
             got = varint(buf, p, end, 5)
             if got is None:
@@ -296,14 +326,14 @@ def _scan_exact(buf, pos: int, stop: int, count: int, cells, stride: int, row: i
             return i
         at = row + i
         cells[at] = ts_delta
-        cells[stride + at] = off_delta
-        cells[2 * stride + at] = key_at
-        cells[3 * stride + at] = key_length
-        cells[4 * stride + at] = value_at
-        cells[5 * stride + at] = value_length
-        cells[6 * stride + at] = header_count
-        cells[7 * stride + at] = p
-        cells[8 * stride + at] = end
+        cells[o1 + at] = off_delta
+        cells[o2 + at] = key_at
+        cells[o3 + at] = key_length
+        cells[o4 + at] = value_at
+        cells[o5 + at] = value_length
+        cells[o6 + at] = header_count
+        cells[o7 + at] = p
+        cells[o8 + at] = end
         p = end
     return -1 if p == limit else count
 
