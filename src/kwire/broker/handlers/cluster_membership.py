@@ -41,6 +41,7 @@ from kwire.protocol.errors import (
     KafkaError,
     UnsupportedVersionError,
 )
+from kwire.protocol.message_base import ZERO_UUID
 
 from ..auth.acls import AclOperation, ResourceType
 from .features import SUPPORTED
@@ -54,7 +55,6 @@ logger = logging.getLogger("kwire.broker.handlers")
 # The finalized kraft.version: the highest this node supports (features.py), i.e. 0, a static quorum.
 KRAFT_VERSION = SUPPORTED["kraft.version"][1]
 _CLUSTER_AUTH = "Cluster authorization failed."  # Errors.CLUSTER_AUTHORIZATION_FAILED's message
-_ZERO_UUID = uuid.UUID(int=0)
 
 
 @handler(messages.UnregisterBrokerRequest.API_KEY, 0, 0)
@@ -85,7 +85,7 @@ def _cluster_id_refusal(ctx, cluster_id: str | None) -> KafkaError | None:
 
 def _voter_refusal(voter_id: int, directory_id: uuid.UUID, verb: str) -> KafkaError | None:
     # RaftUtil's voter key: a negative id is none, the zero directory id is no directory.
-    if voter_id < 0 or directory_id == _ZERO_UUID:
+    if voter_id < 0 or directory_id == ZERO_UUID:
         return InvalidRequestError(f"{verb} voter request didn't include a valid voter")
     return None
 
