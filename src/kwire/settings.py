@@ -13,7 +13,6 @@ its annotation and checks or coerces a value to it, with errors that name the se
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import re
 import types
@@ -148,6 +147,8 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
 
 def did_you_mean(name: str, known: Iterable[str]) -> str | None:
     """The known name closest to ``name`` when it is a likely typo of it, else None."""
+    import difflib  # only for a mistake: not with every command line's start-up
+
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return close[0] if close else None
 

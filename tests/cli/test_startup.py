@@ -47,3 +47,33 @@ def test_help_and_unknown_commands_still_see_every_command():
     assert _commands_needed(["-h", "produce"]) is None
     help_text = build_parser(_commands_needed(["--help"])).format_help()
     assert all(name in help_text for name in COMMANDS)
+
+
+def test_produce_imports_only_what_a_plain_produce_uses():
+    # What `kwire produce` loads to write records to a PLAINTEXT cluster and print its table into
+    # a pipe: not SCRAM's hashing, not the compression codecs, not json or difflib, which only -z,
+    # SASL, --json or a mistyped setting need; and the record layer's encoding tables are made on
+    # first use, not at import.  (shutil, with bz2 and lzma, comes with argparse's formatter.)
+    loaded = _modules_after(
+        "import io\n"
+        "from kwire.cli.main import _commands_needed, build_parser\n"
+        "build_parser(_commands_needed(['produce', 't']))\n"
+        "import kwire.client.errors, kwire.client.producer, kwire.protocol.errors\n"
+        "from kwire.client.config import ProducerConfig\n"
+        "ProducerConfig.from_settings({'bootstrap.servers': 'localhost:9092'})\n"
+        "from kwire.cli.output import print_table\n"
+        "print_table(['partition', 'records'], [(0, 1)], file=io.StringIO())\n"
+        "from kwire.protocol.records import batch\n"
+        "assert batch._ZZ == [], 'the builder table was built at import'\n")
+    assert "kwire.client.producer" in loaded and "kwire.cli.produce_cmd" in loaded
+    unused = {"kwire.security.scram", "kwire.security.plain", "cramjam", "zstandard", "json", "difflib", "hashlib"}
+    assert not unused & loaded, sorted(unused & loaded)
+
+
+def test_the_lazy_names_still_load():
+    from kwire.protocol.records import compression
+    from kwire.security import ScramClient, client_context, plain_token
+
+    assert ScramClient.__module__ == "kwire.security.scram" and callable(client_context) and callable(plain_token)
+    for codec in (compression.Compression.SNAPPY, compression.Compression.LZ4, compression.Compression.ZSTD):
+        assert compression.decompress(codec, compression.compress(codec, b"kwire" * 100)) == b"kwire" * 100

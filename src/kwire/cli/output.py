@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
@@ -14,6 +13,8 @@ __all__ = ["fail", "print_fields", "print_json", "print_table", "to_jsonable"]
 
 
 def print_json(value: Any, *, file: TextIO | None = None, indent: int | None = 2) -> None:
+    import json  # only with --json: not with every command line's start-up
+
     print(json.dumps(to_jsonable(value), indent=indent, ensure_ascii=False), file=file or sys.stdout)
 
 

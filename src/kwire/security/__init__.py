@@ -5,10 +5,22 @@ connections. ``kwire.security.acl`` is Kafka's ACL model (bindings and filters),
 admin clients. ``kwire.security.testing`` makes throwaway certificates (needs the ``cryptography`` package).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .errors import AuthenticationError
-from .plain import parse_plain_token, plain_token
-from .scram import MECHANISMS, ScramClient, ScramCredential, ScramServer, make_credential, verify_password
-from .tls import client_context, server_context
+
+# The other names load their module on first use (PEP 562): every client imports this package
+# for AuthenticationError, and SCRAM's hashlib, hmac and secrets cost each command line's
+# start-up although most connections never authenticate.
+_LAZY = {
+    "parse_plain_token": "plain", "plain_token": "plain",
+    "MECHANISMS": "scram", "ScramClient": "scram", "ScramCredential": "scram", "ScramServer": "scram",
+    "make_credential": "scram", "verify_password": "scram",
+    "client_context": "tls", "server_context": "tls",
+}
 
 __all__ = [
     "MECHANISMS",
@@ -23,3 +35,16 @@ __all__ = [
     "server_context",
     "verify_password",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

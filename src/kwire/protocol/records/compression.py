@@ -14,11 +14,11 @@ import warnings
 import zlib
 from enum import IntEnum
 
-import cramjam
-import zstandard
-
 from ..errors import CorruptRecordError, DecodeError, EncodeError
 from ..primitives import INT32, read_uvarint
+
+# cramjam and zstandard are imported by the functions that use them, not with this module: every
+# command line imports the record layer, most never compress (the two cost its start-up ~5 ms).
 
 __all__ = [
     "Compression",
@@ -150,6 +150,8 @@ _SNAPPY_MAX_RATIO = 22
 
 
 def _snappy_compress(data) -> bytes:
+    import cramjam
+
     data = bytes(data)
     parts = [_XERIAL_HEADER]
     raw = cramjam.snappy.compress_raw
@@ -172,6 +174,8 @@ def _snappy_raw_len(block, offset: int) -> int:
 
 
 def _snappy_decompress(data, max_size: int) -> bytes:
+    import cramjam
+
     data = bytes(data)
     try:
         if len(data) >= 16 and data.startswith(_XERIAL_MAGIC):
@@ -232,6 +236,8 @@ LZ4_DEFAULT_LEVEL = 9
 
 
 def _lz4_compress(data, legacy_checksum: bool, level: int | None = None) -> bytes:
+    import cramjam
+
     data = bytes(data)
     parts = [_LZ4_HEADER_LEGACY if legacy_checksum else _LZ4_HEADER]
     high = _lz4_high_compressor(level) if level is not None and level != LZ4_DEFAULT_LEVEL else None
@@ -273,6 +279,8 @@ _lz4_warned: list[int] = []
 
 
 def _lz4_decompress(data, max_size: int) -> bytes:
+    import cramjam
+
     data = bytes(data)
     end = len(data)
     pos = 0
@@ -368,6 +376,8 @@ _zstd_local = threading.local()
 
 
 def _zstd_compress(data, level: int | None = None) -> bytes:
+    import zstandard
+
     if level is not None and level != 3:
         return zstandard.ZstdCompressor(level=level).compress(data)
     compressor = getattr(_zstd_local, "compressor", None)
@@ -468,6 +478,8 @@ def _zstd_bound(data: bytes, max_size: int) -> int:
 
 
 def _zstd_decompress(data, max_size: int) -> bytes:
+    import cramjam
+
     data = bytes(data)
     if not data:
         raise CorruptRecordError("zstd: empty payload", what=_WHAT)
