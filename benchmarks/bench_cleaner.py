@@ -929,12 +929,15 @@ def print_report(meta: dict, results: dict) -> None:
         print(f"\nappends to the partition being cleaned: one batch of 5 x 1 KiB a ms from a thread, time of "
               f"PartitionLog.append ({len(ap['runs']['idle'])} alternated slices each)")
         print(f"  {'':<26}{'appends':>9}{'cleans':>8}{'swapped':>9}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}")
-        for name, label in (("cleaning", "cleaner cleaning the log"), ("idle", "no clean")):
-            r = ap[name]
+        labels = {"cleaning": "cleaner cleaning the log", "cleaning (worker)": "the same in the worker",
+                  "idle": "no clean"}
+        for name in ap["runs"]:
+            label, r = labels[name], ap[name]
             print(f"  {label:<26}{r['appends']:>9,}{r['cleans']:>8}{r['segments_written']:>9}{r['p50_ms']:>9.3f}"
                   f"{r['p90_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.1f}")
-        print(f"  ratio no clean/cleaning: p50 {ap['idle']['p50_ms'] / ap['cleaning']['p50_ms']:.2f}x, "
-              f"p99 {ap['idle']['p99_ms'] / ap['cleaning']['p99_ms']:.2f}x")
+        for name in list(ap["runs"])[:-1]:
+            print(f"  ratio no clean/{name}: p50 {ap['idle']['p50_ms'] / ap[name]['p50_ms']:.2f}x, "
+                  f"p99 {ap['idle']['p99_ms'] / ap[name]['p99_ms']:.2f}x")
     rw = results.get("rewrite")
     if rw:
         f = rw["files"]
@@ -963,9 +966,10 @@ def print_report(meta: dict, results: dict) -> None:
 
 
 # -- 5. appends to the partition being cleaned -----------------------------------------------------
-def append_slice(plog: PartitionLog, cleaning: bool, seconds: float, keys: int, rng: random.Random) -> dict:
+def append_slice(plog: PartitionLog, cleaning: bool, seconds: float, keys: int, rng: random.Random,
+                 worker: CleanerWorker | None = None) -> dict:
     """One slice: a thread appends a batch every ms and times it, while this thread cleans
-    ``plog`` over and over (``cleaning``) or sleeps."""
+    ``plog`` over and over (``cleaning``; the map and copy in ``worker`` if given) or sleeps."""
     value = os.urandom(1024)
     stop = threading.Event()
     took: list[float] = []
@@ -996,7 +1000,7 @@ def append_slice(plog: PartitionLog, cleaning: bool, seconds: float, keys: int, 
             if not cleaning:
                 time.sleep(deadline - time.perf_counter())
                 break
-            result = Cleaner(CleanerConfig()).clean(plog, now_ms=int(time.time() * 1000))
+            result = Cleaner(CleanerConfig(), worker=worker).clean(plog, now_ms=int(time.time() * 1000))
             if result is not None:
                 cleans += 1
                 segments += result.segments_after
@@ -1015,8 +1019,11 @@ def case_append(args, work: Path) -> dict:
     plog = PartitionLog(directory, config)
     rng = random.Random(3)
     value = os.urandom(1024)
-    lat: dict[str, list[float]] = {"cleaning": [], "idle": []}
+    # "cleaning": Cleaner.clean in this process's thread; "cleaning (worker)": in the worker process
+    names = [{"thread": "cleaning", "worker": "cleaning (worker)"}[m] for m in cleaner_modes(args)] + ["idle"]
+    lat: dict[str, list[float]] = {name: [] for name in names}
     runs: dict[str, list[dict]] = {name: [] for name in lat}
+    worker = CleanerWorker() if "cleaning (worker)" in names else None
     try:
         for k in range(args.dirty_keys // 5):  # every key once, as case 2's fill
             b = RecordBatchBuilder()
@@ -1024,8 +1031,10 @@ def case_append(args, work: Path) -> dict:
                 b.append(b"key-%06d" % (5 * k + i), value, int(time.time() * 1000))
             plog.append(b.build())
         for i in range(args.repeat):
-            for name in (["cleaning", "idle"] if i % 2 == 0 else ["idle", "cleaning"]):
-                r = append_slice(plog, name == "cleaning", args.append_seconds, args.dirty_keys, rng)
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
+                r = append_slice(plog, name != "idle", args.append_seconds, args.dirty_keys, rng,
+                                 worker if name == "cleaning (worker)" else None)
                 t = r.pop("lat_ms")
                 lat[name] += t
                 runs[name].append(r)
@@ -1034,6 +1043,8 @@ def case_append(args, work: Path) -> dict:
                     f"({r['segments_written']} segments swapped in), load {os.getloadavg()[0]:.1f}")
     finally:
         plog.close()
+        if worker is not None:
+            worker.close()
     out: dict = {"runs": runs}
     for name, t in lat.items():
         t.sort()
@@ -1051,7 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="cleaner,produce,rewrite", help="cases to run (default all three)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON instead of the tables")
     parser.add_argument("--cleaner-in", choices=("thread", "worker", "both"), default="thread",
-                        help="cases 1 and 2: the cleaner in the broker's thread, in a worker process "
+                        help="cases 1, 2 and 5: the cleaner in the broker's thread, in a worker process "
                              "(kwire.log.cleaner.worker.process), or both alternated in one run (default thread)")
     g = parser.add_argument_group("1. cleaner throughput")
     g.add_argument("--log-mb", type=float, default=48, help="size of the log built (default 48 MB)")
