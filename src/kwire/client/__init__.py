@@ -13,7 +13,55 @@ keywords with underscores (``linger_ms=5``), or both.  Names are imported lazily
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # The public names as type checkers and editors see them (at run time each is imported on
+    # first use, by __getattr__); tests/client/test_exports_typed.py keeps this equal to _EXPORTS.
+    from .admin import Admin as Admin
+    from .admin import AsyncAdmin as AsyncAdmin
+    from .admin import NewTopic as NewTopic
+    from .config import AdminConfig as AdminConfig
+    from .config import ConsumerConfig as ConsumerConfig
+    from .config import ProducerConfig as ProducerConfig
+    from .consumer import AsyncConsumer as AsyncConsumer
+    from .consumer import Consumer as Consumer
+    from .consumer import RebalanceListener as RebalanceListener
+    from .consumer_errors import CommitFailedError as CommitFailedError
+    from .consumer_errors import FatalGroupError as FatalGroupError
+    from .consumer_errors import NoOffsetForPartitionError as NoOffsetForPartitionError
+    from .consumer_errors import StaleCommitError as StaleCommitError
+    from .errors import AuthenticationError as AuthenticationError
+    from .errors import BrokerConnectionError as BrokerConnectionError
+    from .errors import ClientError as ClientError
+    from .errors import ClientTimeoutError as ClientTimeoutError
+    from .errors import IllegalStateError as IllegalStateError
+    from .errors import NoBrokersAvailableError as NoBrokersAvailableError
+    from .errors import SecurityProtocolMismatchError as SecurityProtocolMismatchError
+    from .errors import TlsError as TlsError
+    from .errors import UnsupportedApiError as UnsupportedApiError
+    from .log_offsets import OffsetAndTimestamp as OffsetAndTimestamp
+    from .producer import AsyncProducer as AsyncProducer
+    from .producer import Producer as Producer
+    from .producer_bulk import BulkDelivery as BulkDelivery
+    from .producer_errors import DeliveryTimeoutError as DeliveryTimeoutError
+    from .producer_errors import InvalidPartitionError as InvalidPartitionError
+    from .producer_errors import ProducerFencedError as ProducerFencedError
+    from .producer_errors import RecordTooLargeError as RecordTooLargeError
+    from .share_consumer import AcknowledgeType as AcknowledgeType
+    from .share_consumer import AsyncShareConsumer as AsyncShareConsumer
+    from .share_consumer import ShareConsumer as ShareConsumer
+    from .share_consumer import ShareConsumerConfig as ShareConsumerConfig
+    from .share_consumer import ShareRecord as ShareRecord
+    from .transactions import ConsumerGroupMetadata as ConsumerGroupMetadata
+    from .transactions import TransactionAbortedError as TransactionAbortedError
+    from .transactions import TransactionAbortRequiredError as TransactionAbortRequiredError
+    from .transactions import TransactionError as TransactionError
+    from .types import ConsumerRecord as ConsumerRecord
+    from .types import FetchedBatch as FetchedBatch
+    from .types import OffsetAndMetadata as OffsetAndMetadata
+    from .types import RecordMetadata as RecordMetadata
+    from .types import TopicPartition as TopicPartition
 
 # public name -> module (relative to kwire.client) that defines it
 _EXPORTS = {

@@ -345,7 +345,16 @@ _VECTOR_MIN = 16
 # positive (corrupt: a record holds at least its attributes) is made one no buffer holds.
 _BAD_LENGTH = 1 << 40
 _STEP_1 = [1 + v if v > 0 else _BAD_LENGTH for v in _D1]
-_STEP_2 = [0] * 128 + [2 + v if v > 0 else _BAD_LENGTH for v in ((n >> 1) ^ -(n & 1) for n in range(16384))]
+# The 2-byte table (16k entries) is made by the first vectorized walk, not at import: every
+# command line paid 5-10 ms for it, and only numpy's path reads it.
+_STEP_2: list[int] = []
+
+
+def _step_2() -> list[int]:
+    if not _STEP_2:
+        _STEP_2[:] = [0] * 128 + [2 + v if v > 0 else _BAD_LENGTH
+                                  for v in ((n >> 1) ^ -(n & 1) for n in range(16384))]
+    return _STEP_2
 
 
 def _scan_vectorized(buf, sections, view, stride: int, row: int) -> bool:
@@ -356,7 +365,7 @@ def _scan_vectorized(buf, sections, view, stride: int, row: int) -> bool:
     np = _np
     starts: list[int] = []  # where each record's length prefix is
     add = starts.append
-    step_1, step_2 = _STEP_1, _STEP_2
+    step_1, step_2 = _STEP_1, _step_2()
     total = 0
     for pos, stop, count in sections:
         end = pos
