@@ -18,14 +18,29 @@ import struct
 import sys
 import uuid
 import zlib
+from collections.abc import Callable
 from functools import cache
 from types import CodeType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import DecodeError, EncodeError, ProtocolError
-from .primitives import INT8, INT16, INT32, read_uvarint, uvarint
+from .primitives import INT8, INT16, INT32, Buffer, read_uvarint, uvarint
 from .schema import FIXED_TYPES, FieldSpec, MessageSpec, StructSpec
 from .splice import splice_records
+
+if TYPE_CHECKING:
+    from .message_base import Struct
+
+# A compiled decoder: (input, offset) -> (the struct read, the offset after it).  The struct's class
+# is the spec's, chosen at run time (one Codec type serves every message), hence Any.
+Decoder = Callable[[Buffer, int], tuple[Any, int]]
+# A compiled encoder: appends the struct's bytes to the buffer.
+Encoder = Callable[["Struct", bytearray], None]
+# What a failure handler gets as the field being read or written: its name (None before the first
+# field), or for a run of fixed-width fields handled in one step, (name, size) pairs when decoding
+# and (name, struct format) pairs when encoding.
+_DecodingField = str | None | tuple[tuple[str, int], ...]
+_EncodingField = str | None | tuple[tuple[str, str], ...]
 
 _DECODE_FAILURES = (struct.error, IndexError, ValueError, OverflowError, TypeError, KeyError, MemoryError)
 _ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, OverflowError, KeyError)
@@ -37,11 +52,11 @@ _ARRAY_UNPACKERS = {fmt: [struct.Struct(f">{n}{fmt}").unpack_from for n in range
                     for fmt, _ in FIXED_TYPES.values() if fmt != "16s"}
 
 
-def _array_unpacker(fmt: str, n: int):
+def _array_unpacker(fmt: str, n: int) -> Callable[[Buffer, int], tuple[Any, ...]]:
     return struct.Struct(f">{n}{fmt}").unpack_from
 
 
-def _decode_failure(exc: Exception, field, pos: int, blen: int) -> DecodeError:
+def _decode_failure(exc: Exception, field: _DecodingField, pos: int, blen: int) -> DecodeError:
     """The DecodeError for a low-level failure while reading ``field`` at ``pos``.
 
     ``field`` is a name, or for a run of fixed-width fields read in one step a tuple of
@@ -68,7 +83,7 @@ def _decode_failure(exc: Exception, field, pos: int, blen: int) -> DecodeError:
     return DecodeError(reason, path=[field] if field else [], offset=pos)
 
 
-def _encode_failure(exc: Exception, field, obj) -> EncodeError:
+def _encode_failure(exc: Exception, field: _EncodingField, obj: object) -> EncodeError:
     """The EncodeError for a value that could not be written.
 
     For a run of fixed-width fields written in one step (``field`` a tuple of (name, format)
@@ -77,7 +92,7 @@ def _encode_failure(exc: Exception, field, obj) -> EncodeError:
     if isinstance(field, tuple):
         culprit = field[0][0]
         for name, fmt in field:
-            value = getattr(obj, name, None)
+            value: Any = getattr(obj, name, None)  # any value: finding the one that does not pack
             try:
                 struct.pack(">" + fmt, value.bytes if fmt == "16s" else value)
             except (struct.error, TypeError, AttributeError) as e:
@@ -111,7 +126,7 @@ class _Writer:
     """Accumulates generated source for one (message, version)."""
 
     def __init__(self, message: MessageSpec, version: int, *, record_views: bool = False,
-                 null_arrays_as_empty: bool = False):
+                 null_arrays_as_empty: bool = False) -> None:
         self.message = message
         self.version = version
         self.record_views = record_views
@@ -173,7 +188,7 @@ class _Writer:
             out.append(f"{ind}{target} = _i{width}(buf, pos)[0]")
             out.append(f"{ind}pos += {int(width) // 8}")
 
-    def null_or_fail(self, out: list[str], ind: str, f: FieldSpec, target: str, what: str) -> None:
+    def null_or_fail(self, out: list[str], ind: str, f: _Nullability, target: str, what: str) -> None:
         if f.is_nullable(self.version):
             out.append(f"{ind}{target} = None")
         elif what == "array" and self.null_arrays_as_empty:
@@ -208,7 +223,7 @@ class _Writer:
             return
         self.read_scalar(out, ind, f, f.element, target, compact)
 
-    def read_scalar(self, out: list[str], ind: str, f: FieldSpec, t: str, target: str, compact: bool) -> None:
+    def read_scalar(self, out: list[str], ind: str, f: _Nullability, t: str, target: str, compact: bool) -> None:
         if t in FIXED_TYPES:
             fmt, size = FIXED_TYPES[t]
             s = self.const(struct.Struct(">" + fmt).unpack_from)
@@ -409,7 +424,7 @@ class _Writer:
             return
         self.write_scalar(out, ind, f, f.element, value, dst, compact)
 
-    def write_null(self, out: list[str], ind: str, f: FieldSpec, dst: str, compact: bool, what: str,
+    def write_null(self, out: list[str], ind: str, f: _Nullability, dst: str, compact: bool, what: str,
                    legacy_null: bytes) -> None:
         if not f.is_nullable(self.version):
             out.append(f"{ind}raise EncodeError('null is not allowed for this {what} in this version')")
@@ -418,7 +433,7 @@ class _Writer:
         else:
             out.append(f"{ind}{dst} += {legacy_null!r}")
 
-    def write_scalar(self, out: list[str], ind: str, f: FieldSpec, t: str, value: str, dst: str,
+    def write_scalar(self, out: list[str], ind: str, f: _Nullability, t: str, value: str, dst: str,
                      compact: bool) -> None:
         if t in FIXED_TYPES:
             fmt = FIXED_TYPES[t][0]
@@ -540,10 +555,16 @@ def _tag_of(f: FieldSpec) -> int:
     return f.tag
 
 
+class _Nullability(Protocol):
+    """What reading or writing a scalar asks of its field: a FieldSpec, or an array's element."""
+
+    def is_nullable(self, v: int) -> bool: ...
+
+
 class _ElementSpec:
     """Stands in for a FieldSpec when reading or writing one element of a primitive array."""
 
-    def __init__(self, f: FieldSpec):
+    def __init__(self, f: FieldSpec) -> None:
         self.f = f
 
     def is_nullable(self, v: int) -> bool:
@@ -555,19 +576,19 @@ class Codec:
 
     __slots__ = ("message", "version", "decode_from", "encode_into", "source", "_variants")
 
-    def __init__(self, message: MessageSpec, version: int):
+    def __init__(self, message: MessageSpec, version: int) -> None:
         w = _Writer(message, version)
         dec, enc = w.struct_functions(message.struct)
         self.source = "\n".join(w.lines) + "\n"
         exec(_compiled(self.source, f"<kwire {message.name} v{version}>"), w.ns)
         self.message = message
         self.version = version
-        self.decode_from = w.ns[dec]
-        self.encode_into = w.ns[enc]
+        self.decode_from: Decoder = w.ns[dec]
+        self.encode_into: Encoder = w.ns[enc]
         # (record_views, null_arrays_as_empty) -> the decoder compiled that way, on first use
-        self._variants: dict[tuple[bool, bool], Any] = {(False, False): self.decode_from}
+        self._variants: dict[tuple[bool, bool], Decoder] = {(False, False): self.decode_from}
 
-    def _decoder(self, record_views: bool, null_arrays_as_empty: bool = False):
+    def _decoder(self, record_views: bool, null_arrays_as_empty: bool = False) -> Decoder:
         """The decoder whose ``records`` fields are views of the input (``record_views``), and
         that reads a null array where the version allows none as empty (``null_arrays_as_empty``):
         each compiled on first use."""
@@ -582,12 +603,12 @@ class Codec:
                 found = self.decode_from
             else:
                 exec(_compiled(source, f"<kwire {self.message.name} v{self.version} {key}>"), w.ns)
-                found = w.ns[dec]
+                found = w.ns[dec]  # the namespace exec filled: a Decoder
             self._variants[key] = found
         return found
 
-    def decode(self, data, pos: int = 0, *, strict: bool = True, record_views: bool = False,
-               forgive_null_arrays: bool = False):
+    def decode(self, data: Buffer, pos: int = 0, *, strict: bool = True, record_views: bool = False,
+               forgive_null_arrays: bool = False) -> tuple[Any, int]:
         """Decode one message from data[pos:]; with strict, bytes left over are an error.
 
         ``forgive_null_arrays``: a null array in a field that this version does not let be null
@@ -616,7 +637,7 @@ class Codec:
                               version=self.version, offset=end)
         return obj, end
 
-    def encode(self, obj, out: bytearray | None = None) -> bytearray:
+    def encode(self, obj: Struct, out: bytearray | None = None) -> bytearray:
         """Append the encoding of obj to out (a new bytearray if None) and return it."""
         if out is None:
             out = bytearray()

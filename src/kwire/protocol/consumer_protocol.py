@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from . import messages
 from .errors import DecodeError, EncodeError
@@ -88,7 +88,17 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]
     return list(grouped.items())
 
 
-def _flatten(entries) -> list[TopicPartition]:
+class _TopicPartitions(Protocol):
+    """An entry of either message's partition list: a topic and its partition indexes."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partitions(self) -> list[int]: ...
+
+
+def _flatten(entries: Iterable[_TopicPartitions]) -> list[TopicPartition]:
     return [TopicPartition(e.topic, p) for e in entries for p in e.partitions]
 
 
@@ -100,17 +110,21 @@ def _check_version(version: int, what: str) -> None:
 def _read_version(data: bytes, what: str) -> int:
     if len(data) < _VERSION.size:
         raise DecodeError(f"{len(data)} bytes: too short for the int16 version that starts it", what=what, offset=0)
-    (version,) = _VERSION.unpack_from(data)
+    version: int = _VERSION.unpack_from(data)[0]  # struct's values are typed Any
     if version < 0:
         raise DecodeError(f"negative version {version}", what=what, offset=0)
     return version
 
 
-def _decode_body(cls, data: bytes, version: int):
+_Body = TypeVar("_Body", bound=messages.Data)
+
+
+def _decode_body(cls: type[_Body], data: bytes, version: int) -> _Body:
     """The body at min(version, newest known); codec errors are re-raised with whole-buffer offsets."""
     readable = min(version, cls.MAX_VERSION)
     try:
-        return cls.decode(memoryview(data)[_VERSION.size:], readable, strict=False)
+        body: _Body = cls.decode(memoryview(data)[_VERSION.size:], readable, strict=False)  # decodes a cls
+        return body
     except DecodeError as exc:
         offset = None if exc.offset is None else exc.offset + _VERSION.size
         raise DecodeError(exc.reason, what=cls.__name__, version=version, path=exc.path, offset=offset) from None

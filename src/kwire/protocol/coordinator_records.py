@@ -106,9 +106,10 @@ def decode_key(data: bytes | memoryview, topic: str) -> Data:
     if cls is None:
         raise CoordinatorRecordError(f"unknown record type: key version {version} in {topic}")
     try:
-        return cls.decode(bytes(data[INT16.size:]), version, strict=False)
+        key: Data = cls.decode(bytes(data[INT16.size:]), version, strict=False)  # decodes a cls
     except DecodeError as exc:
         raise CoordinatorRecordError(f"unreadable {cls.__name__} v{version} in {topic}: {exc}") from None
+    return key
 
 
 def decode_value(key: Data, data: bytes | memoryview | None) -> Data | None:
@@ -124,6 +125,7 @@ def decode_value(key: Data, data: bytes | memoryview | None) -> Data | None:
         raise CoordinatorRecordError(f"unknown {cls.__name__} version {version} "
                                      f"(kwire reads {cls.MIN_VERSION}-{cls.MAX_VERSION})")
     try:
-        return cls.decode(bytes(data[INT16.size:]), version, strict=False)
+        value: Data = cls.decode(bytes(data[INT16.size:]), version, strict=False)  # decodes a cls
     except DecodeError as exc:
         raise CoordinatorRecordError(f"unreadable {cls.__name__} v{version}: {exc}") from None
+    return value

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Callable
 
 from .errors import DecodeError, FrameTooLargeError
 
@@ -66,7 +67,8 @@ class FrameSplitter:
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *, byteorder: str = "big",
                  size_includes_prefix: bool = False, keep_prefix: bool = False,
-                 receive_buffer_size: int = DEFAULT_RECEIVE_BUFFER_SIZE, reserve=None, reuse_frames: int = 0):
+                 receive_buffer_size: int = DEFAULT_RECEIVE_BUFFER_SIZE, reserve: Callable[[int], bool] | None = None,
+                 reuse_frames: int = 0) -> None:
         if byteorder not in ("big", "little"):
             raise ValueError("byteorder must be 'big' or 'little'")
         if receive_buffer_size < 8:
@@ -100,12 +102,12 @@ class FrameSplitter:
         partial = self._filled + (0 if self._keep_prefix else 4) if self._frame is not None else 0
         return len(self._buf) + self._end - self._start + partial
 
-    def _frame_total(self, buf, start: int) -> int:
+    def _frame_total(self, buf: bytes | bytearray, start: int) -> int:
         """Bytes of the frame whose size prefix is at ``buf[start:start + 4]``, prefix included.
 
         Checks the size before anything is allocated for the frame; a bad one breaks the stream.
         """
-        size = self._size(buf, start)[0]
+        size: int = self._size(buf, start)[0]  # struct's values are typed Any
         body = size - 4 if self._includes_prefix else size
         if body < 0:
             self._broken = DecodeError(f"negative frame size {size}", what="frame", offset=start)
@@ -117,7 +119,7 @@ class FrameSplitter:
         return body + 4
 
     # -- feeding bytes ------------------------------------------------------------------------
-    def feed(self, data) -> list[bytes]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add bytes; return every frame they complete, in order."""
         if self._broken is not None:
             raise self._broken
@@ -166,12 +168,13 @@ class FrameSplitter:
         completed, in order, each a ``bytearray`` the caller owns."""
         if self._broken is not None:
             raise self._broken
-        if self._frame is not None:
+        frame, frame_view = self._frame, self._frame_view
+        if frame is not None:
+            assert frame_view is not None  # set and cleared together with _frame
             self._filled += nbytes
-            if self._filled < len(self._frame):
+            if self._filled < len(frame):
                 return []
-            frame = self._frame
-            self._frame_view.release()  # the frame must stay resizable for its new owner
+            frame_view.release()  # the frame must stay resizable for its new owner
             self._frame = self._frame_view = None
             return [frame]
         self._end += nbytes
@@ -224,7 +227,9 @@ class FrameSplitter:
 
     def _split_stage(self) -> list[bytearray]:
         self.blocked = False
-        stage, start, end = self._stage, self._start, self._end
+        stage, stage_view, start, end = self._stage, self._stage_view, self._start, self._end
+        # Only reached through buffer_updated/retry, after get_buffer() allocated the stage.
+        assert stage is not None and stage_view is not None
         skip = 0 if self._keep_prefix else 4
         frames: list[bytearray] = []
         while end - start >= 4:
@@ -239,7 +244,7 @@ class FrameSplitter:
                 break
             have = end - start - skip
             frame = self._frame_buffer(total - skip)
-            frame[:have] = self._stage_view[start + skip:end]
+            frame[:have] = stage_view[start + skip:end]
             self._frame, self._frame_view, self._filled = frame, memoryview(frame), have
             start = end
         left = end - start

@@ -56,7 +56,7 @@ class SpliceBuffer(bytearray):
         return out
 
 
-def splice_records(out: bytearray, value) -> None:
+def splice_records(out: bytearray, value: bytes | bytearray | memoryview | SplicedBytes) -> None:
     """Append a records value (already length-prefixed by the caller) to ``out``."""
     if isinstance(value, SplicedBytes):
         splices = getattr(out, "splices", None)
