@@ -65,6 +65,7 @@ import concurrent.futures
 import functools
 import itertools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -185,6 +186,9 @@ def _record_done(delivery: BulkDelivery, index: int, future: Any) -> None:
         delivery._complete(metadata.partition, metadata.offset, (index,), 0, 1, None)
     else:
         delivery._complete(-1, -1, (index,), 0, 1, error)
+
+
+_ON_DELIVERY = operator.attrgetter("on_delivery")
 
 
 def _timestamp(timestamp_ms: Any) -> int:
@@ -1079,14 +1083,15 @@ class _SyncCore(AsyncProducer):
                                                               strict=False)]
         futures = batch.tokens
         resolve(self.condition, futures, metadatas, error)
+        # Which records have a callback, looked up in C: most often none has one.
+        on_delivery = list(map(_ON_DELIVERY, futures))
+        if on_delivery.count(None) == len(on_delivery):
+            return
         callbacks = self.callbacks
-        queued = False
-        for future, metadata in zip(futures, metadatas, strict=True):
-            if future.on_delivery is not None:
-                callbacks.append((future.on_delivery, error, metadata))
-                queued = True
-        if queued:
-            self.callbacks_ready.set()
+        for callback, metadata in zip(on_delivery, metadatas, strict=True):
+            if callback is not None:
+                callbacks.append((callback, error, metadata))
+        self.callbacks_ready.set()
 
 
 class Producer:
