@@ -281,7 +281,7 @@ def test_a_partition_a_client_asks_for_is_loaded_next(data, where):
             # in the worker before it, goes on, and the loader's next turn is held.
             assert _fetch(state, asked) == (NONE, expected)
             assert state.coordinator.load_refusals == refused
-            assert [fn.__name__ for _, fn, _ in executor.jobs] == ["read_partition", "_after_load"]
+            assert [fn.__name__ for _, fn, _ in executor.jobs] == ["read_partition", "_next_turn"]
             assert state.coordinator.loading_partitions == order[:-1]
         else:
             # Refused (Kafka's answer), then the worker's next after the lowest partition.
@@ -334,7 +334,8 @@ def test_transaction_requests_wait_for_the_transaction_state(data, where):
         executor.run_next()
         if where == "at once":
             assert not state.transactions.loading() and not state.coordinator.loading()
-            assert state.loader.inline_loads == 4 and not executor.jobs  # 3 group partitions + the state
+            assert state.loader.inline_loads == 4  # 3 group partitions + the state
+            assert [fn.__name__ for _, fn, _ in executor.jobs] == ["_next_turn"]  # (nothing in the worker)
         else:
             assert state.transactions.loading()
         executor.run_all()
@@ -500,5 +501,34 @@ def test_a_consumer_or_share_group_looked_up_first_loads_its_small_partition(tmp
         assert state.coordinator.load_refusals == 0 and state.loader.inline_loads == 2
         executor.run_all()
         assert state.coordinator.group(share) is None  # no classic group was made of it
+    finally:
+        state.close()
+
+
+def test_what_loads_inside_requests_is_bounded_until_the_loops_next_turn(data, monkeypatch):
+    """A request naming groups of several small partitions (or several requests before the loop's
+    next turn) loads at most INLINE_BYTES of them in all: the others are refused, as Kafka's, and
+    are the worker's next."""
+    data_dir, groups, _ = data
+    state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
+    first, second = _not_in_the_worker(state, groups)
+    sizes = [loader._log_bytes(data_dir / f"__consumer_offsets-{state.coordinator.store.partition_of(g)}")
+             for g in (first, second)]
+    monkeypatch.setattr(loader, "INLINE_BYTES", max(sizes) + min(sizes) - 1)  # one fits, not both
+    executor = _start_loading(state)
+    try:
+        resp = call(state, messages.DescribeGroupsRequest(groups=[first, second]), 5)
+        assert [g.error_code for g in resp.groups] == [NONE, LOADING]
+        assert state.loader.inline_loads == 1
+        # The worker's read under way goes on; the loop's next turn; then the worker takes the
+        # refused one (asked for) before the lowest left.
+        assert [fn.__name__ for _, fn, _ in executor.jobs] == ["read_partition", "_next_turn"]
+        executor.run_next()
+        executor.run_next()
+        assert executor.jobs[0][2] == (state.coordinator.store.partition_of(second),)
+        executor.run_next()
+        resp = call(state, messages.DescribeGroupsRequest(groups=[first, second]), 5)
+        assert [g.error_code for g in resp.groups] == [NONE, NONE]
+        assert state.loader.inline_loads == 1
     finally:
         state.close()

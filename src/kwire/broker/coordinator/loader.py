@@ -18,9 +18,9 @@ replayed before the broker accepts connections:
 One worker thread (started when there is something to load), one partition at a time, in
 order.  The first request for a group of a partition still to load (``GroupCoordinator.loading``,
 the check every handler makes before it reads a group, tells ``wanted``) does not wait for the
-worker: if the partition is small (up to ``inline_bytes`` of log, ``INLINE_BYTES`` by default:
-a test suite's groups take a few KiB per partition) and not being read in the worker already, it
-is replayed and installed right there, on the event loop, through the same ``read_partition`` and
+worker: if the partition is small (up to ``inline_bytes`` of log, ``INLINE_BYTES`` by default,
+and as much in all until the loop's next turn: a test suite's groups take a few KiB per
+partition) and not being read in the worker already, it is replayed and installed right there, on the event loop, through the same ``read_partition`` and
 ``load_partition`` as the worker's, so that request is served at once instead of answered
 COORDINATOR_LOAD_IN_PROGRESS and retried.  That is kwire's own shortcut: Kafka refuses until the
 partition's scheduled load is done.  A larger partition keeps Kafka's behaviour: the request is
@@ -137,6 +137,8 @@ class CoordinatorLoader:
         self._reading = False  # a load is in the worker
         self._txn_to_read = False
         self._txn_wanted = False  # a transaction request was refused: the rest on the loop if small
+        self._turn_bytes = 0  # loaded on the loop since its last turn (_take_turn_bytes)
+        self._turn_scheduled = False
         self._started: float | None = None
         self.inline_loads = 0  # loads done on the loop (partitions asked for), for tests and stats
         self.failed: list[str] = []  # what could not be loaded (logged), for tests
@@ -169,11 +171,31 @@ class CoordinatorLoader:
         is small and not being read in the worker already, else it is the worker's next."""
         if self._closed or partition not in self._remaining or self._data_dir is None:
             return
-        if _log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{partition}") > self._inline_bytes:
+        size = _log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{partition}")
+        if not self._take_turn_bytes(size):
             return  # (the worker takes it next: _next prefers what is wanted)
         self._remaining.remove(partition)
         self._load_inline(partition)
-        self._schedule(self._after_load)
+
+    def _take_turn_bytes(self, size: int) -> bool:
+        """Whether ``size`` bytes more may be loaded on the loop before its next turn: at most
+        ``inline_bytes`` in all, so one request naming many groups (DescribeGroups, OffsetFetch
+        v8+) or many requests at once do not add up to a long pause; their other groups are
+        refused, as Kafka's, and are the worker's next (as a large partition asked for is)."""
+        if self._turn_bytes + size > self._inline_bytes:
+            return False
+        self._turn_bytes += size
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self._schedule(self._next_turn)
+        return True
+
+    def _next_turn(self) -> None:
+        """(On the event loop, the turn after loads done inside requests) the budget again, and
+        what follows those loads."""
+        self._turn_scheduled = False
+        self._turn_bytes = 0
+        self._after_load()
 
     def transactions_wanted(self) -> None:
         """(On the event loop, inside the request) a transaction request was refused: the rest
@@ -189,7 +211,7 @@ class CoordinatorLoader:
         if not self._txn_to_read or self._data_dir is None:
             return
         left = sum(_log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{p}") for p in self._remaining)
-        if left + _topic_bytes(self._data_dir, TRANSACTION_STATE_TOPIC) > self._inline_bytes:
+        if not self._take_turn_bytes(left + _topic_bytes(self._data_dir, TRANSACTION_STATE_TOPIC)):
             return
         self._txn_wanted = False
         while self._remaining:
@@ -258,7 +280,7 @@ class CoordinatorLoader:
     def _from_worker(self, then: Callable[[concurrent.futures.Future], None], future: concurrent.futures.Future) -> None:
         self._reading = False
         then(future)
-        self._after_load()
+        self._after_load()  # (a turn of its own: not inside a request, the budget is not touched)
 
     def _group_partition_read(self, future: concurrent.futures.Future) -> None:
         exc = future.exception()
