@@ -532,3 +532,29 @@ def test_what_loads_inside_requests_is_bounded_until_the_loops_next_turn(data, m
         assert state.loader.inline_loads == 1
     finally:
         state.close()
+
+
+def test_a_partition_that_fails_to_load_inside_a_request_stays_loading(data, monkeypatch):
+    """As a failure in the worker: logged, the request refused (retriable), never served empty."""
+    data_dir, groups, _ = data
+    state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
+    victim = _not_in_the_worker(state, groups)[0]
+    broken = state.coordinator.store.partition_of(victim)
+    read = state.coordinator.store.read_partition
+
+    def failing(partition: int) -> tuple[int, dict[str, StoredGroup], list[str]]:
+        if partition == broken:
+            raise OSError("disk error")
+        return read(partition)
+
+    monkeypatch.setattr(state.coordinator.store, "read_partition", failing)
+    executor = _start_loading(state)
+    try:
+        assert _fetch(state, victim) == (LOADING, {})
+        assert len(state.loader.failed) == 1 and "disk error" in state.loader.failed[0]
+        assert _fetch(state, victim) == (LOADING, {})  # (not tried again on every request)
+        executor.run_all()
+        assert state.coordinator.loading_partitions == [broken] and len(state.loader.failed) == 1
+        assert state.loader.done.is_set()
+    finally:
+        state.close()
