@@ -159,8 +159,9 @@ class EmbeddedBroker:
     def wait_loaded(self, timeout: float | None = 30) -> bool:
         """Wait until the group and transaction coordinators have loaded their internal
         partitions, which they do in the background after ``start()`` (as Kafka's after a
-        restart: clients retry COORDINATOR_LOAD_IN_PROGRESS meanwhile).  For callers that read
-        ``state`` directly; whether the load finished within ``timeout`` seconds."""
+        restart: clients retry COORDINATOR_LOAD_IN_PROGRESS meanwhile, except for a group of a
+        small partition, loaded inside its first request).  For callers that read ``state``
+        directly; whether the load finished within ``timeout`` seconds."""
         loader = self.broker.state.loader if self.broker.state is not None else None
         return loader is None or loader.done.wait(timeout)
 

@@ -41,9 +41,10 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self.started = asyncio.Event()
         # Where the coordinators' partitions are loaded after start (coordinator.loader): the
-        # partitions in an executor (None: a worker thread of their own), a small one a client
-        # asked for on the event loop's turn given by a schedule (None: loop.call_soon).  Tests
-        # set ones they hold, to see the broker while it loads.
+        # partitions in an executor (None: a worker thread of their own; a small one a request
+        # asks for is loaded inside it), what follows such loads on the event loop's turn given
+        # by a schedule (None: loop.call_soon).  Tests set ones they hold, to see the broker
+        # while it loads.
         self.coordinator_load_executor: Executor | None = None
         self.coordinator_load_schedule: Callable[[Callable[[], None]], Any] | None = None
 
