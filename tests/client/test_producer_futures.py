@@ -149,3 +149,41 @@ def test_a_producers_futures_work_with_wait_as_completed_and_callbacks():
         late.add_done_callback(late_calls.append)  # from this thread, before or after delivery
         assert next(concurrent.futures.as_completed([late], timeout=20)) is late
         assert late_calls == [late] and late.result(0).offset >= 0
+
+
+_FALLBACK = """
+import concurrent.futures, threading
+plain_init = concurrent.futures.Future.__init__
+
+def init(self):  # a Future with one attribute more than the layout kwire relies on
+    plain_init(self)
+    self._extra = None
+
+concurrent.futures.Future.__init__ = init
+from kwire.client.producer_futures import _FAST, RecordFuture, resolve
+assert not _FAST
+assert "_waiters" not in RecordFuture.__dict__
+condition = threading.Condition()
+futures = [RecordFuture(condition) for _ in range(3)]
+assert isinstance(futures[0]._waiters, list) and "_waiters" in vars(futures[0])
+called = []
+futures[0].add_done_callback(called.append)
+assert futures[2].cancel()
+resolve(condition, futures, [0, 1, 2], None)
+assert called == [futures[0]]
+done, _ = concurrent.futures.wait(futures, timeout=0)
+assert done == set(futures[:2]) and futures[1].result(0) == 1 and futures[2].cancelled()  # (wait: as Future)
+resolve(condition, [RecordFuture(condition)], [None], KeyError("k"))
+print("ok")
+"""
+
+
+def test_an_unknown_future_layout_falls_back_to_futures_as_python_makes_them():
+    """Where Future's attributes differ from what the bulk completion relies on, RecordFuture is
+    a plain subclass completed one by one (run in a fresh interpreter: the check runs on import)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FALLBACK], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

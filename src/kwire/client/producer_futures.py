@@ -151,3 +151,6 @@ def resolve(condition: threading.Condition, futures: Sequence[RecordFuture], res
 
 
 _FAST = _FAST and _lazy_lists_work()
+if not _FAST:
+    # Future's own lists, made by Future.__init__ as it likes (the slots stay unused).
+    del RecordFuture._waiters, RecordFuture._done_callbacks
