@@ -162,6 +162,7 @@ def test_clients_read_their_offsets_on_the_first_offset_fetch(template, tmp_path
     the background load is held."""
     broker, gate = _restarted(template, tmp_path)
     try:
+        broker.call(lambda: None)  # the loader's start, posted to the loop before, has run
         coordinator, loader = broker.state.coordinator, broker.state.loader
         g = _group_not_in_the_worker(broker)
         assert coordinator.loading() and coordinator.load_refusals == 1  # (that call's own)
