@@ -79,14 +79,22 @@ class CleanerConfig:
     backoff_ms: int = 15_000                      # log.cleaner.backoff.ms: sleep when nothing to clean
     # kwire's own (kwire.log.cleaner.worker.process, BrokerConfig.log_cleaner_worker_process):
     # each cleaner thread reads and writes in a worker process of its own (cleaner_worker.py),
-    # so the cleaner's Python work does not hold the broker's GIL.  Off by default, by measurement (benchmarks/RESULTS.md, 2026-11-27 "H1"): alone it takes the
-    # cleaner's GIL stalls out of the event loop (bench_cleaner --only lag: wake-up lateness p90
-    # 0.43 ms against 2.1 ms in the thread, 0.20 with no clean), but in the broker
-    # (bench_cleaner --only produce, alternated pairs on a VM at load 4-13) the worker ran 2-2.5x
-    # as many cleans and the produce throughput ratio came out lower in every pair (0.41-0.55x
-    # against 0.50-1.35x); p50 was far off the goal either way.  Likely why, then: each swap
-    # held the partition lock through three directory fsyncs (now: renames only), and the
-    # event loop's appends to that partition wait for it; a faster cleaner swaps more often.
+    # so the cleaner's Python work does not hold the broker's GIL.  Off by default: it is not
+    # yet shown to be clearly better for producers (benchmarks/RESULTS.md, third session, H21;
+    # ``bench_cleaner.py --cleaner-in both``, the three brokers alternated, the VM at load 9-14):
+    # - produce p50 over all slices, thread/worker: 1.18x, 2.36x, 7.14x, 1.78x and 0.37x in five
+    #   runs, but round by round the worker's slice was the faster in only 23 of 42 rounds, and
+    #   the cleaner-off broker's own p50 moved from 0.4 to 146 ms between slices: noise;
+    # - without the network (robust at that load): the event loop's wake-up lateness during a
+    #   clean, p50 0.14 ms with the worker as with no clean, 1.97 ms with the thread
+    #   (``--only lag``); appends to the log being cleaned, p50 0.92x of no clean with the
+    #   worker against 0.84x with the thread, p99 4.0 against 8.2 ms (``--only append``);
+    # - clean speed the same (``--only cleaner``: best 1.00x, median 1.28x of the thread's), and
+    #   in the produce runs the worker cleaned 1.2-1.6x the bytes at the same producer throughput
+    #   (worker/thread 0.90-1.13x);
+    # - its cost: one more process per cleaner thread, ~30 MB RSS, started at the first clean.
+    # The one run that decides is on a quiet machine (the thread's p50 ratio there was 0.72x):
+    # ``bench_cleaner.py --only produce --cleaner-in both --slices 9``.
     worker_process: bool = False
 
     @classmethod

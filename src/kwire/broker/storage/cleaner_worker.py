@@ -7,7 +7,8 @@ produce p50 latency was 0.57-0.67x of a broker without a cleaner (benchmarks/RES
 ``bench_cleaner.py --only produce``).  Kafka's cleaner threads share a JVM without such a lock;
 a process is the way to get the same here.  The broker's cleaner thread then waits on a socket
 without the GIL, and does under the partition lock only what it did before: the swap.  Used
-when ``CleanerConfig.worker_process`` is set (off by default: see there why).
+when ``CleanerConfig.worker_process`` is set (the broker setting kwire.log.cleaner.worker.process,
+``log_cleaner_worker_process`` in its TOML file; off by default: see there why).
 
 What crosses the process boundary (a Unix socket pair, frames of a length and a pickle):
 * to the worker: the ``CleanJob`` (segment numbers and sizes, aborted transactions, producer
@@ -20,9 +21,10 @@ What crosses the process boundary (a Unix socket pair, frames of a length and a 
 Crash safety is unchanged: the worker only writes ``.cleaned`` files, which the loader removes
 after a crash; renames (``.cleaned`` -> ``.swap`` -> final) stay in the broker.  If the broker
 stops the clean (log closed, cleaner stopping, a swap refused), it kills the worker and removes
-the job's ``.cleaned`` files; the next clean starts a new worker.  The worker dies with the
-broker: on Linux by PR_SET_PDEATHSIG, elsewhere when it sees its parent change between batches
-or its socket close.
+the job's ``.cleaned`` files; the next clean starts a new worker.  A worker that dies (killed,
+out of memory) fails only the clean under way, which the cleaner tries again: not the log's
+fault.  The worker dies with the broker: on Linux by PR_SET_PDEATHSIG, elsewhere when it sees
+its parent change between batches or its socket close.
 """
 
 from __future__ import annotations
