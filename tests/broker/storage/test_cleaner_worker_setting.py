@@ -225,8 +225,8 @@ def test_kwire_broker_from_the_cli_cleans_in_a_worker_and_leaves_no_orphan(tmp_p
             latest[key] = (offset, value)
         assert {k: v for k, (_, v) in latest.items()} == last
         assert len({offset for offset, _, _ in got}) == len(got)
-        assert not list((tmp_path / "data" / f"{topic}-0").glob("*.cleaned")) + \
-            list((tmp_path / "data" / f"{topic}-0").glob("*.swap"))
+        part = tmp_path / "data" / f"{topic}-0"
+        assert not list(part.glob("*.cleaned")) + list(part.glob("*.swap"))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
