@@ -283,7 +283,8 @@ def _decoded(data: bytes, compiled: bool | None, slices: int | None, into: tuple
 def test_the_decoder_gives_the_same_records_and_errors_on_both_walks(accelerator, recs, codec, log_append_time,
                                                                     data) -> None:
     raw = bytearray(_build(recs, codec, transactional=False, log_append_time=log_append_time))
-    if data.draw(st.booleans(), label="damage") and len(raw) > 61:
+    damaged = data.draw(st.booleans(), label="damage") and len(raw) > 61
+    if damaged:
         for _ in range(data.draw(st.integers(min_value=1, max_value=4), label="hits")):
             raw[data.draw(st.integers(min_value=61, max_value=len(raw) - 1), label="at")] = \
                 data.draw(st.integers(min_value=0, max_value=255), label="byte")
@@ -293,7 +294,9 @@ def test_the_decoder_gives_the_same_records_and_errors_on_both_walks(accelerator
     into = data.draw(st.none() | st.just((Wide, "t", 3)), label="into")
     compiled = _decoded(bytes(raw), None, slices, into)
     assert _decoded(bytes(raw), False, slices, into) == compiled
-    if isinstance(compiled, list) and slices is not None:  # slices decode as the whole batch does
+    # An intact batch decodes to the same records in slices as whole (a reader stops at the
+    # count the header gives: bytes after a forged count are not its business).
+    if not damaged and slices is not None:
         assert _decoded(bytes(raw), None, None, into or (Wide, "t", 3)) == compiled
 
 

@@ -1,6 +1,7 @@
 """The log cleaner's record walks and dedupe map (offset_map.py): the compiled helper's walks
 (kwire.protocol.records._layout map_put_v2 / map_keep_v2 / map_rehash) against their Python
-stand-ins on fuzzed batches, and the map's growth within its buffer."""
+stand-ins on fuzzed, corrupt and edge batches (both read records through the record layer's one
+walk), and the map's growth within its buffer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 from kwire.broker.storage.offset_map import ENTRY_BYTES, INITIAL_SLOTS, OffsetMap, has_compiled_walk
 from kwire.protocol.errors import CorruptRecordError
-from kwire.protocol.records import Compression, RecordBatch, RecordBatchBuilder
+from kwire.protocol.records import Compression, RecordBatch, RecordBatchBuilder, walk
+
+from ...protocol.test_records_walk import EDGE_RECORDS
 
 compiled_only = pytest.mark.skipif(not has_compiled_walk(), reason="the compiled helper is not built")
 
@@ -226,3 +229,31 @@ def test_the_walks_holding_the_gil_answer_the_same():
             m.latest_offset = batch.last_offset
         assert len({str(m.keep_records(buf, s, e, batch.record_count, batch.base_offset, True)) for m in maps}) == 1
     assert _table(maps[0]) == _table(maps[1])
+
+
+@compiled_only
+@pytest.mark.parametrize("name", sorted(EDGE_RECORDS))
+def test_the_walks_refuse_exactly_the_records_the_record_walk_refuses(name):
+    # The cleaner reads records through the record layer's one walk (compiled or Python): a
+    # record the walk refuses (a header count that is negative, bytes after a zero header
+    # count, a field past the record...) is a clear CorruptRecordError from both of its walks.
+    for data, count in ((EDGE_RECORDS[name], 1), (EDGE_RECORDS["good"] + EDGE_RECORDS[name], 2),
+                        (EDGE_RECORDS[name] + EDGE_RECORDS["good"], 2)):
+        _, verdict = walk.record_columns(data, 0, len(data), count, compiled=False)
+        outcome = []
+        for compiled in (True, False):
+            m = OffsetMap(ENTRY_BYTES * 64, compiled=compiled)
+            got = []
+            for method, last_arg in ((m.put_records, 0), (m.keep_records, True)):
+                try:
+                    got.append(method(data, 0, len(data), count, 0, last_arg))
+                except CorruptRecordError as exc:
+                    got.append(str(exc))
+            got.append(_table(m))
+            outcome.append(got)
+            m.close()
+        assert outcome[0] == outcome[1], (name, data)
+        refused = [isinstance(result, str) for result in outcome[0][:2]]
+        assert refused == [verdict >= 0] * 2, (name, data, outcome[0])
+        if verdict >= 0:
+            assert f"record {verdict} of the batch at offset 0 is malformed" in outcome[0][0]

@@ -34,9 +34,11 @@ All decoding errors are ``kwire.protocol.errors.DecodeError`` subclasses (mostly
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
 from ..primitives import INT32
+from ..splice import SplicedBytes
 from .batch import RecordBatch, RecordBatchBuilder, build_control_batch
 from .batch_header import (
     DELETE_HORIZON_BIT,
@@ -53,6 +55,9 @@ from .batch_header import (
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .legacy import LegacyMessageSetBuilder, LegacyRecordBatch
 from .record import NO_TIMESTAMP, ControlRecord, ControlRecordType, Record, TimestampType
+
+if TYPE_CHECKING:
+    from .batch_header import Data
 
 __all__ = [
     "Compression",
@@ -92,7 +97,7 @@ _MAGIC_OFFSET = MAGIC_AT
 _MIN_ENTRY_SIZE = 14
 
 
-def read_batch(data, pos: int = 0, *,
+def read_batch(data: Data, pos: int = 0, *,
                max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> RecordBatch | LegacyRecordBatch:
     """The batch (v2) or legacy message (v0/v1) at ``pos``, chosen by its magic byte."""
     if len(data) - pos < _MAGIC_OFFSET + 1:
@@ -105,7 +110,7 @@ def read_batch(data, pos: int = 0, *,
     raise CorruptRecordError(f"unknown magic {magic}", what="records", path=["magic"], offset=pos + _MAGIC_OFFSET)
 
 
-def iter_batches(data, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
+def iter_batches(data: Data | SplicedBytes, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
                  ) -> Iterator[RecordBatch | LegacyRecordBatch]:
     """Yield each batch of a records blob (any mix of magic 0, 1 and 2) in order.
 
@@ -113,6 +118,8 @@ def iter_batches(data, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_
     partial batch cut at the fetch size.  Anything else malformed raises ``CorruptRecordError``.
     Batches are lazy views over ``data``; nothing is decoded until you iterate one.
     """
+    if isinstance(data, SplicedBytes):  # a message's records field as built for sending
+        data = data.read()
     if not isinstance(data, (bytes, bytearray)):
         data = memoryview(data).cast("B")
     end = len(data)
@@ -136,7 +143,7 @@ def iter_batches(data, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_
         pos += _LOG_OVERHEAD + size
 
 
-def iter_records(data, *, include_control: bool = False,
+def iter_records(data: Data, *, include_control: bool = False,
                  max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> Iterator[Record]:
     """Yield every record of every batch in a records blob.
 

@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from .batch_header import Data
 
 from ..errors import CorruptRecordError, DecodeError, EncodeError
 from ..primitives import (
@@ -56,6 +59,11 @@ from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, d
 from .crc import crc32c
 from .record import ControlRecord, ControlRecordType, Record, TimestampType, control_key, end_txn_marker_value
 from .walk import MIN_RECORD_SIZE, record_columns
+
+# ``into``: (the consumer's record type, topic, partition); ``wide``: (topic, partition,
+# timestamp type, leader epoch) for building such records.
+Into = tuple[type, str, int]
+_Wide = tuple[str, int, int, int]
 
 __all__ = [
     "RecordBatch",
@@ -126,7 +134,10 @@ class RecordBatch:
 
     magic = 2
 
-    def __init__(self, data, pos: int = 0, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE):
+    _header: tuple[int, ...]
+
+    def __init__(self, data: Data, pos: int = 0, *,
+                 max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> None:
         available = len(data) - pos
         if pos < 0 or available < HEADER_SIZE:
             raise CorruptRecordError(f"truncated batch header: {HEADER_SIZE} bytes needed, {max(available, 0)} left",
@@ -151,7 +162,7 @@ class RecordBatch:
         self.max_decompressed_size = max_decompressed_size
 
     @property
-    def buffer(self):
+    def buffer(self) -> Data:
         """The buffer this batch is a view of (batches of one Fetch answer share it)."""
         return self._data
 
@@ -316,7 +327,7 @@ class RecordBatch:
         """The records section as stored (compressed if the batch is)."""
         return bytes(memoryview(self._data)[self._pos + HEADER_SIZE:self._end])
 
-    def records(self, into: tuple | None = None) -> list:
+    def records(self, into: Into | None = None) -> list[Any]:
         """Decode (decompressing if needed) every record of the batch.
 
         By default each record is a ``Record`` (a ``ControlRecord`` in a control batch).  With
@@ -333,7 +344,7 @@ class RecordBatch:
         return _decode_records(buf, pos, end, h[12], h[0], h[7], append_time, cls, where, self._pos + _COUNT_OFFSET,
                                wide)
 
-    def reader(self, into: tuple) -> RecordReader:
+    def reader(self, into: Into) -> RecordReader:
         """A reader handing out the records of ``records(into)`` a slice at a time
         (``RecordReader.take``), decoding each slice only when asked: records built just before
         use are freed young, which keeps the garbage collector's work small."""
@@ -343,7 +354,7 @@ class RecordBatch:
         return RecordReader((buf, end, h[12], h[0], h[7], append_time, cls, where, self._pos + _COUNT_OFFSET, wide),
                             pos)
 
-    def records_section(self) -> tuple:
+    def records_section(self) -> tuple[Data, int, int, int | None]:
         """``(buf, start, end, append_time)``: the records of the batch are ``buf[start:end]``,
         decompressed if the batch is compressed, else the batch's own buffer (no copy); and
         ``append_time`` the batch's max timestamp with LogAppendTime (every record's timestamp
@@ -361,7 +372,7 @@ class RecordBatch:
                                      offset=start if exc.offset is None else start + exc.offset) from None
         return buf, 0, len(buf), append_time
 
-    def _record_type(self, into: tuple | None) -> tuple[type, tuple | None]:
+    def _record_type(self, into: Into | None) -> tuple[type, _Wide | None]:
         h = self._header
         if into is None:
             return (ControlRecord if h[5] & _CONTROL_BIT else Record), None
@@ -370,7 +381,7 @@ class RecordBatch:
         cls, topic, partition = into
         return cls, (topic, partition, 1 if h[5] & _TIMESTAMP_TYPE_BIT else 0, h[2])
 
-    def _records_buffer(self) -> tuple:
+    def _records_buffer(self) -> tuple[Any, int, int, int | str | None, int | None]:
         """(buf, pos, end, where, append_time) of the records section, decompressed if needed."""
         buf, start, end, append_time = self.records_section()
         if buf is not self._data:
@@ -395,15 +406,15 @@ class RecordReader:
 
     __slots__ = ("_args", "_state")
 
-    def __init__(self, args: tuple, pos: int):
+    def __init__(self, args: tuple[Any, ...], pos: int) -> None:
         self._args = args
         self._state = [0, pos]  # index of the next record, its position
 
     @property
     def done(self) -> bool:
-        return self._state[0] >= self._args[2]
+        return bool(self._state[0] >= self._args[2])
 
-    def take(self, n: int) -> list:
+    def take(self, n: int) -> list[Any]:
         state = self._state
         buf, end, count, base_offset, base_timestamp, append_time, cls, where, count_at, wide = self._args
         stop = min(count, state[0] + max(n, 1))
@@ -413,7 +424,7 @@ class RecordReader:
 
 def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
                     append_time: int | None, cls: type, where: int | str | None, count_at: int,
-                    wide: tuple[str, int, int, int] | None = None, state: list[int] | None = None,
+                    wide: _Wide | None = None, state: list[int] | None = None,
                     stop: int | None = None) -> list[Any]:
     """Decode ``count`` records from ``buf[pos:end]``: the record walk (``walk.record_columns``,
     compiled where built) finds every field, then each record is built from its fields.
@@ -504,22 +515,23 @@ def _read_headers(buf: bytes, pos: int, rec_end: int, count: int) -> list[tuple[
     return headers
 
 
-def _report(pos: int, where) -> int:
-    return pos if where is None or where == "decompressed" else pos + where
+def _report(pos: int, where: int | str | None) -> int:
+    return pos + where if isinstance(where, int) else pos  # None: absolute; "decompressed": as is
 
 
-def _diagnose(buf: bytes, pos: int, end: int, index: int, count: int, where) -> None:
+def _diagnose(buf: bytes, pos: int, end: int, index: int, count: int, where: int | str | None) -> None:
     """Re-read the record at ``pos`` carefully and raise an error naming the bad field.
 
     Only called after the fast decoder failed, so its cost does not matter.
     """
     suffix = " (offset within the decompressed records)" if where == "decompressed" else ""
 
-    def fail(field: str | None, reason: str, at: int):
+    def fail(field: str | None, reason: str, at: int) -> NoReturn:
         raise CorruptRecordError(reason + suffix, what=_WHAT, path=_record_path(index, field),
                                  offset=_report(at, where))
 
-    def varint_field(field: str, at: int, reader=read_varint):
+    def varint_field(field: str, at: int,
+                     reader: Callable[[bytes, int], tuple[int, int]] = read_varint) -> tuple[int, int]:
         if at >= end:
             fail(field, "record ends before this field", at)
         try:
@@ -579,7 +591,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _encode_headers(headers) -> bytes:
+def _encode_headers(headers: Sequence[tuple[str | bytes, bytes | None]]) -> bytes:
     parts = [varint(len(headers))]
     for hkey, hvalue in headers:
         if isinstance(hkey, str):
@@ -594,7 +606,7 @@ def _encode_headers(headers) -> bytes:
     return b"".join(parts)
 
 
-def _encode_body(timestamp, base: int, delta: int, key, value, headers, index: int) -> bytes:
+def _encode_body(timestamp: Any, base: int, delta: int, key: Any, value: Any, headers: Any, index: int) -> bytes:
     """A record without its length prefix, for any input; raises EncodeError for bad values.
 
     The general path behind the builder's fast paths (null values, lengths of 16 KiB or more,
@@ -692,10 +704,10 @@ class RecordBatchBuilder:
             td = timestamp - base
             if 0 <= td < 16384 and delta < 16384:
                 if key is None:
-                    body = b"".join((b"\x00", zz[td], zz[delta], b"\x01", zz[len(value)], value,
+                    body = b"".join((b"\x00", zz[td], zz[delta], b"\x01", zz[len(value)], value,  # type: ignore[arg-type]  # None: TypeError, the general path
                                      _encode_headers(headers) if headers else b"\x00"))
                 else:
-                    body = b"".join((b"\x00", zz[td], zz[delta], zz[len(key)], key, zz[len(value)], value,
+                    body = b"".join((b"\x00", zz[td], zz[delta], zz[len(key)], key, zz[len(value)], value,  # type: ignore[arg-type]  # None: TypeError, the general path
                                      _encode_headers(headers) if headers else b"\x00"))
             else:
                 body = _encode_body(timestamp, base, delta, key, value, headers, len(self))
@@ -737,10 +749,10 @@ class RecordBatchBuilder:
                     td = timestamp - base
                     if 0 <= td < 16384 and delta < 16384:
                         if key is None:
-                            body = join((b"\x00", zz[td], zz[delta], b"\x01", zz[len(value)], value,
+                            body = join((b"\x00", zz[td], zz[delta], b"\x01", zz[len(value)], value,  # type: ignore[arg-type]  # None: TypeError, the general path
                                          _encode_headers(headers) if headers else b"\x00"))
                         else:
-                            body = join((b"\x00", zz[td], zz[delta], zz[len(key)], key, zz[len(value)], value,
+                            body = join((b"\x00", zz[td], zz[delta], zz[len(key)], key, zz[len(value)], value,  # type: ignore[arg-type]  # None: TypeError, the general path
                                          _encode_headers(headers) if headers else b"\x00"))
                     else:
                         body = _encode_body(timestamp, base, delta, key, value, headers, len(parts) >> 1)

@@ -24,7 +24,16 @@ CRC), on top of this view.  Writing: ``rewrite_base_offset``, ``set_log_append_t
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from mmap import mmap
+    from typing import TypeAlias
+
+    # What a batch is read from (a Fetch answer, a segment's bytes or its mapping), and the
+    # writable ones the broker's in-place writes take.
+    Data: TypeAlias = bytes | bytearray | memoryview | mmap
+    Writable: TypeAlias = bytearray | memoryview | mmap
 
 from ..errors import CorruptRecordError, EncodeError
 from .crc import crc32c
@@ -170,7 +179,7 @@ _new = tuple.__new__
 _unpack_header = HEADER_STRUCT.unpack_from
 
 
-def read_header(buf, pos: int = 0) -> RecordBatchHeader:
+def read_header(buf: Data, pos: int = 0) -> RecordBatchHeader:
     """The header of the v2 batch at ``pos``, as stored (nothing is checked; ``struct.error``
     if fewer than 61 bytes are there)."""
     return _new(RecordBatchHeader, _unpack_header(buf, pos))
@@ -182,13 +191,14 @@ def read_header(buf, pos: int = 0) -> RecordBatchHeader:
 read_prefix = _PREFIX.unpack_from
 
 
-def batch_size(buf, pos: int = 0) -> int:
+def batch_size(buf: Data, pos: int = 0) -> int:
     """Bytes of the whole batch at ``pos`` (any magic: offset and size lead every format), from
     its length prefix alone."""
-    return _PREFIX.unpack_from(buf, pos)[1] + LOG_OVERHEAD
+    length: int = _PREFIX.unpack_from(buf, pos)[1]
+    return length + LOG_OVERHEAD
 
 
-def build_batch(header: RecordBatchHeader, records) -> bytearray:
+def build_batch(header: RecordBatchHeader, records: Data) -> bytearray:
     """A whole v2 batch: ``header``'s fields and the records section ``records`` after it.  The
     header's batch_length and crc are not used: they are computed from ``records``."""
     out = bytearray(HEADER_STRUCT.pack(header[0], HEADER_SIZE - LOG_OVERHEAD + len(records), header[2], header[3], 0,
@@ -198,24 +208,27 @@ def build_batch(header: RecordBatchHeader, records) -> bytearray:
     return out
 
 
-def read_last_offset_delta(buf, pos: int = 0) -> int:
-    return _INT32.unpack_from(buf, pos + LAST_OFFSET_DELTA_AT)[0]
+def read_last_offset_delta(buf: Data, pos: int = 0) -> int:
+    delta: int = _INT32.unpack_from(buf, pos + LAST_OFFSET_DELTA_AT)[0]
+    return delta
 
 
-def read_max_timestamp(buf, pos: int = 0) -> int:
-    return _INT64.unpack_from(buf, pos + MAX_TIMESTAMP_AT)[0]
+def read_max_timestamp(buf: Data, pos: int = 0) -> int:
+    timestamp: int = _INT64.unpack_from(buf, pos + MAX_TIMESTAMP_AT)[0]
+    return timestamp
 
 
-def read_attributes(buf, pos: int = 0) -> int:
-    return _INT16.unpack_from(buf, pos + ATTRIBUTES_AT)[0]
+def read_attributes(buf: Data, pos: int = 0) -> int:
+    attributes: int = _INT16.unpack_from(buf, pos + ATTRIBUTES_AT)[0]
+    return attributes
 
 
-def read_producer(buf, pos: int = 0) -> tuple[int, int]:
+def read_producer(buf: Data, pos: int = 0) -> tuple[int, int]:
     """(producer id, producer epoch) of the batch at ``pos``."""
     return _PRODUCER.unpack_from(buf, pos + PRODUCER_AT)
 
 
-def compute_crc(buf, pos: int = 0, end: int | None = None) -> int:
+def compute_crc(buf: Data, pos: int = 0, end: int | None = None) -> int:
     """The CRC-32C the batch at ``pos`` should hold: over attributes..end (``end`` defaults to
     where its batchLength says the batch ends)."""
     if end is None:
@@ -223,12 +236,12 @@ def compute_crc(buf, pos: int = 0, end: int | None = None) -> int:
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_AT:end])
 
 
-def _check_v2(buf, pos: int) -> None:
+def _check_v2(buf: Data, pos: int) -> None:
     if len(buf) - pos < HEADER_SIZE or buf[pos + MAGIC_AT] != 2:
         raise CorruptRecordError("not a v2 record batch", what=_WHAT, offset=pos)
 
 
-def write_crc(buf, pos: int = 0) -> None:
+def write_crc(buf: Writable, pos: int = 0) -> None:
     """Recompute and store the CRC of the v2 batch at ``pos`` in a writable buffer, after a
     change to CRC-covered bytes."""
     _check_v2(buf, pos)
@@ -238,7 +251,7 @@ def write_crc(buf, pos: int = 0) -> None:
     _UINT32.pack_into(buf, pos + CRC_AT, crc32c(memoryview(buf)[pos + ATTRIBUTES_AT:end]))
 
 
-def rewrite_base_offset(buf, base_offset: int, *, partition_leader_epoch: int | None = None, pos: int = 0) -> None:
+def rewrite_base_offset(buf: Data, base_offset: int, *, partition_leader_epoch: int | None = None, pos: int = 0) -> None:
     """Set the base offset (and optionally partition leader epoch) of the v2 batch at ``pos`` in
     a writable buffer, without decoding records or touching the CRC (which does not cover them)."""
     _check_v2(buf, pos)
@@ -253,7 +266,7 @@ def rewrite_base_offset(buf, base_offset: int, *, partition_leader_epoch: int | 
         raise EncodeError(f"cannot store base offset/leader epoch: {exc}", what=_WHAT) from None
 
 
-def set_log_append_time(buf, timestamp: int, *, pos: int = 0) -> None:
+def set_log_append_time(buf: Writable, timestamp: int, *, pos: int = 0) -> None:
     """Mark the v2 batch at ``pos`` in a writable buffer as LogAppendTime with max timestamp
     ``timestamp``, as a broker does on append (Kafka's LogValidator).  Both fields are
     CRC-covered (unlike the base offset), so the CRC is recomputed; records are not decoded."""

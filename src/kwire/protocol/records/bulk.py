@@ -74,12 +74,16 @@ def encode_records_py(values: Sequence[bytes | None], keys: Sequence[bytes | Non
     """``encode_records`` in Python (the same bytes, the same stopping rule)."""
     if not 0 <= start <= stop <= len(values):
         raise ValueError(f"records {start}..{stop} of {len(values)}")
-    one_key = not isinstance(keys, (list, tuple))
-    if one_key:
-        if keys is not None and type(keys) is not bytes:
-            raise TypeError(f"key 0 is {type(keys).__name__}, not bytes or None")
-    elif len(keys) != len(values):
-        raise ValueError(f"{len(keys)} keys for {len(values)} values")
+    key_list: Sequence[bytes | None] | None = None
+    single: bytes | None = None
+    if isinstance(keys, (list, tuple)):
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        key_list = keys
+    elif keys is None or type(keys) is bytes:
+        single = keys
+    else:
+        raise TypeError(f"key 0 is {type(keys).__name__}, not bytes or None")
     parts: list[bytes] = []
     total = 0
     ts = _zigzag(ts_delta)
@@ -87,7 +91,7 @@ def encode_records_py(values: Sequence[bytes | None], keys: Sequence[bytes | Non
     delta = first_delta
     while i < stop and i - start < max_count:
         value = values[i]
-        key = keys if one_key else keys[i]
+        key = single if key_list is None else key_list[i]
         for what, item in (("value", value), ("key", key)):
             if item is not None and type(item) is not bytes:
                 raise TypeError(f"{what} {i} is {type(item).__name__}, not bytes or None")
@@ -119,7 +123,9 @@ def encode_records(values: Sequence[bytes | None], keys: Sequence[bytes | None] 
     ``TypeError`` names the first key or value that is not bytes or None.
     """
     if _encode_v2 is not None:
-        return _encode_v2(values, keys, headers, start, stop, first_delta, ts_delta, max_bytes, max_count, max_record)
+        encoded: tuple[bytes, int] = _encode_v2(values, keys, headers, start, stop, first_delta, ts_delta, max_bytes,
+                                                max_count, max_record)
+        return encoded
     return encode_records_py(values, keys, headers, start, stop, first_delta, ts_delta, max_bytes, max_count,
                              max_record)
 
@@ -154,4 +160,5 @@ def murmur2_partitions(keys: Sequence[bytes | None], partitions: int) -> list[in
     not bytes (the caller then asks the partitioner key by key)."""
     if _murmur2_partitions is None:
         return None
-    return _murmur2_partitions(keys, partitions)
+    partitioned: list[int] | None = _murmur2_partitions(keys, partitions)
+    return partitioned

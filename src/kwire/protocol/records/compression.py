@@ -12,7 +12,15 @@ from __future__ import annotations
 import threading
 import warnings
 import zlib
+from collections.abc import Callable
 from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # A payload: bytes, or a view of a batch's bytes (a Fetch answer, a segment's mapping).
+    Bytes: TypeAlias = bytes | bytearray | memoryview
 
 from ..errors import CorruptRecordError, DecodeError, EncodeError
 from ..primitives import INT32, read_uvarint
@@ -103,14 +111,14 @@ def xxh32(data: bytes, seed: int = 0) -> int:
 # ----------------------------------------------------------------------------------------
 # gzip
 
-def _gzip_compress(data, level: int | None = None) -> bytes:
+def _gzip_compress(data: Bytes, level: int | None = None) -> bytes:
     # Level 6 is Java's Deflater default, which Kafka producers use unless configured; Kafka's
     # compression.gzip.level -1 means that default too.
     c = zlib.compressobj(6 if level is None or level < 0 else level, zlib.DEFLATED, 31)
     return c.compress(data) + c.flush()
 
 
-def _gzip_decompress(data, max_size: int) -> bytes:
+def _gzip_decompress(data: Bytes, max_size: int) -> bytes:
     out = []
     total = 0
     rest = bytes(data)
@@ -149,7 +157,7 @@ _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
 _SNAPPY_MAX_RATIO = 22
 
 
-def _snappy_compress(data) -> bytes:
+def _snappy_compress(data: Bytes) -> bytes:
     import cramjam
 
     data = bytes(data)
@@ -162,7 +170,7 @@ def _snappy_compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_raw_len(block, offset: int) -> int:
+def _snappy_raw_len(block: bytes, offset: int) -> int:
     try:
         n, _ = read_uvarint(block, 0)
     except DecodeError:
@@ -173,7 +181,7 @@ def _snappy_raw_len(block, offset: int) -> int:
     return n
 
 
-def _snappy_decompress(data, max_size: int) -> bytes:
+def _snappy_decompress(data: Bytes, max_size: int) -> bytes:
     import cramjam
 
     data = bytes(data)
@@ -235,17 +243,17 @@ _LZ4_MAX_RATIO = 255
 LZ4_DEFAULT_LEVEL = 9
 
 
-def _lz4_compress(data, legacy_checksum: bool, level: int | None = None) -> bytes:
+def _lz4_compress(data: Bytes, legacy_checksum: bool, level: int | None = None) -> bytes:
     import cramjam
 
     data = bytes(data)
     parts = [_LZ4_HEADER_LEGACY if legacy_checksum else _LZ4_HEADER]
     high = _lz4_high_compressor(level) if level is not None and level != LZ4_DEFAULT_LEVEL else None
     if high is None:
-        def block_compress(chunk):
+        def block_compress(chunk: bytes) -> Any:
             return cramjam.lz4.compress_block(chunk, store_size=False)
     else:
-        def block_compress(chunk):
+        def block_compress(chunk: bytes) -> Any:
             return high(chunk, mode="high_compression", compression=level, store_size=False)
     for i in range(0, len(data), _LZ4_BLOCK):
         chunk = data[i:i + _LZ4_BLOCK]
@@ -261,24 +269,25 @@ def _lz4_compress(data, legacy_checksum: bool, level: int | None = None) -> byte
     return b"".join(parts)
 
 
-def _lz4_high_compressor(level: int):
+def _lz4_high_compressor(level: int) -> Callable[..., bytes] | None:
     """lz4's high-compression block compressor (the ``lz4`` package: cramjam's block API has no
     such mode), or None with a warning, once, where that package is missing."""
     try:
-        import lz4.block
+        import lz4.block  # type: ignore[import-untyped]  # (no type information shipped)
     except ImportError:
         if not _lz4_warned:
             _lz4_warned.append(level)
             warnings.warn(f"lz4 level {level} needs the 'lz4' package (pip install lz4); compressing with lz4's "
                           "fast mode instead", RuntimeWarning, stacklevel=3)
         return None
-    return lz4.block.compress
+    compressor: Callable[..., bytes] = lz4.block.compress
+    return compressor
 
 
 _lz4_warned: list[int] = []
 
 
-def _lz4_decompress(data, max_size: int) -> bytes:
+def _lz4_decompress(data: Bytes, max_size: int) -> bytes:
     import cramjam
 
     data = bytes(data)
@@ -375,7 +384,7 @@ _ZSTD_BLOCK_MAX = 128 * 1024
 _zstd_local = threading.local()
 
 
-def _zstd_compress(data, level: int | None = None) -> bytes:
+def _zstd_compress(data: Bytes, level: int | None = None) -> bytes:
     import zstandard
 
     if level is not None and level != 3:
@@ -428,8 +437,8 @@ def _zstd_bound(data: bytes, max_size: int) -> int:
         if fcs_len:
             fcs = int.from_bytes(data[pos:pos + fcs_len], "little") + (256 if fcs_len == 2 else 0)
             pos += fcs_len
-        if window is None:
-            window = fcs
+        if window is None:  # a single-segment frame: its content size (always there) is its window
+            window = fcs if fcs is not None else 0
         # The decoder allocates a window-sized buffer: a forged window must not exceed the limit.
         if window > max_size and (fcs is None or fcs > max_size):
             raise CorruptRecordError(f"zstd: window of {window} bytes exceeds the maximum of {max_size} bytes",
@@ -477,7 +486,7 @@ def _zstd_bound(data: bytes, max_size: int) -> int:
     return total
 
 
-def _zstd_decompress(data, max_size: int) -> bytes:
+def _zstd_decompress(data: Bytes, max_size: int) -> bytes:
     import cramjam
 
     data = bytes(data)
@@ -492,7 +501,7 @@ def _zstd_decompress(data, max_size: int) -> bytes:
 
 # ----------------------------------------------------------------------------------------
 
-def compress(codec: int, data, *, legacy_lz4_checksum: bool = False, level: int | None = None) -> bytes:
+def compress(codec: int, data: Bytes, *, legacy_lz4_checksum: bool = False, level: int | None = None) -> bytes:
     """Compress ``data`` as Kafka stores it for ``codec``.
 
     Snappy is written in the xerial framing Java uses; LZ4 as a frame with independent 64 KiB
@@ -513,7 +522,7 @@ def compress(codec: int, data, *, legacy_lz4_checksum: bool = False, level: int 
     raise EncodeError(f"unknown compression codec {codec!r}", what=_WHAT)
 
 
-def decompress(codec: int, data, *, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
+def decompress(codec: int, data: Bytes, *, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
     """Decompress a Kafka-compressed payload, refusing output larger than ``max_size`` bytes.
 
     Raises ``CorruptRecordError`` for any malformed, truncated or oversized payload.  LZ4 frames

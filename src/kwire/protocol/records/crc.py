@@ -18,9 +18,10 @@ def _choose() -> Callable[..., int]:
     try:
         from . import _layout
     except ImportError:
-        _layout = None
-    if _layout is not None and hasattr(_layout, "crc32c") and _layout.crc32c_hardware():
-        return _layout.crc32c
+        pass
+    else:
+        if hasattr(_layout, "crc32c") and _layout.crc32c_hardware():
+            return _layout.crc32c
     from crc32c import crc32c as package_crc32c
 
     return package_crc32c

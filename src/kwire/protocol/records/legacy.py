@@ -17,11 +17,18 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptRecordError, DecodeError, EncodeError
 from ..primitives import INT32, INT64, UINT32
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .record import NO_TIMESTAMP, Record, TimestampType
+
+if TYPE_CHECKING:
+    from .batch_header import Data
+
+# (offset, magic, attributes, timestamp, key, value, crc, where the entry ends)
+_Message = tuple[int, int, int, int, "bytes | None", "bytes | None", int, int]
 
 __all__ = ["LegacyRecordBatch", "LegacyMessageSetBuilder"]
 
@@ -37,7 +44,7 @@ _MESSAGE_OVERHEAD = (14, 22)
 _TIMESTAMP_TYPE_BIT = 0x08
 
 
-def _parse_message(data, pos: int, end: int, what: str, path: list[str]):
+def _parse_message(data: Data, pos: int, end: int, what: str, path: list[str]) -> _Message:
     """Parse the message at ``pos`` (entry ends at or before ``end``).
 
     Returns ``(offset, magic, attributes, timestamp, key, value, crc, entry_end)``; key and
@@ -68,7 +75,7 @@ def _parse_message(data, pos: int, end: int, what: str, path: list[str]):
     else:
         raise CorruptRecordError(f"magic {magic} is not 0 or 1", what=what, path=[*path, "magic"],
                                  offset=pos + _MAGIC_OFFSET)
-    fields = []
+    fields: list[bytes | None] = []
     for field in ("key", "value"):
         if entry_end - p < 4:
             raise CorruptRecordError(f"message ends before the {field} length", what=what, path=[*path, field],
@@ -105,7 +112,16 @@ class LegacyRecordBatch:
     producer_epoch = -1
     base_sequence = -1
 
-    def __init__(self, data, pos: int = 0, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE):
+    offset: int
+    magic: int
+    attributes: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    crc: int
+
+    def __init__(self, data: Data, pos: int = 0, *,
+                 max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> None:
         if pos < 0 or len(data) - pos < _LOG_OVERHEAD + 5:
             raise CorruptRecordError("truncated message header", what=_WHAT, offset=pos)
         (self.offset, self.magic, self.attributes, self.timestamp, self.key, self.value, self.crc,
@@ -202,7 +218,7 @@ class LegacyRecordBatch:
         if not self.attributes & 0x07:
             return [Record(self.offset, self.timestamp, self.key, self.value, [])]
         inner = self._inner_set()
-        entries = []
+        entries: list[_Message] = []
         pos = 0
         end = len(inner)
         # Byte offsets in these errors are within the decompressed inner message set.
@@ -244,7 +260,7 @@ class LegacyMessageSetBuilder:
                  "_max_ts", "_n")
 
     def __init__(self, magic: int, *, compression: int = Compression.NONE, base_offset: int = 0,
-                 timestamp_type: int = TimestampType.CREATE_TIME, log_append_time: int | None = None):
+                 timestamp_type: int = TimestampType.CREATE_TIME, log_append_time: int | None = None) -> None:
         if magic not in (0, 1):
             raise EncodeError(f"legacy message sets have magic 0 or 1, not {magic!r}", what=_WHAT)
         if compression not in (0, 1, 2, 3):
@@ -281,7 +297,7 @@ class LegacyMessageSetBuilder:
         except (TypeError, struct.error) as exc:
             raise EncodeError(f"cannot encode message: {exc}", what=_WHAT, path=[f"messages[{index}]"]) from None
         self._messages += message
-        if self.magic and timestamp > self._max_ts:
+        if timestamp is not None and self.magic and timestamp > self._max_ts:  # v1 always has one
             self._max_ts = timestamp
         self._n += 1
         return self.base_offset + index
@@ -304,7 +320,7 @@ class LegacyMessageSetBuilder:
             raise EncodeError(f"cannot encode wrapper message: {exc}", what=_WHAT) from None
 
 
-def _encode_message(offset: int, magic: int, attributes: int, timestamp: int | None, key, value) -> bytes:
+def _encode_message(offset: int, magic: int, attributes: int, timestamp: int | None, key: Any, value: Any) -> bytes:
     if magic:
         head = struct.pack(">bbq", magic, attributes, timestamp)
     else:

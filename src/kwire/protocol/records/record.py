@@ -52,12 +52,14 @@ class ControlRecord(Record):
     @property
     def version(self) -> int:
         """Control key version (0 for every Kafka release so far)."""
-        return INT16.unpack_from(self.key, 0)[0]
+        version: int = INT16.unpack_from(self.key, 0)[0]  # type: ignore[arg-type]  # never None (readers check)
+        return version
 
     @property
     def type(self) -> int:
         """Control type: 0 abort, 1 commit (other values are KRaft/internal markers)."""
-        return INT16.unpack_from(self.key, 2)[0]
+        control_type: int = INT16.unpack_from(self.key, 2)[0]  # type: ignore[arg-type]  # never None
+        return control_type
 
     @property
     def is_commit(self) -> bool:
@@ -73,7 +75,8 @@ class ControlRecord(Record):
         value = self.value
         if value is None or len(value) < 6:
             return None
-        return INT32.unpack_from(value, 2)[0]
+        epoch: int = INT32.unpack_from(value, 2)[0]
+        return epoch
 
 
 def control_key(control_type: int, version: int = 0) -> bytes:

@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import warnings
 from array import array
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 # numpy (kwire's spark extra) lets the fallback read fields for all records at once.  It is
 # imported the first time the fallback could use it, not with this module: every command line
 # imports the record layer, and numpy's import takes longer than a one-record produce.
-_np = None
+_np: Any = None  # numpy, once imported (untyped here: an optional extra)
 _numpy_tried = False
 
 
-def _numpy():
+def _numpy() -> Any:
     """numpy, or None where it is not installed (imported once, on first use)."""
     global _np, _numpy_tried
     if not _numpy_tried:
@@ -47,7 +52,7 @@ def _numpy():
 try:  # the optional compiled accelerator (setup.py)
     from . import _layout
 except ImportError:  # not built, or kwire imported from a zip
-    _layout = None
+    _layout = None  # type: ignore[assignment]  # (the checks below read it as optional)
 
 __all__ = [
     "FIELDS",
@@ -104,7 +109,7 @@ def _warn_once() -> None:
                       "headers to build it", RecordWalkWarning, stacklevel=3)
 
 
-def scan_records(buf, pos: int, stop: int, count: int, out, row: int) -> int:
+def scan_records(buf: Buffer, pos: int, stop: int, count: int, out: Buffer, row: int) -> int:
     """Read the fields of the ``count`` v2 records in ``buf[pos:stop]`` into columns
     ``row..row+count-1`` of ``out``, a C-contiguous int64 array of shape (9, N) (rows:
     ``FIELDS``).  Returns -1 if every record parses and they fill ``buf[pos:stop]`` exactly,
@@ -116,7 +121,7 @@ def scan_records(buf, pos: int, stop: int, count: int, out, row: int) -> int:
     return scan_records_python(buf, pos, stop, count, out, row)
 
 
-def record_columns(buf, pos: int, stop: int, count: int, *,
+def record_columns(buf: Buffer, pos: int, stop: int, count: int, *,
                    compiled: bool | None = None) -> tuple[list[list[int]], int]:
     """The walk's fields of the ``count`` v2 records in ``buf[pos:stop]`` as nine lists
     (``FIELDS``: element ``i`` of each is record ``i``'s), and what ``scan_records`` returns
@@ -152,7 +157,7 @@ def record_columns(buf, pos: int, stop: int, count: int, *,
     return [flat[k * count:(k + 1) * count] for k in range(_N_FIELDS)], bad
 
 
-def scan_sections(buf, sections, out) -> tuple[int, int] | None:
+def scan_sections(buf: Buffer, sections: Sequence[tuple[int, int, int]], out: Buffer) -> tuple[int, int] | None:
     """``scan_records`` over the record sections of many batches of one buffer: ``sections``
     holds ``(pos, stop, count)`` per batch, whose records fill the next ``count`` columns of
     ``out`` (from column 0).  None if every record parses; else ``(k, index)``: section ``k``
@@ -182,7 +187,7 @@ def scan_sections(buf, sections, out) -> tuple[int, int] | None:
     return None
 
 
-def _varint(buf, p: int, end: int, width: int) -> tuple[int, int] | None:
+def _varint(buf: Any, p: int, end: int, width: int) -> tuple[int, int] | None:
     """A zigzag varint of at most ``width`` bytes at ``p``, all before ``end``: (value, position
     after it), or None.  Values are those of C's 64-bit arithmetic (bits past 64 dropped)."""
     raw = shift = 0
@@ -198,7 +203,7 @@ def _varint(buf, p: int, end: int, width: int) -> tuple[int, int] | None:
     return None
 
 
-def scan_records_python(buf, pos: int, stop: int, count: int, out, row: int) -> int:
+def scan_records_python(buf: Buffer, pos: int, stop: int, count: int, out: Buffer, row: int) -> int:
     """``scan_records`` in Python: the fallback, and the reference the accelerator is tested
     against (same arguments, same checks, same results).
 
@@ -238,7 +243,7 @@ def _fill_d2() -> None:
 _D2: list[int] = []
 
 
-def _scan_exact(buf, pos: int, stop: int, count: int, cells, stride: int, row: int) -> int:
+def _scan_exact(buf: Any, pos: int, stop: int, count: int, cells: Any, stride: int, row: int) -> int:
     """The record-by-record walk (``cells``: ``out`` as a flat int64 view, or a list)."""
     if not _D2:
         _fill_d2()
@@ -357,7 +362,8 @@ def _step_2() -> list[int]:
     return _STEP_2
 
 
-def _scan_vectorized(buf, sections, view, stride: int, row: int) -> bool:
+def _scan_vectorized(buf: Any, sections: Sequence[tuple[int, int, int]], view: memoryview, stride: int,
+                     row: int) -> bool:
     """Fill the columns of the records of ``sections`` (``(pos, stop, count)`` each, their
     records in consecutive columns from ``row``) if every one parses; False (columns
     unspecified) if one may not, for the record-by-record walk to find it.  One numpy pass for
@@ -398,7 +404,10 @@ def _scan_vectorized(buf, sections, view, stride: int, row: int) -> bool:
     ends[:-1] = starts_a[1:]
     counts = [count for _, _, count in sections if count]
     ends[np.cumsum(counts) - 1] = [stop for _, stop, count in sections if count]
-    firsts = _varints(u8, starts_a, 5)[1]  # past the length prefixes the walk checked
+    prefixes = _varints(u8, starts_a, 5)  # the length prefixes the walk checked: never None
+    if prefixes is None:
+        return False
+    firsts = prefixes[1]
     fields = _fields(u8, firsts + 1, total)  # + 1: the attributes byte, unused since Kafka 0.11
     if fields is None or not _consistent(fields, ends):
         return False
@@ -407,7 +416,7 @@ def _scan_vectorized(buf, sections, view, stride: int, row: int) -> bool:
     return True
 
 
-def _varints(u8, at, width: int):
+def _varints(u8: Any, at: Any, width: int) -> tuple[Any, Any] | None:
     """The zigzag varints at positions ``at`` (at most ``width`` bytes each): (values, positions
     after them); None if one is longer or runs off the buffer.  64-bit arithmetic, as C's."""
     np = _np
@@ -438,7 +447,7 @@ def _varints(u8, at, width: int):
     return values, at + length
 
 
-def _fields(u8, at, n: int) -> tuple | None:
+def _fields(u8: Any, at: Any, n: int) -> tuple[Any, ...] | None:
     """Every field after the length prefixes (``at``: where the timestamp deltas are)."""
     np = _np
     got = _varints(u8, at, 10)  # timestamp delta: a varlong
@@ -464,7 +473,7 @@ def _fields(u8, at, n: int) -> tuple | None:
     return ts_delta, off_delta, key_at, key_len, value_at, value_len, header_count, header_at
 
 
-def _consistent(fields: tuple, ends) -> bool:
+def _consistent(fields: tuple[Any, ...], ends: Any) -> bool:
     """Whether every record's fields end where its length says (exactly, for a record without
     headers; within it for one with headers, which the caller parses).  The fields follow each
     other, so the last one ending within the record puts every one within it."""
