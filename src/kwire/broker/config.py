@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,10 @@ class BrokerConfig:
         # Kafka's floor: the dedupe buffer must hold at least one entry per thread.
         if self.log_cleaner_dedupe_buffer_size < 1024 * 1024 * self.log_cleaner_threads:
             raise ConfigError("log_cleaner_dedupe_buffer_size must be at least 1 MiB per cleaner thread")
+        # The worker gets the segments' descriptors over a Unix socket (storage/cleaner_worker.py).
+        if self.log_cleaner_worker_process and not hasattr(socket, "send_fds"):
+            raise ConfigError("log_cleaner_worker_process needs Unix sockets that pass file descriptors "
+                              "(socket.send_fds), which this platform lacks")
         if self.page_cache_bytes != -1 and self.page_cache_bytes < MIN_PAGE_CACHE_BYTES:
             raise ConfigError(f"page_cache_bytes must be -1 (no limit) or >= {MIN_PAGE_CACHE_BYTES}, "
                               f"got {self.page_cache_bytes}")

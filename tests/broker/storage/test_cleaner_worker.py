@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import threading
 import time
 
@@ -349,3 +350,15 @@ def test_a_worker_killed_before_it_read_the_job_fails_that_clean_only(tmp_path, 
         assert worker.pid not in (None, pid)
     finally:
         log.close()
+
+
+def test_the_setting_is_refused_where_descriptors_cannot_be_passed(monkeypatch):
+    """On a platform without socket.send_fds (Windows) the broker refuses the setting at start
+    (and AlterConfigs, which builds the same BrokerConfig) rather than failing every clean."""
+    from kwire.broker.config import ConfigError, load_config
+
+    assert load_config(None, log_cleaner_worker_process=True).log_cleaner_worker_process
+    monkeypatch.delattr(socket, "send_fds")
+    with pytest.raises(ConfigError, match="log_cleaner_worker_process needs Unix sockets"):
+        load_config(None, log_cleaner_worker_process=True)
+    assert not load_config(None).log_cleaner_worker_process
