@@ -168,12 +168,13 @@ class FrameSplitter:
         completed, in order, each a ``bytearray`` the caller owns."""
         if self._broken is not None:
             raise self._broken
-        frame, frame_view = self._frame, self._frame_view
+        frame = self._frame
         if frame is not None:
-            assert frame_view is not None  # set and cleared together with _frame
             self._filled += nbytes
             if self._filled < len(frame):
                 return []
+            frame_view = self._frame_view
+            assert frame_view is not None  # set and cleared together with _frame
             frame_view.release()  # the frame must stay resizable for its new owner
             self._frame = self._frame_view = None
             return [frame]
@@ -227,9 +228,9 @@ class FrameSplitter:
 
     def _split_stage(self) -> list[bytearray]:
         self.blocked = False
-        stage, stage_view, start, end = self._stage, self._stage_view, self._start, self._end
+        stage, start, end = self._stage, self._start, self._end
         # Only reached through buffer_updated/retry, after get_buffer() allocated the stage.
-        assert stage is not None and stage_view is not None
+        assert stage is not None
         skip = 0 if self._keep_prefix else 4
         frames: list[bytearray] = []
         while end - start >= 4:
@@ -244,6 +245,8 @@ class FrameSplitter:
                 break
             have = end - start - skip
             frame = self._frame_buffer(total - skip)
+            stage_view = self._stage_view
+            assert stage_view is not None  # allocated with the stage
             frame[:have] = stage_view[start + skip:end]
             self._frame, self._frame_view, self._filled = frame, memoryview(frame), have
             start = end
