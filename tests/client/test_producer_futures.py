@@ -187,3 +187,51 @@ def test_an_unknown_future_layout_falls_back_to_futures_as_python_makes_them():
     out = subprocess.run([sys.executable, "-c", _FALLBACK], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_unobserved_means_no_reference_callback_waiter_or_weakref_but_the_callers(condition):
+    import weakref
+
+    from kwire.client.producer_futures import unobserved
+
+    future = RecordFuture(condition)
+    assert unobserved(future)
+    held = [future]
+    assert not unobserved(future)
+    del held
+    ref = weakref.ref(future)
+    assert not unobserved(future)
+    del ref
+    assert unobserved(future)
+    assert not unobserved(RecordFuture(condition, on_delivery=print))
+    future.add_done_callback(lambda f: None)
+    assert not unobserved(future)
+    waited = RecordFuture(condition)
+    concurrent.futures.wait([waited], timeout=0)  # made its waiter list (empty again)
+    assert not unobserved(waited)
+
+
+def test_dropped_futures_are_not_kept_and_their_records_still_count():
+    """``producer.produce(...)`` as a statement: the queued record keeps no future, and flush,
+    len() and the offsets are as if it did."""
+    import time
+
+    with EmbeddedBroker(default_partitions=1) as broker, \
+            Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 60_000}) as producer:
+        kept_first = producer.produce("dropped", b"first")
+        for i in range(300):
+            producer.produce("dropped", b"v%d" % i)
+        chained = []
+        producer.produce("dropped", b"chained").add_done_callback(chained.append)
+        kept_last = producer.produce("dropped", b"last")
+        deadline = time.monotonic() + 20
+        while producer._core.handoff and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(producer) == 303  # all queued (linger), none delivered yet
+        gc.collect()
+        alive = [o for o in gc.get_objects() if isinstance(o, RecordFuture)]
+        assert len(alive) == 3, alive  # first, chained (its callback waits) and last
+        assert producer.flush(20) == 0
+        assert len(producer) == 0
+        assert kept_first.result(0).offset == 0 and kept_last.result(0).offset == 302
+        assert len(chained) == 1 and chained[0].result(0).offset == 301

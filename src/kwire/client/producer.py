@@ -87,7 +87,7 @@ from .loop_thread import LoopThread
 from .partitioner import Partitioner
 from .producer_bulk import BulkDelivery
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
-from .producer_futures import RecordFuture, resolve
+from .producer_futures import RecordFuture, resolve, unobserved
 from .retry import retrying
 from .sender import FIRST_BATCH_PRODUCE_VERSION, Sender, raise_partition_errors
 from .transactions import (
@@ -988,7 +988,8 @@ class _SyncCore(AsyncProducer):
         # The last topic's route: nothing here awaits, so the metadata cannot change meanwhile.
         last_topic = last_route = None
         while handoff:
-            topic, partition, key, value, timestamp, headers, future, size = record = take()
+            # (Unpacked, not kept: the future's references are counted below.)
+            topic, partition, key, value, timestamp, headers, future, size = take()
             self.taken_bytes += size
             if self._state != _RUNNING:
                 self.fail_record(future, key, value, timestamp, topic, partition,
@@ -1008,8 +1009,14 @@ class _SyncCore(AsyncProducer):
             if route is None or (partition is not None and partition >= route.count):
                 # The topic's metadata went away since produce() looked: wait like send() does.
                 # Records after it may overtake it; that is a topic changing under the producer.
-                asyncio.ensure_future(self._append_late(record))
+                asyncio.ensure_future(self._append_late((topic, partition, key, value, timestamp, headers, future,
+                                                         size)))
                 continue
+            if unobserved(future):
+                # The caller dropped it and nothing waits on it: the batch keeps no future (and
+                # the collector walks no object) for this record.  Its outcome still counts in
+                # flush() and len(); only the future, which nobody can reach, is not completed.
+                future = None
             self._append(topic, route, partition, key, value, timestamp, headers, future, size)
 
     async def _append_late(self, record: tuple) -> None:
@@ -1077,11 +1084,17 @@ class _SyncCore(AsyncProducer):
         else:
             offsets = itertools.count(base_offset)
         timestamps = itertools.repeat(log_append_time) if log_append_time >= 0 and error is None else batch.timestamps
+        rows = zip(offsets, batch.keys, batch.values, timestamps, strict=False)
+        futures = batch.tokens
+        dropped = futures.count(None)  # records whose future nobody could see (drain_handoff)
+        if dropped:
+            if dropped == len(futures):
+                return
+            rows = itertools.compress(rows, futures)  # (a RecordFuture is true, None false)
+            futures = [future for future in futures if future is not None]
         metadatas = [RecordMetadata(topic, partition, offset, timestamp, -1 if key is None else len(key),
                                     -1 if value is None else len(value))
-                     for offset, key, value, timestamp in zip(offsets, batch.keys, batch.values, timestamps,
-                                                              strict=False)]
-        futures = batch.tokens
+                     for offset, key, value, timestamp in rows]
         resolve(self.condition, futures, metadatas, error)
         # Which records have a callback, looked up in C: most often none has one.
         on_delivery = list(map(_ON_DELIVERY, futures))

@@ -23,12 +23,14 @@ instead.
 from __future__ import annotations
 
 import concurrent.futures
+import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import _base
 from typing import Any
 
-__all__ = ["RecordFuture", "resolve"]
+__all__ = ["RecordFuture", "resolve", "unobserved"]
 
 _PENDING = getattr(_base, "PENDING", None)
 _FINISHED = getattr(_base, "FINISHED", None)
@@ -154,3 +156,46 @@ _FAST = _FAST and _lazy_lists_work()
 if not _FAST:
     # Future's own lists, made by Future.__init__ as it likes (the slots stay unused).
     del RecordFuture._waiters, RecordFuture._done_callbacks
+
+
+# -- futures nobody can observe ----------------------------------------------------------------
+# Most callers drop produce()'s future at once (``producer.produce(...)`` as a statement).  A
+# future that nothing but the producer references, with no callback, waiter or weak reference,
+# can never be looked at again: the producer need not keep it until delivery, and then a queued
+# record is no object at all for the collector.  Only reference counts can tell, so this is
+# used where they are exact and counted the same way everywhere (CPython with the GIL, up to
+# 3.13; 3.14 borrows references on the stack), and calibrated here with the same call shape.
+
+
+def _count(future: RecordFuture) -> int:
+    return sys.getrefcount(future)
+
+
+def _probe(future: RecordFuture) -> int:
+    return _count(future)  # (unobserved's shape: caller's variable, one call, then _count)
+
+
+def _alone_count() -> int | None:
+    if not (_FAST and sys.implementation.name == "cpython" and sys.version_info < (3, 14)
+            and getattr(sys, "_is_gil_enabled", lambda: True)()):
+        return None
+    condition = threading.Condition()
+    future = RecordFuture(condition)
+    alone = _probe(future)
+    held = [future]
+    if _probe(future) != alone + 1 or _probe(RecordFuture(condition)) > alone:
+        return None  # counts that do not follow references one for one: do not rely on them
+    del held
+    return alone
+
+
+_ALONE = _alone_count()
+
+
+def unobserved(future: RecordFuture) -> bool:
+    """Whether the caller's one variable is the only way to ``future`` (and no callback, waiter or
+    weak reference waits on it): completing it would change nothing anyone can see.  False
+    wherever that cannot be known."""
+    return (_ALONE is not None and _count(future) <= _ALONE and future.on_delivery is None
+            and future._callback_list is None and future._waiter_list is None
+            and not weakref.getweakrefcount(future))
