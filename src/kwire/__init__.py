@@ -9,7 +9,21 @@ only need the codec (``kwire.protocol``).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # The names of __all__ as type checkers and editors see them (at run time each loads on first
+    # use); the rest of kwire.client's exports are typed in kwire.client.
+    from .broker import EmbeddedBroker as EmbeddedBroker
+    from .client import Admin as Admin
+    from .client import AsyncAdmin as AsyncAdmin
+    from .client import AsyncConsumer as AsyncConsumer
+    from .client import AsyncProducer as AsyncProducer
+    from .client import Consumer as Consumer
+    from .client import NewTopic as NewTopic
+    from .client import Producer as Producer
+    from .client import RebalanceListener as RebalanceListener
+    from .client import TopicPartition as TopicPartition
 
 __version__ = "0.1.0"
 

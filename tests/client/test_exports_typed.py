@@ -28,3 +28,14 @@ def test_every_export_loads_from_its_module():
     for name, module in kwire.client._EXPORTS.items():
         value = getattr(kwire.client, name)
         assert value is getattr(importlib.import_module(f"kwire.client.{module}"), name)
+
+
+def test_kwire_typed_names_are_its_all():
+    import kwire
+
+    tree = ast.parse(Path(kwire.__file__).read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    typed = {alias.asname for node in block.body for alias in node.names}
+    assert typed == set(kwire.__all__) - {"__version__"}
+    for name in typed:
+        assert getattr(kwire, name) is not None
