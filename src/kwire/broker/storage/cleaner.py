@@ -81,17 +81,17 @@ class CleanerConfig:
     # each cleaner thread reads and writes in a worker process of its own (cleaner_worker.py),
     # so the cleaner's Python work does not hold the broker's GIL.  Off by default: it is not
     # yet shown to be clearly better for producers (benchmarks/RESULTS.md, third session, H21;
-    # ``bench_cleaner.py --cleaner-in both``, the three brokers alternated, the VM at load 9-14):
-    # - produce p50 over all slices, thread/worker: 1.18x, 2.36x, 7.14x, 1.78x and 0.37x in five
-    #   runs, but round by round the worker's slice was the faster in only 23 of 42 rounds, and
-    #   the cleaner-off broker's own p50 moved from 0.4 to 146 ms between slices: noise;
+    # ``bench_cleaner.py --cleaner-in both``, the three brokers alternated, the VM at load 6-14):
+    # - produce p50 over all slices, thread/worker: 1.12-7.14x in five runs, 0.37x in a sixth,
+    #   but round by round the worker's slice was the faster in only 27 of 51 rounds, and the
+    #   cleaner-off broker's own p50 moved from 0.4 to 146 ms between slices: noise;
     # - without the network (robust at that load): the event loop's wake-up lateness during a
     #   clean, p50 0.14 ms with the worker as with no clean, 1.97 ms with the thread
     #   (``--only lag``); appends to the log being cleaned, p50 0.92x of no clean with the
     #   worker against 0.84x with the thread, p99 4.0 against 8.2 ms (``--only append``);
     # - clean speed the same (``--only cleaner``: best 1.00x, median 1.28x of the thread's), and
     #   in the produce runs the worker cleaned 1.2-1.6x the bytes at the same producer throughput
-    #   (worker/thread 0.90-1.13x);
+    #   (worker/thread 0.82-1.13x);
     # - its cost: one more process per cleaner thread, ~30 MB RSS, started at the first clean.
     # The one run that decides is on a quiet machine (the thread's p50 ratio there was 0.72x):
     # ``bench_cleaner.py --only produce --cleaner-in both --slices 9``.
