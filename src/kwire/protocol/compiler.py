@@ -16,6 +16,7 @@ import marshal
 import os
 import struct
 import sys
+import threading
 import uuid
 import zlib
 from collections.abc import Callable
@@ -678,7 +679,8 @@ def _compiled(source: str, filename: str) -> CodeType:
     if not sys.dont_write_bytecode:
         try:
             os.makedirs(cache_dir, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
+            # A name of this process and thread: two threads may compile the same codec at once.
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
             with open(tmp, "wb") as f:
                 f.write(marshal.dumps((text, code)))
             os.replace(tmp, path)  # whole or not at all: another process may be reading it
