@@ -53,7 +53,8 @@ def test_produce_imports_only_what_a_plain_produce_uses():
     # What `kwire produce` loads to write records to a PLAINTEXT cluster and print its table into
     # a pipe: not SCRAM's hashing, not the compression codecs, not json or difflib, which only -z,
     # SASL, --json or a mistyped setting need; and the record layer's encoding tables are made on
-    # first use, not at import.  (shutil, with bz2 and lzma, comes with argparse's formatter.)
+    # first use, not at import; the fail-fast probe of the bootstrap address resolves it without
+    # the idna codec.  (shutil, with bz2 and lzma, comes with argparse's formatter.)
     loaded = _modules_after(
         "import io\n"
         "from kwire.cli.main import _commands_needed, build_parser\n"
@@ -64,9 +65,14 @@ def test_produce_imports_only_what_a_plain_produce_uses():
         "from kwire.cli.output import print_table\n"
         "print_table(['partition', 'records'], [(0, 1)], file=io.StringIO())\n"
         "from kwire.protocol.records import batch\n"
-        "assert batch._ZZ == [], 'the builder table was built at import'\n")
+        "assert batch._ZZ == [], 'the builder table was built at import'\n"
+        "import socket\n"
+        "from kwire.cli.client_options import _all_refused\n"
+        "listener = socket.create_server(('127.0.0.1', 0))\n"
+        "assert _all_refused('127.0.0.1:%d' % listener.getsockname()[1], 1.0) is None\n")
     assert "kwire.client.producer" in loaded and "kwire.cli.produce_cmd" in loaded
-    unused = {"kwire.security.scram", "kwire.security.plain", "cramjam", "zstandard", "json", "difflib", "hashlib"}
+    unused = {"kwire.security.scram", "kwire.security.plain", "cramjam", "zstandard", "json", "difflib", "hashlib",
+              "encodings.idna"}
     assert not unused & loaded, sorted(unused & loaded)
 
 

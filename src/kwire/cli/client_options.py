@@ -231,8 +231,12 @@ def _all_refused(bootstrap: Any, window: float) -> str | None:
     while True:
         reasons = []
         for host, port in targets:
+            # An ASCII host as bytes: getaddrinfo encodes a str host with the idna codec, whose
+            # import (with stringprep and unicodedata) cost a few ms of every command line; for
+            # ASCII names the two are the same bytes.
+            name = host.encode("ascii") if host.isascii() else host
             try:
-                socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.05)).close()
+                socket.create_connection((name, port), timeout=max(deadline - time.monotonic(), 0.05)).close()
                 return None
             except ConnectionRefusedError:
                 reasons.append(f"{host}:{port} refused the connection")
