@@ -123,8 +123,7 @@ def _decode_body(cls: type[_Body], data: bytes, version: int) -> _Body:
     """The body at min(version, newest known); codec errors are re-raised with whole-buffer offsets."""
     readable = min(version, cls.MAX_VERSION)
     try:
-        body: _Body = cls.decode(memoryview(data)[_VERSION.size:], readable, strict=False)  # decodes a cls
-        return body
+        return cls.decode(memoryview(data)[_VERSION.size:], readable, strict=False)
     except DecodeError as exc:
         offset = None if exc.offset is None else exc.offset + _VERSION.size
         raise DecodeError(exc.reason, what=cls.__name__, version=version, path=exc.path, offset=offset) from None

@@ -106,10 +106,9 @@ def decode_key(data: bytes | memoryview, topic: str) -> Data:
     if cls is None:
         raise CoordinatorRecordError(f"unknown record type: key version {version} in {topic}")
     try:
-        key: Data = cls.decode(bytes(data[INT16.size:]), version, strict=False)  # decodes a cls
+        return cls.decode(bytes(data[INT16.size:]), version, strict=False)
     except DecodeError as exc:
         raise CoordinatorRecordError(f"unreadable {cls.__name__} v{version} in {topic}: {exc}") from None
-    return key
 
 
 def decode_value(key: Data, data: bytes | memoryview | None) -> Data | None:
@@ -125,7 +124,6 @@ def decode_value(key: Data, data: bytes | memoryview | None) -> Data | None:
         raise CoordinatorRecordError(f"unknown {cls.__name__} version {version} "
                                      f"(kwire reads {cls.MIN_VERSION}-{cls.MAX_VERSION})")
     try:
-        value: Data = cls.decode(bytes(data[INT16.size:]), version, strict=False)  # decodes a cls
+        return cls.decode(bytes(data[INT16.size:]), version, strict=False)
     except DecodeError as exc:
         raise CoordinatorRecordError(f"unreadable {cls.__name__} v{version}: {exc}") from None
-    return value

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from functools import cache
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, cast
 
 from .compiler import Codec, codec
 from .errors import UnknownApiVersionError
@@ -123,6 +123,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_M = TypeVar("_M", bound="Message")
+
+
 class Message(Struct):
     """A top-level message: encodes to and decodes from the bytes of one version."""
 
@@ -141,12 +144,15 @@ class Message(Struct):
         return codec(spec, version)
 
     @classmethod
-    def decode(cls, data: Any, version: int, *, strict: bool = True, record_views: bool = False) -> Any:
+    def decode(cls: type[_M], data: Any, version: int, *, strict: bool = True, record_views: bool = False) -> _M:
         """Decode the message body (no size prefix, no header).  With strict, trailing bytes are an error.
 
         ``record_views``: ``records`` fields become memoryview slices of data (see ``Codec.decode``).
         """
-        return cls.codec(version).decode(data, 0, strict=strict, record_views=record_views)[0]
+        obj = cls.codec(version).decode(data, 0, strict=strict, record_views=record_views)[0]
+        # The compiled decoder makes an instance of its spec's class, which is cls; one Codec type
+        # serves every message, so its result is typed Any.
+        return cast(_M, obj)
 
     def encode(self, version: int) -> bytes:
         """The message body at this version (no size prefix, no header)."""
