@@ -544,3 +544,21 @@ def test_repr_equality_and_hash_cover_every_field():
                                 sasl_password="pw-not-shown"))
     assert shown.startswith("ProducerConfig(bootstrap_servers=('localhost:9092',), ")
     assert "sasl_username='u'" in shown and "client_rack=''" in shown and "pw-not-shown" not in shown
+
+
+@pytest.mark.parametrize("cls", [ProducerConfig, ConsumerConfig, AdminConfig])
+def test_setting_types_read_the_annotations_as_get_type_hints_does(cls):
+    # (setting_types evaluates each distinct annotation text once instead of calling
+    # typing.get_type_hints: the result must be the same)
+    import typing
+
+    from kwire.settings import setting_types
+
+    hints = typing.get_type_hints(cls)
+    expected = {}
+    for f in dataclasses.fields(cls):
+        try:
+            expected[f.name] = value_type(hints[f.name])
+        except TypeError:
+            continue
+    assert setting_types(cls) == expected and len(expected) > 20
