@@ -47,7 +47,6 @@ from typing import Any, cast
 
 from .errors import DecodeError, ProtocolError
 from .frames import (
-    Buffer,
     decode_request,
     decode_request_header,
     decode_response,
@@ -60,6 +59,7 @@ from .generated.error_codes import ErrorCode
 from .generated.headers import RequestHeader
 from .message_base import Request, Response, request_class
 from .messages import ApiVersionsResponse, ProduceRequest
+from .primitives import Buffer
 from .schema import REQUEST_NAMES
 from .splice import SplicedBytes
 

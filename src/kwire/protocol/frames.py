@@ -20,6 +20,7 @@ from .errors import DecodeError, ProtocolError, UnknownApiVersionError
 from .generated.api_keys import API_INFO, ApiInfo, ApiKey
 from .generated.headers import RequestHeader, ResponseHeader
 from .message_base import Request, Response, request_class, response_class
+from .primitives import Buffer  # a frame body as the splitter or a socket hands it over
 from .schema import REQUEST_NAMES
 from .splice import SpliceBuffer, SplicedBytes
 
@@ -32,9 +33,6 @@ __all__ = [
 # The names these api keys had here before ApiKey (kept for existing imports).
 API_VERSIONS_KEY = ApiKey.API_VERSIONS
 CONTROLLED_SHUTDOWN_KEY = ApiKey.CONTROLLED_SHUTDOWN
-
-# A frame body as the splitter or a socket hands it over.
-Buffer = bytes | bytearray | memoryview
 
 _SIZE = struct.Struct(">i")
 _HEADER_V1_FIXED = struct.Struct(">hhi")

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 
 from .errors import DecodeError, FrameTooLargeError
+from .primitives import Buffer
 
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 # The buffer API's staging area, allocated at the first read: small frames (most requests and
@@ -119,7 +120,7 @@ class FrameSplitter:
         return body + 4
 
     # -- feeding bytes ------------------------------------------------------------------------
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+    def feed(self, data: Buffer) -> list[bytes]:
         """Add bytes; return every frame they complete, in order."""
         if self._broken is not None:
             raise self._broken

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from .primitives import Buffer
+
 __all__ = ["SplicedBytes", "SpliceBuffer", "splice_records"]
 
 
@@ -56,7 +58,7 @@ class SpliceBuffer(bytearray):
         return out
 
 
-def splice_records(out: bytearray, value: bytes | bytearray | memoryview | SplicedBytes) -> None:
+def splice_records(out: bytearray, value: Buffer | SplicedBytes) -> None:
     """Append a records value (already length-prefixed by the caller) to ``out``."""
     if isinstance(value, SplicedBytes):
         splices = getattr(out, "splices", None)
