@@ -3,7 +3,9 @@ collector on (as in a user's process) and off (the ceiling), for two kwire trees
 
 The workload is tools/demo_sink.py's: an embedded broker in the same process, 8 partitions,
 JSON values keyed by user, ``linger.ms`` 20, 256 KiB batches, lz4, ``produce`` in a loop with
-``poll(0)`` every 10,000.  The producer outpaces the in-process broker, so up to ``buffer.memory``
+``poll(0)`` every 10,000, its futures dropped (mode ``gc``, as the demo) or held by the caller
+until the next poll (``gc-kept``: then every queued record keeps its future); ``nogc`` is the
+demo with the collector disabled in the benchmark's process.  The producer outpaces the in-process broker, so up to ``buffer.memory``
 of records wait in batches; what each one costs the collector (full collections walk every
 tracked object) is what this measures.  Each run is a fresh worker process; the runs alternate
 tree and mode so load on the machine falls on all of them.
@@ -30,7 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-MODES = ("gc", "nogc")
+MODES = ("gc", "nogc", "gc-kept")
 
 
 def worker(records: int, mode: str) -> dict:
@@ -38,6 +40,8 @@ def worker(records: int, mode: str) -> dict:
     import random
     import time
 
+    kept: list = []  # gc-kept: the caller holds every future until its next poll (10,000 records)
+    keep = kept.append if mode == "gc-kept" else None
     if mode == "nogc":
         gc.disable()  # the ceiling: this benchmark's own process, not something kwire does
     from kwire.broker import EmbeddedBroker
@@ -70,9 +74,13 @@ def worker(records: int, mode: str) -> dict:
             for i in range(records):
                 user = rnd.randrange(50_000)
                 value = b'{"user": "user-%d", "type": "%s", "cents": %d, "seq": %d}' % (user, b"view", 0, i)
-                producer.produce("events", value, key=b"user-%d" % user)
+                if keep is None:
+                    producer.produce("events", value, key=b"user-%d" % user)  # the demo drops its futures
+                else:
+                    keep(producer.produce("events", value, key=b"user-%d" % user))
                 if i % 10_000 == 9_999:
                     producer.poll(0)
+                    kept.clear()
                 if i % 100_000 == 99_999:
                     s = time.monotonic()
                     peak = max(peak, len(gc.get_objects()))
@@ -132,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         if "before" in trees:
             print(f"after/before ({mode}): {table[f'after {mode}']['rate'] / table[f'before {mode}']['rate']:.2f}")
     for tree in trees:
-        print(f"{tree}: collector on/off {table[f'{tree} gc']['rate'] / table[f'{tree} nogc']['rate']:.2f}")
+        print(f"{tree}: collector on/off {table[f'{tree} gc']['rate'] / table[f'{tree} nogc']['rate']:.2f}, "
+              f"futures kept/dropped {table[f'{tree} gc-kept']['rate'] / table[f'{tree} gc']['rate']:.2f}")
     return 0
 
 
