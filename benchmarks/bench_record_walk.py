@@ -10,7 +10,9 @@ Cases, each timed as the best of ``--repeat`` runs of about ``--seconds``:
 - records: ``RecordBatch.records()`` over the same 8 batches (the per-record decoder), with the
   compiled walk and with the Python one (a tree without the switch decodes in Python anyway);
 - consumer slices: what the client's fetcher does with a fetched batch, ``RecordBatch.reader``
-  into ``kwire.client.ConsumerRecord`` and ``take`` 500 records (max.poll.records) at a time.
+  into ``kwire.client.ConsumerRecord`` and ``take`` 500 records (max.poll.records) at a time;
+- cleaner map: the log cleaner's two compiled walks over one of those batches
+  (``OffsetMap.put_records`` then ``keep_records``, keys hashed and looked up: MD5 included).
 
     python benchmarks/bench_record_walk.py --trees OLD/src NEW/src [--rounds 4] [--seconds 0.5]
 
@@ -29,7 +31,7 @@ import sys
 import time
 
 CASES = ("columns, compiled walk", "columns, Python walk", "headers + CRC per batch", "records() per record",
-         "records(), Python walk", "consumer slices per record")
+         "records(), Python walk", "consumer slices per record", "cleaner map put+keep per record")
 
 
 def _best(fn, seconds: float, repeat: int) -> float:
@@ -121,6 +123,17 @@ def measure(seconds: float, repeat: int) -> dict[str, float]:
     finally:
         batch_module._COMPILED_WALK = saved_walk
     out[CASES[5]] = _best(consume, seconds, repeat) / 8000 * 1e9
+
+    from kwire.broker.storage.offset_map import OffsetMap
+
+    buf, start, stop, _ = batches[0].records_section()
+
+    def cleaner_map():
+        with OffsetMap(1 << 20) as offsets:
+            offsets.put_records(buf, start, stop, 1000, 0, 0)
+            offsets.keep_records(buf, start, stop, 1000, 0, True)
+
+    out[CASES[6]] = _best(cleaner_map, seconds, repeat) / 2000 * 1e9
     return out
 
 
