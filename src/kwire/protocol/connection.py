@@ -123,7 +123,7 @@ class Event:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Event) and other.__class__ is self.__class__ and self._fields() == other._fields()
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by value: unhashable, as object allows
 
     def __repr__(self) -> str:
         slots: tuple[str, ...] = self.__slots__
@@ -286,7 +286,7 @@ class Outstanding:
                 and self.correlation_id == other.correlation_id and self.api_key == other.api_key
                 and self.api_version == other.api_version)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by value: unhashable, as object allows
 
     def __repr__(self) -> str:
         return f"Outstanding({self.correlation_id}, api {self.api_key} v{self.api_version})"
@@ -341,6 +341,7 @@ def decode_api_versions_response(frame: Buffer, version: int) -> ApiVersionsResp
     first_error: ProtocolError | None = None
     for layout in dict.fromkeys((0, version) if refused else (version, 0)):
         try:
+            # decode_response builds the class of the api key it is given: here ApiVersionsResponse
             return cast(ApiVersionsResponse, decode_response(frame, API_VERSIONS, layout)[1])
         except ProtocolError as exc:
             first_error = first_error or exc
@@ -500,6 +501,7 @@ class ClientConnection(_Framing):
         frame = encode_request(request, version, cid, self.client_id)
         key = request.API_KEY
         if expect_response is None:
+            # The api key names the class: a PRODUCE request is a ProduceRequest (no isinstance per send).
             expect_response = not (key == PRODUCE and cast(ProduceRequest, request).acks == 0)
         if expect_response:
             self._pending[cid] = Outstanding(cid, key, version, context)

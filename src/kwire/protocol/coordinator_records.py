@@ -19,7 +19,8 @@ from functools import cache
 
 from ._schema import MESSAGES
 from .errors import DecodeError
-from .messages import Data, message_class
+from .message_base import message_class_of
+from .messages import Data
 from .primitives import INT16
 
 __all__ = [
@@ -65,11 +66,11 @@ def _key_classes(topic: str) -> dict[int, type[Data]]:
     """Key version -> key class, for the records of ``topic``."""
     table: dict[int, type[Data]] = {}
     for name in _TOPIC_KEYS.get(topic, ()):
-        cls = message_class(name)
+        cls = message_class_of(name, Data)
         for version in range(cls.MIN_VERSION, cls.MAX_VERSION + 1):
             if version in table:
                 raise RuntimeError(f"key version {version} of {topic} is both {table[version].__name__} and {name}")
-            table[version] = cls  # type: ignore[assignment]
+            table[version] = cls
     return table
 
 
@@ -80,7 +81,12 @@ def key_version_of(key_class: type[Data]) -> int:
 
 def value_class_for(key_class: type[Data]) -> type[Data]:
     """``OffsetCommitKey`` -> ``OffsetCommitValue``."""
-    return message_class(key_class.SPEC.name[:-len("Key")] + "Value")  # type: ignore[return-value]
+    return _value_class(key_class.SPEC.name)
+
+
+@cache
+def _value_class(key_name: str) -> type[Data]:
+    return message_class_of(key_name[:-len("Key")] + "Value", Data)
 
 
 def encode_key(key: Data, version: int | None = None) -> bytes:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .splice import SplicedBytes
 
 __all__ = ["Data", "Header", "MISSING", "Message", "Records", "Request", "Response", "Struct", "ZERO_UUID",
-           "message_class", "no_values", "request_class", "response_class"]
+           "message_class", "message_class_of", "no_values", "request_class", "response_class"]
 
 # The value of a ``records`` field: bytes as decoded, a memoryview of the input with
 # ``record_views``, or a ``SplicedBytes`` placeholder in a broker's zero-copy Fetch response.
@@ -49,6 +49,7 @@ class _StructSpecOf:
         spec = message_spec(owner).struct
         for name in path:
             spec = next(f.struct for f in spec.fields if f.struct is not None and f.struct.name == name)
+        # The descriptor gives way to the value on the class: mypy sees a plain ``type`` here.
         cls._spec = spec  # type: ignore[attr-defined]
         return spec
 
@@ -58,6 +59,7 @@ class _MessageSpecOf:
 
     def __get__(self, obj: object, cls: type) -> MessageSpec:
         spec = message_spec(cls.__name__)
+        # The descriptor gives way to the value on the class: mypy sees a plain ``type`` here.
         cls.SPEC = spec  # type: ignore[attr-defined]
         return spec
 
@@ -66,6 +68,7 @@ class Struct:
     """Base of every generated message and struct class."""
 
     __slots__ = ()
+    # A descriptor until first read (then the spec itself): typed as what reading it gives.
     _spec: ClassVar[StructSpec] = _StructSpecOf()  # type: ignore[assignment]
     _attrs: ClassVar[tuple[str, ...]]
     # Every field's value at once: an attrgetter of ``_attrs`` in each generated class.
@@ -130,6 +133,7 @@ class Message(Struct):
     """A top-level message: encodes to and decodes from the bytes of one version."""
 
     __slots__ = ()
+    # A descriptor until first read (then the spec itself): typed as what reading it gives.
     SPEC: ClassVar[MessageSpec] = _MessageSpecOf()  # type: ignore[assignment]
     MIN_VERSION: ClassVar[int]
     MAX_VERSION: ClassVar[int]
@@ -213,6 +217,14 @@ def message_class(name: str) -> type[Message]:
     return cls
 
 
+def message_class_of(name: str, base: type[_M]) -> type[_M]:
+    """``message_class(name)``, which must be a ``base`` (Request, Response, Data...): TypeError if not."""
+    cls = message_class(name)
+    if not issubclass(cls, base):
+        raise TypeError(f"{name} is not a {base.__name__}")
+    return cls
+
+
 def _api(api_key: int) -> str:
     try:
         return API_INFO[api_key].name
@@ -223,10 +235,10 @@ def _api(api_key: int) -> str:
 @cache
 def request_class(api_key: int) -> type[Request[Response]]:
     """The request class for an api key; UnknownApiVersionError naming the key if unknown."""
-    return message_class(_api(api_key) + "Request")  # type: ignore[return-value]
+    return message_class_of(_api(api_key) + "Request", Request)
 
 
 @cache
 def response_class(api_key: int) -> type[Response]:
     """The response class for an api key; UnknownApiVersionError naming the key if unknown."""
-    return message_class(_api(api_key) + "Response")  # type: ignore[return-value]
+    return message_class_of(_api(api_key) + "Response", Response)
