@@ -316,3 +316,13 @@ def test_the_decoder_refuses_edge_records_alike_on_both_walks(accelerator, name)
             # a clear error naming the record and what is wrong with it
             assert compiled[0] == "CorruptRecordError", compiled
             assert "records" in compiled[1], compiled
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_record_columns_bounds_a_forged_count_by_the_bytes(accelerator, compiled) -> None:
+    data = EDGE_RECORDS["good"] * 3
+    for count in (4, 2**31 - 1):  # more records than the bytes hold: the 4th is the bad one
+        columns, bad = walk.record_columns(data, 0, len(data), count, compiled=compiled)
+        assert bad == 3
+        assert columns[8][:3] == [7, 14, 21]  # where each record ends
+        assert len(columns[0]) <= len(data) // walk.MIN_RECORD_SIZE + 1

@@ -257,3 +257,19 @@ def test_the_walks_refuse_exactly_the_records_the_record_walk_refuses(name):
         assert refused == [verdict >= 0] * 2, (name, data, outcome[0])
         if verdict >= 0:
             assert f"record {verdict} of the batch at offset 0 is malformed" in outcome[0][0]
+
+
+@compiled_only
+def test_a_forged_record_count_is_refused_alike_without_sizing_anything_by_it():
+    data = EDGE_RECORDS["good"] * 3
+    outcome = []
+    for compiled in (True, False):
+        with OffsetMap(ENTRY_BYTES * 64, compiled=compiled) as m:
+            got = []
+            for method, last_arg in ((m.put_records, 0), (m.keep_records, True)):
+                with pytest.raises(CorruptRecordError) as exc:
+                    method(data, 0, len(data), 2**31 - 1, 0, last_arg)
+                got.append(str(exc.value))
+            outcome.append(got)
+    assert outcome[0] == outcome[1]
+    assert "record 3 of the batch at offset 0 is malformed" in outcome[0][0]

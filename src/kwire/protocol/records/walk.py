@@ -127,11 +127,17 @@ def record_columns(buf: Buffer, pos: int, stop: int, count: int, *,
     (``FIELDS``: element ``i`` of each is record ``i``'s), and what ``scan_records`` returns
     (-1 if every record parses and they fill ``buf[pos:stop]`` exactly, else the index of the
     first that does not; ``count``: they end short).  Entries from a bad record on are
-    unspecified.  For readers that turn the fields into Python objects (the per-record decoder
+    unspecified (and the lists may be shorter than ``count`` when it is more than the bytes can
+    hold).  For readers that turn the fields into Python objects (the per-record decoder
     of ``batch``, the log cleaner's offset map).  ``compiled``: False walks in Python even where
     the accelerator is built (the tests hold both to the same results)."""
     if count <= 0:
         return [[] for _ in FIELDS], (-1 if pos == stop else 0)
+    # A forged count (a corrupt batch header says up to 2**31 - 1) must not size the columns:
+    # more records than the bytes can hold fail by the one after the most that fit, so that is
+    # as far as the walk needs to go to return the same index.
+    if stop >= pos:
+        count = min(count, (stop - pos) // MIN_RECORD_SIZE + 1)
     if compiled is None:
         compiled = _layout is not None
     elif compiled and _layout is None:
