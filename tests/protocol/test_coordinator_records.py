@@ -111,6 +111,8 @@ def test_unknown_record_type_and_bad_bytes_are_named():
         decode_key(struct.pack(">h", 99), OFFSETS_TOPIC)
     with pytest.raises(CoordinatorRecordError, match="without its version"):
         decode_key(b"\x00", OFFSETS_TOPIC)
+    with pytest.raises(CoordinatorRecordError, match="without its version"):
+        decode_key(None, OFFSETS_TOPIC)  # a record of the topic with a null key
     with pytest.raises(CoordinatorRecordError, match="OffsetCommitValue version 9"):
         decode_value(messages.OffsetCommitKey(group="g", topic="t", partition=0), struct.pack(">h", 9))
     with pytest.raises(CoordinatorRecordError, match="unreadable OffsetCommitKey"):

@@ -102,7 +102,7 @@ def encode_value(value: Data | None, version: int) -> bytes | None:
     return INT16.pack(version) + value.encode(version)
 
 
-def decode_key(data: bytes | memoryview, topic: str) -> Data:
+def decode_key(data: bytes | memoryview | None, topic: str) -> Data:
     """The key of a record of ``topic``: its version picks the schema.  ``CoordinatorRecordError``
     for an unknown version (Kafka's loaders skip those) or bytes that don't fit the schema."""
     if data is None or len(data) < INT16.size:
