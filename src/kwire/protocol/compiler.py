@@ -667,7 +667,9 @@ def _compiled(source: str, filename: str) -> CodeType:
         return compile(source, filename, "exec")
     text = f"{filename}\0{source}"
     key = f"{zlib.crc32(text.encode()):08x}{len(text):x}"
-    path = os.path.join(cache_dir, f"{key}.{sys.implementation.cache_tag}.code")
+    # The interpreter's exact version in the name too: a code object is only read back by the
+    # Python that wrote it (the cache tag alone spans the bugfix releases of one version).
+    path = os.path.join(cache_dir, f"{key}.{sys.implementation.cache_tag}-{sys.hexversion:x}.code")
     try:
         with open(path, "rb") as f:
             kept, code = marshal.loads(f.read())
