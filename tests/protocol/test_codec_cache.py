@@ -38,7 +38,7 @@ def cache_dir(tmp_path, monkeypatch):
 def test_a_second_codec_reads_the_first_ones_code(cache_dir, monkeypatch):
     first = _codec()
     written = sorted(cache_dir.iterdir())
-    assert len(written) == 1 and written[0].name.endswith(f".{sys.implementation.cache_tag}.code")
+    assert len(written) == 1 and written[0].name.endswith(f".{sys.implementation.cache_tag}-{sys.hexversion:x}.code")
     monkeypatch.setattr(compiler, "compile", _refuse_compile, raising=False)
     second = _codec()
     assert second.source == first.source
