@@ -167,12 +167,8 @@ if not _FAST:
 # 3.13; 3.14 borrows references on the stack), and calibrated here with the same call shape.
 
 
-def _count(future: RecordFuture) -> int:
-    return sys.getrefcount(future)
-
-
 def _probe(future: RecordFuture) -> int:
-    return _count(future)  # (unobserved's shape: caller's variable, one call, then _count)
+    return sys.getrefcount(future)  # (unobserved's shape: the caller's variable, one call)
 
 
 def _alone_count() -> int | None:
@@ -196,6 +192,6 @@ def unobserved(future: RecordFuture) -> bool:
     """Whether the caller's one variable is the only way to ``future`` (and no callback, waiter or
     weak reference waits on it): completing it would change nothing anyone can see.  False
     wherever that cannot be known."""
-    return (_ALONE is not None and _count(future) <= _ALONE and future.on_delivery is None
+    return (_ALONE is not None and sys.getrefcount(future) <= _ALONE and future.on_delivery is None
             and future._callback_list is None and future._waiter_list is None
             and not weakref.getweakrefcount(future))
