@@ -12,7 +12,8 @@ its future, so what a future costs the cyclic garbage collector matters: a full 
 every tracked object, and a plain Future is three of them (itself and its ``_waiters`` and
 ``_done_callbacks`` lists, almost always empty).  A ``RecordFuture`` makes those lists only when
 something reads them (``add_done_callback``, ``wait``, ``as_completed``...): one tracked object per
-record, and full collections a third as long.
+record, and full collections a third as long.  And a future its caller dropped at once, the usual
+``producer.produce(...)`` statement, is not kept at all (``unobserved``).
 
 This relies on the attributes CPython's Future has had since Python 3.2, and on its code reaching
 the two lists only as attributes (``self._waiters.append``, ``for w in self._waiters``: so in
