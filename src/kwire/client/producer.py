@@ -189,6 +189,7 @@ def _record_done(delivery: BulkDelivery, index: int, future: Any) -> None:
 
 
 _ON_DELIVERY = operator.attrgetter("on_delivery")
+_HANDOFF_FIELDS = 8  # a record in the sync producer's handoff: topic .. size (Producer.produce)
 
 
 def _timestamp(timestamp_ms: Any) -> int:
@@ -973,7 +974,10 @@ class _SyncCore(AsyncProducer):
 
     def __init__(self, conf: Mapping[str, Any] | None, kwargs: dict[str, Any]):
         super().__init__(conf, **kwargs)
-        self.handoff: collections.deque = collections.deque()   # appended by callers, drained on the loop
+        # Appended by callers, drained on the loop: each record as _HANDOFF_FIELDS items in a row (one
+        # atomic extend), not a tuple: a tuple holding the future was a second object per record
+        # for the young collections until the drain.
+        self.handoff: collections.deque = collections.deque()
         self.drain_scheduled = False
         self.taken_bytes = 0                                     # written by the loop thread only
         self.condition = threading.Condition()                   # shared by every RecordFuture
@@ -988,8 +992,9 @@ class _SyncCore(AsyncProducer):
         # The last topic's route: nothing here awaits, so the metadata cannot change meanwhile.
         last_topic = last_route = None
         while handoff:
-            # (Unpacked, not kept: the future's references are counted below.)
-            topic, partition, key, value, timestamp, headers, future, size = take()
+            # (Into variables, nothing else: the future's references are counted below.)
+            topic, partition, key, value = take(), take(), take(), take()
+            timestamp, headers, future, size = take(), take(), take(), take()
             self.taken_bytes += size
             if self._state != _RUNNING:
                 self.fail_record(future, key, value, timestamp, topic, partition,
@@ -1184,8 +1189,7 @@ class Producer:
             self._wait(core.wait_for_room(size))
         with self._handed_lock:
             self._handed_bytes += size
-        handoff = core.handoff
-        handoff.append((topic, partition, key, value, ts, headers, future, size))
+        core.handoff.extend((topic, partition, key, value, ts, headers, future, size))  # _HANDOFF_FIELDS
         if not core.drain_scheduled:
             core.drain_scheduled = True
             self._lt.call_soon(core.drain_handoff)
@@ -1335,7 +1339,7 @@ class Producer:
     def __len__(self) -> int:
         """Records produced and not yet completed, plus completed ones whose callbacks wait for poll."""
         core = self._core
-        return len(core.handoff) + (core._accumulator.record_count if core._accumulator else 0) + len(core.callbacks)
+        return len(core.handoff) // _HANDOFF_FIELDS + (core._accumulator.record_count if core._accumulator else 0) + len(core.callbacks)
 
     def __enter__(self) -> Producer:
         return self
