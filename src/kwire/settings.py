@@ -18,7 +18,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +72,7 @@ def value_type(hint: Any) -> SettingType:
     return SettingType(kind, optional)
 
 
-@functools.cache
-def setting_types(cls: type) -> dict[str, SettingType]:
+def _setting_types(cls: type) -> dict[str, SettingType]:
     """Each field of dataclass ``cls`` with its setting type.  Fields of other types (a nested
     dataclass, say) are left out: the caller handles them."""
     found: dict[str, SettingType] = {}
@@ -95,6 +94,11 @@ def _field_hint(cls: type, f: dataclasses.Field) -> Any:
         return hint
     owner = next((c for c in cls.__mro__ if f.name in c.__dict__.get("__annotations__", {})), cls)
     return _evaluated(hint, owner.__module__)
+
+
+# Cached per class.  Typed as a plain callable: through functools.cache's own type, mypy would ask
+# a config class to be Hashable by its instances' __hash__.
+setting_types: Callable[[type], dict[str, SettingType]] = functools.cache(_setting_types)
 
 
 @functools.cache

@@ -451,9 +451,13 @@ class AdminConfig(CommonConfig):
 _ROLES: dict[str, type[CommonConfig]] = {"producer": ProducerConfig, "consumer": ConsumerConfig, "admin": AdminConfig}
 
 
-@functools.cache
-def _fields(cls: type) -> dict[str, dataclasses.Field]:
+def _fields_of(cls: type) -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(cls)}
+
+
+# Cached per class.  Typed as a plain callable: through functools.cache's own type, mypy would ask
+# a config class to be Hashable by its instances' __hash__.
+_fields: Callable[[type], dict[str, dataclasses.Field[Any]]] = functools.cache(_fields_of)
 
 
 # -- settings with their own parsing ---------------------------------------------------------------
@@ -488,7 +492,7 @@ def parse_host_port(address: str) -> tuple[str, int]:
 
 
 def _parse_bootstrap(key: str, value: Any) -> tuple[str, ...]:
-    servers = coerce(key, value, tuple)
+    servers: tuple[str, ...] = coerce(key, value, tuple)
     if not servers:
         raise ConfigError(f"{key} must name at least one host:port")
     for address in servers:
@@ -503,10 +507,10 @@ def _parse_acks(key: str, value: Any) -> int:
     if isinstance(value, str) and value.strip().lower() == "all":
         return -1
     try:
-        acks = coerce(key, value, int, parse_text=True)
+        acks: int | None = coerce(key, value, int, parse_text=True)
     except ConfigError:
         acks = None
-    if acks not in (-1, 0, 1):
+    if acks is None or acks not in (-1, 0, 1):
         raise ConfigError(f"{key} must be all, -1, 0 or 1, got {value!r}")
     return acks
 
@@ -523,7 +527,7 @@ def _parse_assignors(key: str, value: Any) -> tuple[str, ...]:
 
 
 def _parse_security_protocol(key: str, value: Any) -> str:
-    protocol = coerce(key, value, str).strip().upper()
+    protocol: str = coerce(key, value, str).strip().upper()
     check_choice(key, protocol, SECURITY_PROTOCOLS)
     if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
         raise ConfigError(f"{key}={protocol} is not supported yet (kwire speaks {', '.join(SUPPORTED_SECURITY_PROTOCOLS)})")
@@ -534,7 +538,7 @@ def _parse_sasl_mechanism(key: str, value: Any) -> str | None:
     if value is None:
         return None
     # Mechanism names are upper case in the SASL registry; Kafka compares them exactly, kwire forgives.
-    mechanism = coerce(key, value, str).strip().upper()
+    mechanism: str = coerce(key, value, str).strip().upper()
     if mechanism in ("GSSAPI", "OAUTHBEARER"):
         raise ConfigError(f"{key}={mechanism} is not supported: kwire speaks {', '.join(SASL_MECHANISMS)}")
     check_choice(key, mechanism, SASL_MECHANISMS)
@@ -610,7 +614,7 @@ def _check_security(config: CommonConfig) -> None:
     if not sasl:
         return
     if config.sasl_jaas_config is not None:
-        _apply_jaas(config)
+        _apply_jaas(config, config.sasl_jaas_config)
     if config.sasl_mechanism is None:
         raise ConfigError(f"security.protocol={protocol} needs sasl.mechanism ({', '.join(SASL_MECHANISMS)})")
     if not config.sasl_username:
@@ -619,9 +623,9 @@ def _check_security(config: CommonConfig) -> None:
         raise ConfigError(f"security.protocol={protocol} needs sasl.password (or sasl.jaas.config)")
 
 
-def _apply_jaas(config: CommonConfig) -> None:
-    """Take username and password from sasl.jaas.config; explicit settings must say the same."""
-    module, options = _parse_jaas(config.sasl_jaas_config)
+def _apply_jaas(config: CommonConfig, jaas: str) -> None:
+    """Take username and password from sasl.jaas.config (``jaas``); explicit settings must say the same."""
+    module, options = _parse_jaas(jaas)
     mechanisms = _JAAS_MODULES.get(module)
     if mechanisms is None:
         raise ConfigError(f"sasl.jaas.config names {module}; kwire takes PlainLoginModule or ScramLoginModule")
