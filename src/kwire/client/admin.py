@@ -37,7 +37,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -111,6 +111,11 @@ logger = logging.getLogger("kwire.client.admin")
 
 K = TypeVar("K")
 V = TypeVar("V")
+ResponseT = TypeVar("ResponseT", bound=Response)  # the response of the request _send is given
+# An OffsetFetch answer's partition: v8+ (per group) and v0-7 have a class each, with the same fields.
+_FetchedPartitionV8 = messages.OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
+_FetchedPartition = messages.OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition
+T = TypeVar("T")
 
 # Api keys.
 LIST_OFFSETS, METADATA, OFFSET_FETCH = ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_FETCH
@@ -447,15 +452,15 @@ class AsyncAdmin:
     async def __aenter__(self) -> AsyncAdmin:
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _timeout(self, timeout: float | None) -> float:
         return self.default_timeout if timeout is None else timeout
 
-    async def _send(self, build: Callable[[int], Request], node_id: int | None = None, *, api_key: int,
-                    low: int = 0, high: int | None = None, timeout: float | None = None) -> Response:
+    async def _send(self, build: Callable[[int], Request[ResponseT]], node_id: int | None = None, *, api_key: int,
+                    low: int = 0, high: int | None = None, timeout: float | None = None) -> ResponseT:
         """Build the request for the version the node will get, and send it there."""
         cluster = self._cluster
         conn = await (cluster.any_connection() if node_id is None else cluster.connection(node_id))
@@ -531,7 +536,7 @@ class AsyncAdmin:
         wait_ms = int(self._timeout(timeout) * 1000)
         R = messages.CreateTopicsRequest
 
-        def build(version: int) -> Request:
+        def build(version: int) -> messages.CreateTopicsRequest:
             request = R(timeout_ms=wait_ms, topics=[R.CreatableTopic(
                 name=s.name,
                 num_partitions=-1 if s.replica_assignment else s.num_partitions,
@@ -562,7 +567,7 @@ class AsyncAdmin:
         wait_ms = int(self._timeout(timeout) * 1000)
         R = messages.DeleteTopicsRequest
 
-        def build(version: int) -> Request:
+        def build(version: int) -> messages.DeleteTopicsRequest:
             if version >= 6:
                 return R(timeout_ms=wait_ms, topics=[R.DeleteTopicState(name=n) for n in batch.pending])
             return R(timeout_ms=wait_ms, topic_names=list(batch.pending))
@@ -571,6 +576,8 @@ class AsyncAdmin:
             response = await self._send(build, await self._controller(), api_key=DELETE_TOPICS)
             for t in response.responses:
                 name = t.name if t.name is not None else self._cluster.metadata.topic_name(t.topic_id)
+                if name is None:  # an id the metadata cannot name: not a topic this call asked for
+                    continue
                 if t.error_code:
                     batch.fail(name, _broker_error(t.error_code, _topic(name), getattr(t, "error_message", None)),
                                final=t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -586,7 +593,7 @@ class AsyncAdmin:
         wait_ms = int(self._timeout(timeout) * 1000)
         R = messages.CreatePartitionsRequest
 
-        def build(version: int) -> Request:
+        def build(version: int) -> messages.CreatePartitionsRequest:
             return R(timeout_ms=wait_ms, validate_only=validate_only, topics=[
                 R.CreatePartitionsTopic(name=n, count=new_totals[n], assignments=None) for n in batch.pending])
 
@@ -676,7 +683,7 @@ class AsyncAdmin:
         R = messages.DescribeConfigsRequest
 
         async def send(node: int | None, keys: list[ConfigResource]) -> None:
-            def build(version: int) -> Request:
+            def build(version: int) -> messages.DescribeConfigsRequest:
                 request = R(resources=[R.DescribeConfigsResource(resource_type=int(r.type), resource_name=r.name,
                                                                  configuration_keys=None) for r in keys])
                 if version >= 1:
@@ -711,13 +718,16 @@ class AsyncAdmin:
         return int(resource.name) if resource.type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER) \
             and resource.name else None
 
-    async def _alter_configs(self, resources: list[ConfigResource], build_resources: Callable[[int, list], list],
+    async def _alter_configs(self, resources: list[ConfigResource],
+                             build_resources: Callable[[int, list[ConfigResource]],
+                                                       messages.AlterConfigsRequest | messages.IncrementalAlterConfigsRequest],
                              *, api_key: int, what: str, timeout: float | None) -> None:
         """Send an alter request per node and raise the first resource's error (the others counted)."""
         batch: _Batch[ConfigResource, None] = _Batch(resources, lambda r: f"{r.type.name.lower()} {r.name!r}")
 
         async def send(node: int | None, keys: list[ConfigResource]) -> None:
-            response = await self._send(lambda version: build_resources(version, keys), node, api_key=api_key)
+            response: messages.AlterConfigsResponse | messages.IncrementalAlterConfigsResponse = await self._send(
+                lambda version: build_resources(version, keys), node, api_key=api_key)
             for result in response.responses:
                 key = ConfigResource(ResourceType(result.resource_type), result.resource_name)
                 if result.error_code:
@@ -749,7 +759,7 @@ class AsyncAdmin:
         wanted = {ConfigResource(ResourceType(r.type), str(r.name)): dict(v) for r, v in configs.items()}
         R = messages.AlterConfigsRequest
 
-        def build(version: int, keys: list[ConfigResource]) -> Request:
+        def build(version: int, keys: list[ConfigResource]) -> messages.AlterConfigsRequest:
             return R(validate_only=validate_only, resources=[R.AlterConfigsResource(
                 resource_type=int(r.type), resource_name=r.name,
                 configs=[R.AlterConfigsResource.AlterableConfig(name=k, value=v) for k, v in wanted[r].items()])
@@ -768,7 +778,7 @@ class AsyncAdmin:
         wanted = {ConfigResource(ResourceType(r.type), str(r.name)): list(v) for r, v in changes.items()}
         R = messages.IncrementalAlterConfigsRequest
 
-        def build(version: int, keys: list[ConfigResource]) -> Request:
+        def build(version: int, keys: list[ConfigResource]) -> messages.IncrementalAlterConfigsRequest:
             return R(validate_only=validate_only, resources=[R.AlterConfigsResource(
                 resource_type=int(r.type), resource_name=r.name,
                 configs=[R.AlterConfigsResource.AlterableConfig(name=c.name, config_operation=int(c.op), value=c.value)
@@ -892,7 +902,7 @@ class AsyncAdmin:
         batch: _Batch[int, list[GroupListing]] = _Batch(sorted(metadata.brokers), lambda n: f"broker {n}")
 
         async def send(node: int | None, keys: list[int]) -> None:
-            def build(version: int) -> Request:
+            def build(version: int) -> messages.ListGroupsRequest:
                 request = messages.ListGroupsRequest()
                 if version >= 4:
                     request.states_filter = sorted(states)
@@ -901,12 +911,13 @@ class AsyncAdmin:
                 return request
 
             response = await self._send(build, node, api_key=LIST_GROUPS)
+            [broker] = keys  # one broker per send (round_), the node it goes to
             if response.error_code:
-                batch.fail(node, _broker_error(response.error_code, f"broker {node}"))
+                batch.fail(broker, _broker_error(response.error_code, f"broker {broker}"))
                 return
-            listings = [GroupListing(g.group_id, g.protocol_type, g.group_state or None, g.group_type or None, node)
+            listings = [GroupListing(g.group_id, g.protocol_type, g.group_state or None, g.group_type or None, broker)
                         for g in response.groups]
-            batch.succeed(node, [g for g in listings
+            batch.succeed(broker, [g for g in listings
                                  if (not states_wanted or (g.state or "").lower() in states_wanted)
                                  and (not types_wanted or (g.type or "").lower() in types_wanted)])
 
@@ -926,7 +937,7 @@ class AsyncAdmin:
         batch: _Batch[str, GroupDescription] = _Batch(group_ids, _group)
 
         async def send(node: int | None, groups: list[str]) -> None:
-            def build(version: int) -> Request:
+            def build(version: int) -> messages.DescribeGroupsRequest:
                 return messages.DescribeGroupsRequest(groups=groups)
 
             response = await self._send(build, node, api_key=DESCRIBE_GROUPS)
@@ -981,8 +992,8 @@ class AsyncAdmin:
         R = messages.ListOffsetsRequest
 
         async def send(node: int | None, tps: list[TopicPartition]) -> None:
-            def build(version: int) -> Request:
-                by_topic: dict[str, list] = {}
+            def build(version: int) -> messages.ListOffsetsRequest:
+                by_topic: dict[str, list[messages.ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition]] = {}
                 for tp in tps:
                     by_topic.setdefault(tp.topic, []).append(R.ListOffsetsTopic.ListOffsetsPartition(
                         partition_index=tp.partition, timestamp=wanted[tp],
@@ -1053,11 +1064,10 @@ class AsyncAdmin:
         R = messages.OffsetFetchRequest
         G = R.OffsetFetchRequestGroup
 
-        def build(version: int) -> Request:
+        def build(version: int) -> messages.OffsetFetchRequest:
             if version < 8:
-                topics = None if wanted is None else [R.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                                                      for t, ps in by_topic.items()]
-                return R(group_id=group_id, topics=topics)
+                return R(group_id=group_id, topics=None if wanted is None else [
+                    R.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
             topics = None if wanted is None else [
                 G.OffsetFetchRequestTopics(partition_indexes=ps, **(
                     {"topic_id": cluster.metadata.topic_id(t)} if version >= 10 else {"name": t}))
@@ -1065,20 +1075,23 @@ class AsyncAdmin:
             return R(groups=[G(group_id=group_id, topics=topics)])
 
         response = await self._send(build, node, api_key=OFFSET_FETCH, low=1 if wanted is not None else 2, high=high)
-        if hasattr(response, "groups") and response.groups:
+        # v8+ answers per group (one here; v10 names topics by id), v0-7 at the top level.
+        named: list[tuple[str | None, list[_FetchedPartitionV8] | list[_FetchedPartition]]]
+        if response.groups:
             answer = response.groups[0]
-            error, topics = answer.error_code, answer.topics
+            error = answer.error_code
+            names = await self._topic_names({t.topic_id for t in answer.topics if not t.name})
+            named = [(t.name or names.get(t.topic_id), t.partitions) for t in answer.topics]
         else:
-            error, topics = getattr(response, "error_code", 0), response.topics
+            error = response.error_code  # 0 in the versions that lack it
+            named = [(t.name, t.partitions) for t in response.topics]
         if error:
             raise _broker_error(error, _group(group_id))
-        names = await self._topic_names(topics)
         found: dict[TopicPartition, OffsetAndMetadata | None] = {}
-        for t in topics:
-            name = t.name if getattr(t, "name", None) else names.get(getattr(t, "topic_id", None))
+        for name, partitions in named:
             if name is None:
                 continue  # committed offsets of a topic that is gone: nothing names it any more
-            for p in t.partitions:
+            for p in partitions:
                 tp = TopicPartition(name, p.partition_index)
                 if p.error_code:
                     if p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION or p.error_code == ErrorCode.UNKNOWN_TOPIC_ID:
@@ -1091,9 +1104,8 @@ class AsyncAdmin:
             found.setdefault(tp, None)
         return dict(sorted(found.items()))
 
-    async def _topic_names(self, topics: list) -> dict[uuid.UUID, str]:
+    async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
         """Names for the topic ids an OffsetFetch v10 answer uses, refreshing metadata for new ones."""
-        ids = {t.topic_id for t in topics if not getattr(t, "name", None) and getattr(t, "topic_id", None)}
         metadata = self._cluster.metadata
         if any(metadata.topic_name(i) is None for i in ids):
             metadata = await self._cluster.refresh_metadata(None)
@@ -1372,7 +1384,8 @@ def _check_partition_known(batch: _Batch[TopicPartition, Any], metadata: Cluster
                                      f"topic {tp.topic!r} has {len(info.partitions)} partitions"), final=True)
 
 
-def _config_entry(c) -> ConfigEntry:
+def _config_entry(c: messages.DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+                  ) -> ConfigEntry:
     source = ConfigSource(c.config_source) if c.config_source in ConfigSource._value2member_map_ \
         else ConfigSource.UNKNOWN
     is_default = c.is_default if c.config_source == -1 else source == ConfigSource.DEFAULT_CONFIG
@@ -1383,7 +1396,7 @@ def _config_entry(c) -> ConfigEntry:
                        c.config_type, c.documentation)
 
 
-def _group_description(g, coordinator: int | None) -> GroupDescription:
+def _group_description(g: messages.DescribeGroupsResponse.DescribedGroup, coordinator: int | None) -> GroupDescription:
     consumer = g.protocol_type == "consumer"
     members = []
     for m in g.members:
@@ -1425,7 +1438,7 @@ class Admin(SyncFacade):
     def _twin(self) -> AsyncAdmin:
         return self._admin
 
-    def _wait(self, coro, timeout: float | None):
+    def _wait(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         # The async call keeps its own deadline; this outer one only guards against a hang.
         limit = (self._admin.default_timeout if timeout is None else timeout) * 2 + self._admin.cluster.request_timeout
         return self._loop.run(coro, limit)
@@ -1437,7 +1450,7 @@ class Admin(SyncFacade):
     def __enter__(self) -> Admin:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     create_topics = blocking(AsyncAdmin.create_topics)

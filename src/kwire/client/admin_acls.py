@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from kwire.protocol import ApiKey, messages
-from kwire.protocol.messages import Request
 from kwire.security.acl import AclBinding, AclFilter, AclOperation, PatternType, PermissionType, ResourceType
 
 __all__ = [
@@ -58,7 +57,7 @@ def _wire_pattern(pattern: PatternType, version: int) -> int:
     return int(pattern) if version >= 1 else int(PatternType.LITERAL)
 
 
-def create_request(bindings: Sequence[AclBinding], version: int) -> Request:
+def create_request(bindings: Sequence[AclBinding], version: int) -> messages.CreateAclsRequest:
     R = messages.CreateAclsRequest
     return R(creations=[R.AclCreation(
         resource_type=int(b.resource_type), resource_name=b.name,
@@ -66,14 +65,14 @@ def create_request(bindings: Sequence[AclBinding], version: int) -> Request:
         operation=int(b.operation), permission_type=int(b.permission)) for b in bindings])
 
 
-def describe_request(f: AclFilter, version: int) -> Request:
+def describe_request(f: AclFilter, version: int) -> messages.DescribeAclsRequest:
     return messages.DescribeAclsRequest(
         resource_type_filter=int(f.resource_type), resource_name_filter=f.name,
         pattern_type_filter=_wire_pattern(f.pattern, version), principal_filter=f.principal, host_filter=f.host,
         operation=int(f.operation), permission_type=int(f.permission))
 
 
-def delete_request(filters: Sequence[AclFilter], version: int) -> Request:
+def delete_request(filters: Sequence[AclFilter], version: int) -> messages.DeleteAclsRequest:
     R = messages.DeleteAclsRequest
     return R(filters=[R.DeleteAclsFilter(
         resource_type_filter=int(f.resource_type), resource_name_filter=f.name,

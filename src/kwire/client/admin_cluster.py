@@ -123,7 +123,7 @@ def describe_log_dirs_request(topics: dict[str, list[int]] | None) -> messages.D
     return R(topics=[R.DescribableLogDirTopic(topic=t, partitions=list(ps)) for t, ps in sorted(topics.items())])
 
 
-def log_dirs(response) -> list[LogDirDescription]:
+def log_dirs(response: messages.DescribeLogDirsResponse) -> list[LogDirDescription]:
     out = []
     for d in response.results:
         replicas = {TopicPartition(t.name, p.partition_index): ReplicaInfo(p.partition_size, p.offset_lag,
@@ -142,7 +142,8 @@ def describe_producers_request(partitions: list[TopicPartition]) -> messages.Des
     return R(topics=[R.TopicRequest(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
 
 
-def producer_states(partition) -> list[ProducerStateInfo]:
+def producer_states(partition: messages.DescribeProducersResponse.TopicResponse.PartitionResponse
+                    ) -> list[ProducerStateInfo]:
     return [ProducerStateInfo(p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp, p.coordinator_epoch,
                               p.current_txn_start_offset) for p in partition.active_producers]
 
@@ -152,7 +153,8 @@ def describe_scram_request(users: list[str] | None) -> messages.DescribeUserScra
     return R(users=None if users is None else [R.UserName(name=u) for u in users])
 
 
-def scram_infos(result) -> list[ScramCredentialInfo]:
+def scram_infos(result: messages.DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
+                ) -> list[ScramCredentialInfo]:
     return sorted((ScramCredentialInfo(mechanism_name(c.mechanism), c.iterations) for c in result.credential_infos),
                   key=lambda c: c.mechanism)
 
@@ -173,7 +175,7 @@ def alter_scram_request(changes: list[ScramUpsertion | ScramDeletion]) -> messag
     return R(deletions=deletions, upsertions=upsertions)
 
 
-def feature_versions(response) -> FeatureVersions:
+def feature_versions(response: messages.ApiVersionsResponse) -> FeatureVersions:
     return FeatureVersions({f.name: (f.min_version, f.max_version) for f in response.supported_features or ()},
                            {f.name: f.max_version_level for f in response.finalized_features or ()},
                            response.finalized_features_epoch)

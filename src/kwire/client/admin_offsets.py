@@ -9,17 +9,21 @@ method for each.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, TypeVar
 
 from kwire.protocol import messages
 from kwire.protocol.configs import ConfigResourceType
 from kwire.protocol.errors import ErrorCode
+from kwire.protocol.messages import Request, Response
 
 from .types import TopicPartition
 
 if TYPE_CHECKING:
     from .admin import AsyncAdmin
+
+ResponseT = TypeVar("ResponseT", bound=Response)  # the answer to the request a call builds
+T = TypeVar("T")  # what a call reads from that answer
 
 __all__ = ["alter_consumer_group_offsets", "delete_consumer_group_offsets", "delete_records",
            "list_config_resources", "remove_group_members"]
@@ -77,13 +81,14 @@ async def delete_records(admin: AsyncAdmin, before: Mapping[TopicPartition | tup
     return await admin._run(batch, round_, what="DeleteRecords", timeout=timeout, refresh_metadata=True)
 
 
-async def _group_call(admin: AsyncAdmin, group_id: str, build, api_key: int, what: str, read, *,
-                      timeout: float | None, high: int | None = None):
+async def _group_call(admin: AsyncAdmin, group_id: str, build: Callable[[int], Request[ResponseT]], api_key: int,
+                      what: str, read: Callable[[ResponseT], T], *, timeout: float | None, high: int | None = None
+                      ) -> T:
     """One request to ``group_id``'s coordinator, retried while the coordinator moves or loads;
     ``read(response)`` returns the result or raises."""
     from .admin import _Batch, _group
 
-    batch: _Batch[str, object] = _Batch([group_id], _group)
+    batch: _Batch[str, T] = _Batch([group_id], _group)
 
     async def send(node: int | None, groups: list[str]) -> None:
         response = await admin._send(build, node, api_key=api_key, high=high)
@@ -99,7 +104,8 @@ async def _group_call(admin: AsyncAdmin, group_id: str, build, api_key: int, wha
     return (await admin._run(batch, round_, what=what, timeout=timeout))[group_id]
 
 
-def _partition_errors(results) -> dict[TopicPartition, int]:
+def _partition_errors(results: list[messages.OffsetCommitResponse.OffsetCommitResponseTopic]
+                      | list[messages.OffsetDeleteResponse.OffsetDeleteResponseTopic]) -> dict[TopicPartition, int]:
     return {TopicPartition(t.name, p.partition_index): p.error_code for t in results for p in t.partitions}
 
 
@@ -121,7 +127,7 @@ async def alter_consumer_group_offsets(admin: AsyncAdmin, group_id: str,
     wanted = {TopicPartition(*tp): int(o) for tp, o in offsets.items()}
     R = messages.OffsetCommitRequest
 
-    def build(version: int):
+    def build(version: int) -> messages.OffsetCommitRequest:
         return R(group_id=group_id, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                  retention_time_ms=-1, topics=[R.OffsetCommitRequestTopic(name=topic, partitions=[
                      R.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
@@ -158,11 +164,11 @@ async def remove_group_members(admin: AsyncAdmin, group_id: str, group_instance_
     R = messages.LeaveGroupRequest
     ids = list(dict.fromkeys(group_instance_ids))
 
-    def build(version: int):
+    def build(version: int) -> messages.LeaveGroupRequest:
         return R(group_id=group_id, members=[R.MemberIdentity(member_id="", group_instance_id=i, reason=reason)
                                              for i in ids])
 
-    def read(response) -> None:
+    def read(response: messages.LeaveGroupResponse) -> None:
         for m in response.members:
             if m.error_code:
                 raise _broker_error(m.error_code, f"member {m.group_instance_id!r} of group {group_id!r}")

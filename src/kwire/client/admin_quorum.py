@@ -87,7 +87,8 @@ class FeatureUpgrade(IntEnum):
     UNSAFE_DOWNGRADE = 3
 
 
-def _replicas(states) -> tuple[ReplicaState, ...]:
+def _replicas(states: list[messages.DescribeQuorumResponse.TopicData.PartitionData.ReplicaState]
+              ) -> tuple[ReplicaState, ...]:
     return tuple(ReplicaState(s.replica_id, s.log_end_offset, getattr(s, "last_fetch_timestamp", -1),
                               getattr(s, "last_caught_up_timestamp", -1)) for s in states)
 
@@ -129,7 +130,7 @@ async def update_features(admin: AsyncAdmin, levels: Mapping[str, int], *,
     wait_ms = int(admin._timeout(timeout) * 1000)
     low = 1 if validate_only or upgrade != FeatureUpgrade.UPGRADE else 0
 
-    def build(version: int):
+    def build(version: int) -> messages.UpdateFeaturesRequest:
         # v0 says a downgrade with AllowDowngrade, v1+ with UpgradeType (the other field is not in it).
         return R(timeout_ms=wait_ms, validate_only=validate_only, feature_updates=[R.FeatureUpdateKey(
             feature=name, max_version_level=level,

@@ -7,6 +7,7 @@ type's default entity: ``QuotaEntity.of(user="alice")``, ``QuotaEntity.of(user=N
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -28,7 +29,18 @@ __all__ = [
 
 DESCRIBE_CLIENT_QUOTAS = messages.DescribeClientQuotasRequest.API_KEY
 ALTER_CLIENT_QUOTAS = messages.AlterClientQuotasRequest.API_KEY
-_UNSET = object()
+
+
+class _Unset(enum.Enum):
+    """The default of an entity keyword not given (None is given: the default entity)."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_UNSET = _Unset.UNSET
 
 
 @dataclass(frozen=True, order=True)
@@ -38,8 +50,8 @@ class QuotaEntity:
     entries: tuple[tuple[str, str | None], ...]
 
     @classmethod
-    def of(cls, mapping: Mapping[str, str | None] | None = None, *, user=_UNSET, client_id=_UNSET,
-           ip=_UNSET) -> QuotaEntity:
+    def of(cls, mapping: Mapping[str, str | None] | None = None, *, user: str | None | _Unset = _UNSET,
+           client_id: str | None | _Unset = _UNSET, ip: str | None | _Unset = _UNSET) -> QuotaEntity:
         """An entity from a mapping and/or the keywords (None: the default user / client id / ip)."""
         entries = dict(mapping or {})
         for kind, value in ((USER, user), (CLIENT_ID, client_id), (IP, ip)):
@@ -90,7 +102,7 @@ def describe_request(filters: Iterable[QuotaFilter], strict: bool) -> messages.D
                                                         match=f.match) for f in filters])
 
 
-def described_quotas(response) -> dict[QuotaEntity, dict[str, float]]:
+def described_quotas(response: messages.DescribeClientQuotasResponse) -> dict[QuotaEntity, dict[str, float]]:
     """The entities and values of a DescribeClientQuotas answer (whose error code the caller checked)."""
     return {QuotaEntity(tuple(sorted((d.entity_type, d.entity_name) for d in e.entity))):
             {v.key: v.value for v in e.values} for e in response.entries or ()}
@@ -104,6 +116,6 @@ def alter_request(alterations: Iterable[QuotaAlteration], validate_only: bool) -
              for k, v in a.changes.items()]) for a in alterations])
 
 
-def answered_entity(entry) -> QuotaEntity:
+def answered_entity(entry: messages.AlterClientQuotasResponse.EntryData) -> QuotaEntity:
     """The entity an AlterClientQuotas result names."""
     return QuotaEntity(tuple(sorted((d.entity_type, d.entity_name) for d in entry.entity)))

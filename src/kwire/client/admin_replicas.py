@@ -7,18 +7,22 @@ reassignment can only name the node that holds the partition, which Kafka comple
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kwire.protocol import messages
 from kwire.protocol.errors import KafkaError
+from kwire.protocol.messages import Request, Response
 
 from .types import TopicPartition
 
 if TYPE_CHECKING:
     from .admin import AsyncAdmin
+
+ResponseT = TypeVar("ResponseT", bound=Response)  # the answer to the request a call builds
+T = TypeVar("T")  # what a call reads from that answer
 
 __all__ = ["ElectionType", "PartitionReassignment", "alter_partition_reassignments", "elect_leaders",
            "list_partition_reassignments"]
@@ -51,13 +55,13 @@ def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
     return out
 
 
-async def _controller_call(admin: AsyncAdmin, build, api_key: int, what: str, read, *, timeout: float | None,
-                           low: int = 0):
+async def _controller_call(admin: AsyncAdmin, build: Callable[[int], Request[ResponseT]], api_key: int, what: str,
+                           read: Callable[[ResponseT], T], *, timeout: float | None, low: int = 0) -> T:
     """One request to the controller, retried while it is retriable; ``read(response)`` the result."""
     from .admin import _broker_error
     from .retry import retrying
 
-    async def attempt():
+    async def attempt() -> T:
         response = await admin._send(build, await admin._controller(), api_key=api_key, low=low)
         code = getattr(response, "error_code", 0)
         if code:
@@ -79,12 +83,12 @@ async def elect_leaders(admin: AsyncAdmin, partitions: Iterable[TopicPartition |
     R = messages.ElectLeadersRequest
     wait_ms = int(admin._timeout(timeout) * 1000)
 
-    def build(version: int):
+    def build(version: int) -> messages.ElectLeadersRequest:
         topics = None if wanted is None else [R.TopicPartitions(topic=t, partitions=ps)
                                               for t, ps in _by_topic(wanted).items()]
         return R(election_type=int(election), topic_partitions=topics, timeout_ms=wait_ms)
 
-    def read(response) -> dict[TopicPartition, KafkaError | None]:
+    def read(response: messages.ElectLeadersResponse) -> dict[TopicPartition, KafkaError | None]:
         out: dict[TopicPartition, KafkaError | None] = {}
         for t in response.replica_election_results:
             for p in t.partition_result:
@@ -104,12 +108,12 @@ async def list_partition_reassignments(admin: AsyncAdmin,
     R = messages.ListPartitionReassignmentsRequest
     wait_ms = int(admin._timeout(timeout) * 1000)
 
-    def build(version: int):
+    def build(version: int) -> messages.ListPartitionReassignmentsRequest:
         topics = None if wanted is None else [R.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps)
                                               for t, ps in _by_topic(wanted).items()]
         return R(timeout_ms=wait_ms, topics=topics)
 
-    def read(response) -> dict[TopicPartition, PartitionReassignment]:
+    def read(response: messages.ListPartitionReassignmentsResponse) -> dict[TopicPartition, PartitionReassignment]:
         return dict(sorted((TopicPartition(t.name, p.partition_index),
                             PartitionReassignment(tuple(p.replicas), tuple(p.adding_replicas),
                                                   tuple(p.removing_replicas)))
@@ -130,15 +134,15 @@ async def alter_partition_reassignments(admin: AsyncAdmin,
     R = messages.AlterPartitionReassignmentsRequest
     wait_ms = int(admin._timeout(timeout) * 1000)
 
-    def build(version: int):
-        by_topic: dict[str, list] = {}
+    def build(version: int) -> messages.AlterPartitionReassignmentsRequest:
+        by_topic: dict[str, list[messages.AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition]] = {}
         for tp in sorted(wanted):
             by_topic.setdefault(tp.topic, []).append(R.ReassignableTopic.ReassignablePartition(
                 partition_index=tp.partition, replicas=wanted[tp]))
         return R(timeout_ms=wait_ms, allow_replication_factor_change=True,
                  topics=[R.ReassignableTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
 
-    def read(response) -> None:
+    def read(response: messages.AlterPartitionReassignmentsResponse) -> None:
         failed = sorted((TopicPartition(t.name, p.partition_index), p.error_code, p.error_message)
                         for t in response.responses for p in t.partitions if p.error_code)
         if failed:

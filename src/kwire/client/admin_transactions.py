@@ -66,7 +66,7 @@ async def list_transactions(admin: AsyncAdmin, *, states: Collection[str] = (), 
     R = messages.ListTransactionsRequest
     low = 2 if pattern is not None else (1 if min_duration_ms >= 0 else 0)
 
-    def build(version: int):
+    def build(version: int) -> messages.ListTransactionsRequest:
         return R(state_filters=list(states), producer_id_filters=list(producer_ids), duration_filter=min_duration_ms,
                  transactional_id_pattern=pattern)
 
@@ -75,7 +75,7 @@ async def list_transactions(admin: AsyncAdmin, *, states: Collection[str] = (), 
         if response.error_code:
             batch.fail(keys[0], _broker_error(response.error_code, f"broker {node}"))
         else:
-            batch.succeed(keys[0], [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state, node)
+            batch.succeed(keys[0], [TransactionListing(t.transactional_id, t.producer_id, t.transaction_state, keys[0])
                                     for t in response.transaction_states])
 
     async def round_(keys: list[int]) -> None:
@@ -107,7 +107,8 @@ async def describe_transactions(admin: AsyncAdmin, transactional_ids: Iterable[s
                 batch.succeed(s.transactional_id, TransactionDescription(
                     s.transactional_id, s.transaction_state, s.producer_id, s.producer_epoch,
                     s.transaction_timeout_ms, s.transaction_start_time_ms,
-                    tuple(sorted(TopicPartition(t.topic, p) for t in s.topics for p in t.partitions)), node))
+                    tuple(sorted(TopicPartition(t.topic, p) for t in s.topics for p in t.partitions)),
+                    -1 if node is None else node))
 
     async def round_(keys: list[str]) -> None:
         by_node: dict[int | None, list[str]] = {}
