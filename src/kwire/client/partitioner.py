@@ -151,7 +151,7 @@ class Partitioner:
         if hash_ is not None:
             if key is not None and not self.ignore_keys:
                 if key or not self._empty_is_keyless:
-                    return self._hash_one(key, num_partitions)
+                    return self._hash_one(key, num_partitions)  # type: ignore[misc]  # set where _hash is
             elif self._hash_none:
                 return hash_(b"", num_partitions)
         if self._sticky_keyless:

@@ -54,7 +54,7 @@ class BulkDelivery:
         # with records group[start:stop] of the call (group None: the call's own order).
         self._spans: list[tuple[int, int, Sequence[int] | None, int, int, bool]] = []
         self._event = threading.Event()
-        self._waiter: asyncio.Future | None = loop.create_future() if loop is not None else None
+        self._waiter: asyncio.Future[None] | None = loop.create_future() if loop is not None else None
         if records == 0:
             self._finish()
 

@@ -33,31 +33,32 @@ from typing import Any
 
 __all__ = ["RecordFuture", "resolve", "unobserved"]
 
-_PENDING = getattr(_base, "PENDING", None)
-_FINISHED = getattr(_base, "FINISHED", None)
+# The module's private state names; "" where missing (then _layout_known is False).
+_PENDING: str = getattr(_base, "PENDING", "")
+_FINISHED: str = getattr(_base, "FINISHED", "")
 _LAYOUT = {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
 
 
 def _layout_known() -> bool:
     try:
-        probe = concurrent.futures.Future()
+        probe: concurrent.futures.Future[None] = concurrent.futures.Future()
     except Exception:  # noqa: BLE001 - any surprise means: do not rely on the internals
         return False
-    return set(vars(probe)) == _LAYOUT and probe._state == _PENDING and _FINISHED is not None
+    return set(vars(probe)) == _LAYOUT and probe._state == _PENDING and _FINISHED != ""
 
 
 _FAST = _layout_known()
 
 
-class RecordFuture(concurrent.futures.Future):
+class RecordFuture(concurrent.futures.Future[Any]):
     """A record's delivery: its ``RecordMetadata``, or the error that stopped it."""
 
     # The two lists in slots, made when first read (None until then): see the module's docstring.
     __slots__ = ("_waiter_list", "_callback_list", "on_delivery")
 
-    def __init__(self, condition: threading.Condition, on_delivery: Callable | None = None):
-        self._waiter_list: list | None = None
-        self._callback_list: list | None = None
+    def __init__(self, condition: threading.Condition, on_delivery: Callable[..., object] | None = None) -> None:
+        self._waiter_list: list[Any] | None = None
+        self._callback_list: list[Any] | None = None
         if _FAST:
             self._condition = condition
             self._state = _PENDING
@@ -70,25 +71,25 @@ class RecordFuture(concurrent.futures.Future):
     # Future's own code reads and appends to these; a read makes the list (an empty list read
     # for iteration is the rare path: cancel, or completing a future someone waits on).
     @property
-    def _waiters(self) -> list:
+    def _waiters(self) -> list[Any]:
         waiters = self._waiter_list
         if waiters is None:
             waiters = self._waiter_list = []
         return waiters
 
     @_waiters.setter
-    def _waiters(self, value: list) -> None:
+    def _waiters(self, value: list[Any]) -> None:
         self._waiter_list = value
 
     @property
-    def _done_callbacks(self) -> list:
+    def _done_callbacks(self) -> list[Any]:
         callbacks = self._callback_list
         if callbacks is None:
             callbacks = self._callback_list = []
         return callbacks
 
     @_done_callbacks.setter
-    def _done_callbacks(self, value: list) -> None:
+    def _done_callbacks(self, value: list[Any]) -> None:
         self._callback_list = value
 
 
@@ -96,7 +97,7 @@ def _lazy_lists_work() -> bool:
     """Future's methods and ``wait``/``as_completed`` find the lazily made lists (their code
     reaches ``_waiters``/``_done_callbacks`` by attribute, not through ``__dict__``)."""
     try:
-        called: list = []
+        called: list[concurrent.futures.Future[Any]] = []
         condition = threading.Condition()
         first, second = RecordFuture(condition), RecordFuture(condition)
         first.add_done_callback(called.append)
@@ -150,7 +151,7 @@ def resolve(condition: threading.Condition, futures: Sequence[RecordFuture], res
                     with_callbacks.append(future)
         condition.notify_all()
     for future in with_callbacks:
-        future._invoke_callbacks()
+        future._invoke_callbacks()  # type: ignore[attr-defined]  # Future's own (private, not in typeshed)
 
 
 _FAST = _FAST and _lazy_lists_work()
