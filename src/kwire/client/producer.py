@@ -68,8 +68,8 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import KafkaError
@@ -101,11 +101,24 @@ from .transactions import (
 )
 from .types import OffsetAndMetadata, RecordMetadata, TopicPartition
 
+if TYPE_CHECKING:
+    from kwire.protocol.messages import Request, Response
+
+    from .connection import BrokerConnection
+    from .metadata import ClusterMetadata
+
+    ResponseT = TypeVar("ResponseT", bound=Response)  # the answer to a transactional request
+T = TypeVar("T")
+
 __all__ = ["AsyncProducer", "BulkDelivery", "Producer", "DeliveryCallback"]
 
 logger = logging.getLogger("kwire.client.producer")
 
 DeliveryCallback = Callable[[BaseException | None, RecordMetadata], Any]
+# A record a caller's thread hands to the loop: topic, partition, key, value, timestamp, headers,
+# its future and its estimated size.
+_HandedRecord = tuple[str, "int | None", "bytes | None", "bytes | None", int, "list[tuple[str, bytes | None]] | None",
+                      "RecordFuture", int]
 
 _CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
            "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
@@ -121,7 +134,8 @@ def _as_bytes(data: Any, what: str) -> bytes:
     raise TypeError(f"{what} must be bytes or str (or None), not {type(data).__name__}")
 
 
-def _record_fields(key: Any, value: Any, headers: Any, legacy: bool) -> tuple[bytes | None, bytes | None, Any]:
+def _record_fields(key: Any, value: Any, headers: Any, legacy: bool
+                   ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]:
     """A record's key, value and headers as the batch builders take them (both producers' check)."""
     if value is not None and type(value) is not bytes:
         value = _as_bytes(value, "value")
@@ -150,7 +164,7 @@ def _headers(headers: Any) -> list[tuple[str, bytes | None]]:
     return result
 
 
-def _bytes_column(column: Any, what: str) -> list | tuple:
+def _bytes_column(column: Any, what: str) -> list[bytes | None] | tuple[bytes | None, ...]:
     """A bulk call's values or keys as a list or tuple of bytes or None (str as UTF-8)."""
     items = column if isinstance(column, (list, tuple)) else list(column)
     if all(type(item) is bytes or item is None for item in items):
@@ -159,16 +173,17 @@ def _bytes_column(column: Any, what: str) -> list | tuple:
             for i, item in enumerate(items)]
 
 
-def _bulk_keys(values: Sequence, keys: Any, key: Any) -> Any:
+def _bulk_keys(values: Sequence[object], keys: Any, key: Any
+               ) -> list[bytes | None] | tuple[bytes | None, ...] | bytes | None:
     """The keys of a bulk call: a list as long as ``values``, or one key (or None) for all."""
     if keys is None:
         return key if key is None or type(key) is bytes else _as_bytes(key, "key")
     if key is not None:
         raise ValueError("give keys (one per record) or key (the same for every record), not both")
-    keys = _bytes_column(keys, "key")
-    if len(keys) != len(values):
-        raise ValueError(f"{len(keys)} keys for {len(values)} values")
-    return keys
+    column = _bytes_column(keys, "key")
+    if len(column) != len(values):
+        raise ValueError(f"{len(column)} keys for {len(values)} values")
+    return column
 
 
 def _complete_bulk(batch: ProducerBatch, base_offset: int, error: BaseException | None) -> None:
@@ -213,7 +228,7 @@ class _TopicRoute:
         self.partitions = [TopicPartition(topic, p) for p in range(count)]
 
 
-def _split_settings(conf: Any, kwargs: dict[str, Any]) -> tuple[Any, dict, dict]:
+def _split_settings(conf: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Take the producer's own options (not Kafka settings) out of ``conf`` and ``kwargs``.
     ``conf`` is a mapping of Kafka settings, a ready ``ProducerConfig``, or None."""
     conf = dict(conf) if isinstance(conf, Mapping) else conf
@@ -246,7 +261,7 @@ class AsyncProducer:
             or config.transactional_id is not None
         self._txn = None if config.transactional_id is None else \
             TransactionManager(config.transactional_id, config.transaction_timeout_ms)
-        self._txn_op: tuple[str, asyncio.Future] | None = None  # a transactional call still running
+        self._txn_op: tuple[str, asyncio.Future[None]] | None = None  # a transactional call still running
         self._idem: IdempotenceState | None = None
         self._compression = _CODECS[config.compression_type]
         self._max_block = self.config.max_block_ms / 1000
@@ -255,14 +270,16 @@ class AsyncProducer:
         self._partitioner = Partitioner.from_config(self.config)
         self._state = _NEW
         self._legacy = False
-        self._cluster: Cluster | None = None
-        self._accumulator: RecordAccumulator | None = None
-        self._sender: Sender | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # Made by start(); nothing reads them before (a producer not started is refused, or closes
+        # without them).
+        self._cluster: Cluster
+        self._accumulator: RecordAccumulator
+        self._sender: Sender
+        self._loop: asyncio.AbstractEventLoop
         self._routes: dict[str, _TopicRoute] = {}
-        self._routes_of = None             # the metadata snapshot _routes was computed from
+        self._routes_of: ClusterMetadata | None = None  # the metadata snapshot _routes was computed from
         self._topics: set[str] = set()     # topics sent to: kept in the metadata refreshes
-        self._topic_waits: dict[str, asyncio.Future] = {}
+        self._topic_waits: dict[str, asyncio.Future[_TopicRoute]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -280,6 +297,7 @@ class AsyncProducer:
             await cluster.close()
             raise
         idempotence = self._idem = IdempotenceState(transactional=self._txn is not None) if self._idempotent else None
+        assert config.delivery_timeout_ms is not None  # ProducerConfig derives it when not set
         self._accumulator = RecordAccumulator(
             batch_size=max(1, config.batch_size), linger=config.linger_ms / 1000,
             delivery_timeout=config.delivery_timeout_ms / 1000, buffer_memory=config.buffer_memory,
@@ -291,7 +309,7 @@ class AsyncProducer:
         self._sender.start()
         self._state = _RUNNING
 
-    def _choose_format(self, conn) -> bool:
+    def _choose_format(self, conn: BrokerConnection) -> bool:
         """Record batches (Produce v3+), or message sets for a broker that only has Produce 0-2."""
         top = self._max_produce_version
         if conn.supports(ApiKey.PRODUCE, FIRST_BATCH_PRODUCE_VERSION, top):
@@ -437,7 +455,7 @@ class AsyncProducer:
         if self._txn is not None:
             self._txn.check_send()
         values = values if isinstance(values, (list, tuple)) else list(values)
-        keys = _bulk_keys(values, keys, key)
+        key_column = _bulk_keys(values, keys, key)
         header_list = _record_fields(None, None, headers, self._legacy)[2]
         timestamp = int(time.time() * 1000) if timestamp_ms is None else _timestamp(timestamp_ms)
         delivery = BulkDelivery(topic, len(values), self._loop)
@@ -445,29 +463,32 @@ class AsyncProducer:
             return delivery
         route = await self._route(topic, partition)
         if self._legacy:
-            await self._send_many_singly(topic, route, values, keys, partition, timestamp, delivery)
+            await self._send_many_singly(topic, route, values, key_column, partition, timestamp, delivery)
             return delivery
         hdr = encode_headers(header_list) if header_list else b"\x00"
         count = len(values)
         partitioner = self._partitioner
+        # (partition or None: sticky, the records' indexes in the call or None: all, values, keys)
+        groups: list[tuple[int | None, list[int] | None, Sequence[bytes | str | None], Any]]
         if partition is not None:
-            groups = [(partition, None, values, keys)]
+            groups = [(partition, None, values, key_column)]
         else:
-            parts = partitioner.partition_many(topic, keys if isinstance(keys, (list, tuple)) else
-                                               None if keys is None else [keys] * count,
+            parts = partitioner.partition_many(topic, key_column if isinstance(key_column, (list, tuple)) else
+                                               None if key_column is None else [key_column] * count,
                                                count, route.count, route.available)
             if parts is None:
-                groups = [(None, None, values, keys)]  # keyless and sticky: a partition per batch
+                groups = [(None, None, values, key_column)]  # keyless and sticky: a partition per batch
             elif parts.count(parts[0]) == count:
-                groups = [(parts[0], None, values, keys)]
+                groups = [(parts[0], None, values, key_column)]
             else:
                 # A stable sort keeps each partition's records in the order given.
                 order = sorted(range(count), key=parts.__getitem__)
                 groups = []
-                for p, run in itertools.groupby(order, key=parts.__getitem__):
-                    group = list(run)
-                    groups.append((p, group, [values[i] for i in group],
-                                   [keys[i] for i in group] if isinstance(keys, (list, tuple)) else keys))
+                for part, run in itertools.groupby(order, key=parts.__getitem__):
+                    indexes = list(run)
+                    groups.append((part, indexes, [values[i] for i in indexes],
+                                   [key_column[i] for i in indexes] if isinstance(key_column, (list, tuple))
+                                   else key_column))
         for n, (p, group, vals, ks) in enumerate(groups):
             try:
                 vals = await self._append_run(topic, route, p, group, vals, ks, hdr, timestamp, delivery)
@@ -481,7 +502,8 @@ class AsyncProducer:
         return delivery
 
     async def _append_run(self, topic: str, route: _TopicRoute, partition: int | None, group: Sequence[int] | None,
-                          values: Sequence, keys: Any, hdr: bytes, timestamp: int, delivery: BulkDelivery) -> Sequence:
+                          values: Sequence[bytes | str | None], keys: Any, hdr: bytes, timestamp: int,
+                          delivery: BulkDelivery) -> Sequence[bytes | str | None]:
         """Queue ``values`` (records ``group`` of the call, or all of it) for ``partition`` (None:
         sticky, a partition per batch).  An exception carries how many were queued (``_bulk_queued``)."""
         acc = self._accumulator
@@ -501,12 +523,17 @@ class AsyncProducer:
                 p = partitioner.partition(topic, None, route.count, route.available) if partition is None else partition
                 tp = route.partitions[p]
                 try:
-                    end, closed = acc.append_many(tp, values, keys, hdr, i, count, timestamp, token, max_record)
+                    # str values make the encoder raise TypeError, and are encoded as UTF-8 then (below):
+                    # no pass over every value first on the produce path.
+                    end, closed = acc.append_many(tp, values, keys, hdr, i, count, timestamp,  # type: ignore[arg-type]
+                                                  token, max_record)
                 except TypeError:
                     values = _bytes_column(values, "value")  # str values: as UTF-8 (or a clear TypeError)
                     end, closed = acc.append_many(tp, values, keys, hdr, i, count, timestamp, token, max_record)
                 if end == i and not closed:
-                    record = encode_records(values, keys, hdr, i, i + 1, 0, 0, 1 << 62, 1, 1 << 62)[0]
+                    # (record i passed the encoder in append_many above: bytes or None)
+                    record = encode_records(values, keys, hdr, i, i + 1, 0, 0, 1 << 62, 1,  # type: ignore[arg-type]
+                                            1 << 62)[0]
                     error = self._too_large(len(record) + BATCH_OVERHEAD)
                     if self._txn is not None:
                         self._txn.fail(error)
@@ -524,7 +551,7 @@ class AsyncProducer:
             raise
         return values
 
-    async def _send_many_singly(self, topic: str, route: _TopicRoute, values: Sequence, keys: Any,
+    async def _send_many_singly(self, topic: str, route: _TopicRoute, values: Sequence[bytes | str | None], keys: Any,
                                 partition: int | None, timestamp: int, delivery: BulkDelivery) -> None:
         """``send_many`` to a broker that only takes message sets (Produce v0-2): record by record."""
         for i, value in enumerate(values):
@@ -653,6 +680,18 @@ class AsyncProducer:
         return list(range(route.count))
 
     # -- transactions -----------------------------------------------------------------------------
+    @property
+    def _tm(self) -> TransactionManager:
+        """The transaction manager, in the code only a transactional producer runs."""
+        assert self._txn is not None  # its callers are reached through _transactions()
+        return self._txn
+
+    @property
+    def _idempotence(self) -> IdempotenceState:
+        """The sequence state, in the code only an idempotent (or transactional) producer runs."""
+        assert self._idem is not None  # start() made it; a transactional producer is idempotent
+        return self._idem
+
     def _transactions(self) -> TransactionManager:
         if self._txn is None:
             raise IllegalStateError("transactional methods need a transactional.id in the producer's settings")
@@ -670,7 +709,7 @@ class AsyncProducer:
 
         async def work(bound: float) -> None:
             producer_id, epoch = await self._init_producer_id(None, bound)
-            self._idem.set_producer_id(producer_id, epoch)
+            self._idempotence.set_producer_id(producer_id, epoch)
             txn.initialized(producer_id, epoch)
             self._sender.wakeup()
 
@@ -706,11 +745,11 @@ class AsyncProducer:
             self._sender.wakeup()                   # fails the queued records
             await self._flush(None)                 # the records in flight end
             await self._sender.transaction_quiet()
-            if txn.state is TxnState.FATAL_ERROR:
+            if txn.state is TxnState.FATAL_ERROR and txn.error is not None:  # (FATAL_ERROR always has one)
                 raise txn.error
             if txn.started:
                 await self._end_txn(False, bound)
-            if self._idem.bump_needed or txn.upgrading_to_v2:
+            if self._idempotence.bump_needed or txn.upgrading_to_v2:
                 # A record failed and left its partition's sequences with a gap: the coordinator
                 # bumps the epoch for this producer id (KIP-360), and every partition restarts at 0.
                 # (A v2 EndTxn bumped it already: the new epoch cleared bump_needed.)
@@ -722,9 +761,9 @@ class AsyncProducer:
     async def _bump_epoch(self, bound: float) -> None:
         """InitProducerId with the current id and epoch (KIP-360): the coordinator bumps the epoch
         for this producer, and every partition's sequence restarts at 0."""
-        txn = self._txn
+        txn = self._tm
         producer_id, epoch = await self._init_producer_id((txn.producer_id, txn.epoch), bound)
-        self._idem.set_producer_id(producer_id, epoch)
+        self._idempotence.set_producer_id(producer_id, epoch)
         txn.producer_id, txn.epoch = producer_id, epoch
 
     async def send_offsets_to_transaction(self, offsets: Any, group_metadata: ConsumerGroupMetadata | str,
@@ -776,8 +815,8 @@ class AsyncProducer:
         op[1].result()
 
     def _raise_if_failed(self, action: str) -> None:
-        txn = self._txn
-        if txn.state is TxnState.FATAL_ERROR:
+        txn = self._tm
+        if txn.state is TxnState.FATAL_ERROR and txn.error is not None:  # (FATAL_ERROR always has one)
             raise txn.error.with_traceback(None)
         if txn.state is TxnState.ABORTABLE_ERROR:
             raise TransactionAbortRequiredError(
@@ -788,20 +827,21 @@ class AsyncProducer:
         as it is; others go to the state machine, which turns fencing into ProducerFencedError."""
         if classify(exc) == RETRY:
             return exc
-        return self._txn.fail(exc)
+        return self._tm.fail(exc)
 
-    async def _coordinator(self, build: Callable[[Any], tuple[Any, int]], check: Callable[[Any, int], Any], what: str,
-                           bound: float, *, group: str | None = None) -> Any:
-        txn = self._txn
+    async def _coordinator(self, build: Callable[[BrokerConnection], tuple[Request[ResponseT], int]],
+                           check: Callable[[ResponseT, int], T], what: str, bound: float, *,
+                           group: str | None = None) -> T:
+        txn = self._tm
         key, key_type = (txn.transactional_id, TRANSACTION_COORDINATOR) if group is None else (group, GROUP_COORDINATOR)
         return await self._sender.coordinator_call(key, key_type, build, check, what=what, timeout=bound)
 
     async def _init_producer_id(self, current: tuple[int, int] | None, bound: float) -> tuple[int, int]:
         """InitProducerId for the transactional id; ``current``: the id and epoch to bump (KIP-360)."""
-        txn = self._txn
+        txn = self._tm
         request_type = messages.InitProducerIdRequest
 
-        def build(conn) -> tuple[Any, int]:
+        def build(conn: BrokerConnection) -> tuple[messages.InitProducerIdRequest, int]:
             self._note_transaction_version(conn)
             # v3+ carries the current id and epoch; v6 adds two-phase commit (KIP-939), not used.
             version = conn.version_for(request_type.API_KEY, 0, 5)
@@ -812,7 +852,7 @@ class AsyncProducer:
                 request.producer_id, request.producer_epoch = current or (-1, -1)
             return request, version
 
-        def check(response, version: int) -> tuple[int, int]:
+        def check(response: messages.InitProducerIdResponse, version: int) -> tuple[int, int]:
             if response.error_code:
                 raise KafkaError.for_code(response.error_code)(
                     f"InitProducerId for transactional.id {txn.transactional_id!r}")
@@ -824,11 +864,11 @@ class AsyncProducer:
             raise self._txn_failed(exc) from None
 
     async def _end_txn(self, commit: bool, bound: float) -> None:
-        txn = self._txn
+        txn = self._tm
         request_type = messages.EndTxnRequest
         what = f"EndTxn({'commit' if commit else 'abort'}) for transactional.id {txn.transactional_id!r}"
 
-        def build(conn) -> tuple[Any, int]:
+        def build(conn: BrokerConnection) -> tuple[messages.EndTxnRequest, int]:
             self._note_transaction_version(conn)
             # v5: transactions v2 (KIP-890), the epoch bumped at every end; v0-4 keep it.
             version = conn.version_for(request_type.API_KEY, 5, 5) if txn.v2 else \
@@ -836,13 +876,13 @@ class AsyncProducer:
             return request_type(transactional_id=txn.transactional_id, producer_id=txn.producer_id,
                                 producer_epoch=txn.epoch, committed=commit), version
 
-        def check(response, version: int) -> None:
+        def check(response: messages.EndTxnResponse, version: int) -> None:
             if response.error_code:
                 raise KafkaError.for_code(response.error_code)(what)
             if version >= 5 and response.producer_id >= 0:
                 # The id and epoch of the next transaction (a new id at epoch 0 once the epoch ran
                 # out); every partition's sequence restarts at 0 with them, as in Java.
-                self._idem.set_producer_id(response.producer_id, response.producer_epoch)
+                self._idempotence.set_producer_id(response.producer_id, response.producer_epoch)
                 txn.producer_id, txn.epoch = response.producer_id, response.producer_epoch
 
         try:
@@ -850,22 +890,22 @@ class AsyncProducer:
         except Exception as exc:
             raise self._txn_failed(exc) from None
 
-    def _note_transaction_version(self, conn) -> None:
+    def _note_transaction_version(self, conn: BrokerConnection) -> None:
         """The cluster's transaction.version as the coordinator reports it (KIP-584): the next
         transaction begun is a v2 one at 2 or more, if the coordinator speaks EndTxn v5."""
         level = conn.finalized_features.get("transaction.version", 0)
-        self._txn.finalized_tv = level if conn.supports(messages.EndTxnRequest.API_KEY, 5, 5) else min(level, 1)
+        self._tm.finalized_tv = level if conn.supports(messages.EndTxnRequest.API_KEY, 5, 5) else min(level, 1)
 
     async def _add_offsets(self, group_id: str, bound: float) -> None:
-        txn = self._txn
+        txn = self._tm
         request_type = messages.AddOffsetsToTxnRequest
 
-        def build(conn) -> tuple[Any, int]:
+        def build(conn: BrokerConnection) -> tuple[messages.AddOffsetsToTxnRequest, int]:
             version = conn.version_for(request_type.API_KEY, 0, 4)
             return request_type(transactional_id=txn.transactional_id, producer_id=txn.producer_id,
                                 producer_epoch=txn.epoch, group_id=group_id), version
 
-        def check(response, version: int) -> None:
+        def check(response: messages.AddOffsetsToTxnResponse, version: int) -> None:
             if response.error_code:
                 raise KafkaError.for_code(response.error_code)(f"AddOffsetsToTxn for group {group_id!r}")
 
@@ -874,17 +914,17 @@ class AsyncProducer:
     async def _txn_offset_commit(self, offsets: dict[TopicPartition, OffsetAndMetadata],
                                  group: ConsumerGroupMetadata, bound: float) -> None:
         """TxnOffsetCommit to the group's coordinator, which stages the offsets until EndTxn."""
-        txn = self._txn
+        txn = self._tm
         request_type = messages.TxnOffsetCommitRequest
         topic_type = request_type.TxnOffsetCommitRequestTopic
         partition_type = topic_type.TxnOffsetCommitRequestPartition
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[messages.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition]] = {}
         for tp, om in offsets.items():
             by_topic.setdefault(tp.topic, []).append(partition_type(
                 partition_index=tp.partition, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
                 committed_metadata=om.metadata))
 
-        def build(conn) -> tuple[Any, int]:
+        def build(conn: BrokerConnection) -> tuple[messages.TxnOffsetCommitRequest, int]:
             # v3 adds the member's generation and id (KIP-447); v5 is transactions v2 (KIP-890),
             # which adds the group to the transaction, and only that.
             version = conn.version_for(request_type.API_KEY, 5, 5) if txn.v2 else \
@@ -897,7 +937,7 @@ class AsyncProducer:
                 request.group_instance_id = group.group_instance_id
             return request, version
 
-        def check(response, version: int) -> None:
+        def check(response: messages.TxnOffsetCommitResponse, version: int) -> None:
             codes = {TopicPartition(t.name, p.partition_index): p.error_code
                      for t in response.topics for p in t.partitions}
             raise_partition_errors(codes, f"TxnOffsetCommit for group {group.group_id!r}")
@@ -977,11 +1017,14 @@ class _SyncCore(AsyncProducer):
         # Appended by callers, drained on the loop: each record as _HANDOFF_FIELDS items in a row (one
         # atomic extend), not a tuple: a tuple holding the future was a second object per record
         # for the young collections until the drain.
-        self.handoff: collections.deque = collections.deque()
+        # (Items of every type of a record's fields: Any.)
+        self.handoff: collections.deque[Any] = collections.deque()
         self.drain_scheduled = False
         self.taken_bytes = 0                                     # written by the loop thread only
         self.condition = threading.Condition()                   # shared by every RecordFuture
-        self.callbacks: collections.deque = collections.deque()  # (callback, error, metadata)
+        # (callback, error, metadata)
+        self.callbacks: collections.deque[tuple[Callable[..., object], BaseException | None,
+                                                RecordMetadata | None]] = collections.deque()
         self.callbacks_ready = threading.Event()
 
     def drain_handoff(self) -> None:
@@ -1024,7 +1067,7 @@ class _SyncCore(AsyncProducer):
                 future = None
             self._append(topic, route, partition, key, value, timestamp, headers, future, size)
 
-    async def _append_late(self, record: tuple) -> None:
+    async def _append_late(self, record: _HandedRecord) -> None:
         """A handed-off record whose topic must be looked up again (``drain_handoff``)."""
         topic, partition, key, value, timestamp, headers, future, size = record
         try:
@@ -1085,11 +1128,12 @@ class _SyncCore(AsyncProducer):
             return
         topic, partition = batch.tp
         if base_offset < 0:
-            offsets = itertools.repeat(-1)
+            offsets: Iterator[int] = itertools.repeat(-1)
         else:
             offsets = itertools.count(base_offset)
         timestamps = itertools.repeat(log_append_time) if log_append_time >= 0 and error is None else batch.timestamps
-        rows = zip(offsets, batch.keys, batch.values, timestamps, strict=False)
+        rows: Iterable[tuple[int, bytes | None, bytes | None, int]] = zip(offsets, batch.keys, batch.values, timestamps,
+                                                                          strict=False)
         futures = batch.tokens
         dropped = futures.count(None)  # records whose future nobody could see (drain_handoff)
         if dropped:
@@ -1139,7 +1183,7 @@ class Producer:
         """The producer's settings, parsed and checked (read-only)."""
         return self._core.config
 
-    def _wait(self, coro: Any) -> Any:
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop thread and return its result, raising what it raises.
 
         (Not ``LoopThread.run``: with no timeout of its own, a ``ClientTimeoutError`` the
@@ -1155,7 +1199,7 @@ class Producer:
     def produce(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
                 partition: int | None = None, timestamp: int | None = None,
                 headers: Mapping[str, Any] | list[tuple[str, Any]] | None = None,
-                on_delivery: DeliveryCallback | None = None) -> concurrent.futures.Future:
+                on_delivery: DeliveryCallback | None = None) -> concurrent.futures.Future[RecordMetadata]:
         """Queue a record; a Future of its ``RecordMetadata``.  ``on_delivery(error, metadata)``
         runs from a later ``poll``/``flush``/``close`` in the thread that calls it.
 
@@ -1278,7 +1322,7 @@ class Producer:
         self._run_callbacks()
         return len(self)
 
-    def _wait_running_callbacks(self, future: concurrent.futures.Future) -> None:
+    def _wait_running_callbacks(self, future: concurrent.futures.Future[Any]) -> None:
         core = self._core
         future.add_done_callback(lambda _: core.callbacks_ready.set())  # wake at once when it ends
         while not future.done():
