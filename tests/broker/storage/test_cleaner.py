@@ -713,3 +713,25 @@ def test_cleaner_io_is_throttled(log):
     throttler = Throttler(1_000, check_interval_ms=50, clock=lambda: next(ticks) / 100, sleep=slept.append)
     Cleaner(CleanerConfig(), throttler=throttler).clean(log, now_ms=NOW)
     assert sum(slept) > 1
+
+
+def test_the_throttler_counts_the_batches_a_clean_drops(tmp_path):
+    """Kafka's cleanInto throttles on every byte read and written: a clean that drops almost
+    everything it reads is held to log.cleaner.io.max.bytes.per.second all the same."""
+    class Counting(Throttler):
+        counted = 0
+
+        def maybe_throttle(self, observed_bytes: int) -> None:
+            Counting.counted += observed_bytes
+
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    try:
+        for r in range(20):
+            put(log, [(f"k{i}", f"v{r}-{i}") for i in range(4)], ts=1_000 + r)
+            log.roll()
+        result = Cleaner(CleanerConfig(), throttler=Counting(1e9)).clean(log, now_ms=NOW)
+        assert result is not None and result.records_removed > 0
+        # The map's read and the copy's read of every dirty byte, plus what was written.
+        assert Counting.counted >= 2 * result.bytes_before + result.bytes_after
+    finally:
+        log.close()

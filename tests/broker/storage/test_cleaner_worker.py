@@ -214,6 +214,13 @@ def _fill(log: PartitionLog, rounds: int = 60, keys: int = 8) -> None:
     log.roll()
 
 
+# Throttled from the first millisecond (log.cleaner.io.max.bytes.per.second; with Kafka's 300 ms
+# check interval a clean this small finishes unthrottled, between two polls of the test): each
+# clean lasts seconds, its .cleaned file on disk for about half of them, so the kill always
+# lands mid-copy.
+SLOW = CleanerConfig(io_max_bytes_per_second=20_000, throttle_check_interval_ms=1)
+
+
 def _kill_when_writing(directory, pid_of, seconds: float = 30) -> int:
     """SIGKILL the worker (``pid_of()``) once a ``.cleaned`` file of its clean is on disk: it is
     then mid-copy.  Returns the pid killed."""
@@ -232,8 +239,7 @@ def test_a_worker_killed_mid_clean_fails_that_clean_and_loses_nothing(tmp_path, 
     try:
         _fill(log)
         before = records(log)
-        # Throttled (log.cleaner.io.max.bytes.per.second) so the clean lasts a few seconds.
-        cleaner = Cleaner(CleanerConfig(io_max_bytes_per_second=40_000), worker=worker)
+        cleaner = Cleaner(SLOW, worker=worker)
         outcome: list = []
 
         def clean():
@@ -274,7 +280,8 @@ def test_the_cleaner_retries_a_log_whose_worker_was_killed(tmp_path):
         log = logs.create_partition("t", 0)
         _fill(log)
         expected = sorted((offset, key, value) for key, (offset, value) in latest(records(log)).items())
-        cleaner = LogCleaner(logs, CleanerConfig(backoff_ms=10, worker_process=True, io_max_bytes_per_second=40_000),
+        cleaner = LogCleaner(logs, CleanerConfig(backoff_ms=10, worker_process=True, io_max_bytes_per_second=20_000,
+                                                 throttle_check_interval_ms=1),
                              clock=lambda: NOW)
         cleaner.start()
         try:
@@ -362,3 +369,26 @@ def test_the_setting_is_refused_where_descriptors_cannot_be_passed(monkeypatch):
     with pytest.raises(ConfigError, match="log_cleaner_worker_process needs Unix sockets"):
         load_config(None, log_cleaner_worker_process=True)
     assert not load_config(None).log_cleaner_worker_process
+
+
+def test_a_worker_is_waited_on_past_fd_setsize(tmp_path, worker):
+    """A broker with many segments open holds descriptors past 1024 (FD_SETSIZE), where
+    select() refuses a socket: the wait on the worker must not depend on the socket's number."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1400:
+        pytest.fail(f"the test needs RLIMIT_NOFILE >= 1400 (it is {soft})")
+    log = PartitionLog(tmp_path / "t-0", COMPACT)
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # the worker's socket comes after
+    try:
+        _fill(log, rounds=12)
+        expected = sorted((offset, key, value) for key, (offset, value) in latest(records(log)).items())
+        result = Cleaner(CleanerConfig(), worker=worker).clean(log, now_ms=NOW)
+        assert result is not None and worker.failures == 0
+        assert worker._sock is not None and worker._sock.fileno() > 1024
+        assert records(log) == expected
+    finally:
+        for fd in held:
+            os.close(fd)
+        log.close()

@@ -272,13 +272,16 @@ class CleanPass:
             check()
             out.last = batch = RecordBatch(raw)
             kept = batch_filter.filter(raw, batch)
+            # Every byte read counts, dropped or kept, with what is written (Kafka's cleanInto
+            # throttles on the read buffer plus the output buffer): a clean that drops most of
+            # its input is held to the rate too.
+            throttler.maybe_throttle(len(raw) + (len(kept) if kept is not None else 0))
             if kept is None:
                 out.changed = True
                 continue
             if kept is not raw:
                 out.changed = True
             self._add(out, kept)
-            throttler.maybe_throttle(len(raw) + len(kept))
             if hook:
                 hook("copying")
 

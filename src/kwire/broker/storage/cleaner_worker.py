@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import select
+import selectors
 import signal
 import socket
 import struct
@@ -110,6 +110,7 @@ class WorkerSettings(NamedTuple):
     compiled: bool
     io_buffer_size: int
     io_max_bytes_per_second: float  # this worker's share of log.cleaner.io.max.bytes.per.second
+    throttle_check_interval_ms: int = 300  # CleanerConfig.throttle_check_interval_ms
 
 
 class CleanerWorker:
@@ -168,6 +169,10 @@ class CleanerWorker:
         sock = self._sock
         assert sock is not None
         busy = False
+        # A selector, not select.select: a broker with many segments open holds descriptors past
+        # FD_SETSIZE (1024), where select() refuses the socket ("filedescriptor out of range").
+        waiting = selectors.DefaultSelector()
+        waiting.register(sock, selectors.EVENT_READ)
         try:
             try:
                 _send(sock, (job, settings), fds)
@@ -177,7 +182,7 @@ class CleanerWorker:
                 raise CleanAborted(f"{job.name}: the cleaner worker process was gone") from exc
             busy = True
             while True:
-                if not select.select([sock], [], [], POLL_S)[0]:
+                if not waiting.select(POLL_S):
                     check()
                     continue
                 try:
@@ -207,6 +212,8 @@ class CleanerWorker:
                 self.close()  # stop it mid-pass: it may be writing
                 remove_cleaned_files(job.directory, [s.base_offset for s in job.segments])
             raise
+        finally:
+            waiting.close()
 
     @staticmethod
     def _load_output(job: CleanJob, first: int) -> LogSegment:
@@ -266,7 +273,8 @@ def main(argv: list[str]) -> int:
         try:
             result = CleanPass(job, fds, map_bytes=settings.map_bytes, compiled=settings.compiled,
                                io_buffer_size=settings.io_buffer_size,
-                               throttler=Throttler(settings.io_max_bytes_per_second),
+                               throttler=Throttler(settings.io_max_bytes_per_second,
+                                                   check_interval_ms=settings.throttle_check_interval_ms),
                                check=check, emit=emit).run()
             reply: tuple = ("done", result)
         except KafkaStorageError as exc:
