@@ -17,7 +17,7 @@ from pathlib import Path
 from kwire.protocol.configs import ConfigType
 from kwire.settings import ConfigError
 
-from .config import BrokerConfig
+from .config import WORKER_PROCESS_SUPPORTED, BrokerConfig
 from .meta_document import MetaDocument
 from .topic_configs import TOPIC_CONFIGS, Range, TopicConfigDef, parse_value
 from .topics import META_DIR
@@ -53,11 +53,13 @@ CLEANER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
                    "Pause of the cleaner when no log needs cleaning.", field="log_cleaner_backoff_ms"),
     # kwire's own, named as kwire.fsync and kwire.page.cache.bytes are: Kafka's cleaner threads
     # share a JVM without a GIL, so it has no such setting.
-    TopicConfigDef("kwire.log.cleaner.worker.process", ConfigType.BOOLEAN, "false", None,
+    TopicConfigDef("kwire.log.cleaner.worker.process", ConfigType.BOOLEAN,
+                   "true" if WORKER_PROCESS_SUPPORTED else "false", None,
                    "Whether each cleaner thread reads and writes in a worker process of its own, so that "
                    "compaction's work does not share the broker process's Python interpreter lock. The "
                    "worker's key map counts within log.cleaner.dedupe.buffer.size; its interpreter (about "
-                   "30 MB) comes on top, started at the first clean.",
+                   "30 MB) comes on top, started at the first clean. On by default where Unix sockets "
+                   "pass file descriptors.",
                    field="log_cleaner_worker_process"),
 )}
 

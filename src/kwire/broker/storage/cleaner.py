@@ -78,23 +78,16 @@ class CleanerConfig:
     io_max_bytes_per_second: float = _DOUBLE_MAX  # log.cleaner.io.max.bytes.per.second
     backoff_ms: int = 15_000                      # log.cleaner.backoff.ms: sleep when nothing to clean
     # kwire's own (kwire.log.cleaner.worker.process, BrokerConfig.log_cleaner_worker_process):
-    # each cleaner thread reads and writes in a worker process of its own (cleaner_worker.py),
-    # so the cleaner's Python work does not hold the broker's GIL.  Off by default: it is not
-    # yet shown to be clearly better for producers (benchmarks/RESULTS.md, third session, H21;
-    # ``bench_cleaner.py --cleaner-in both``, the three brokers alternated, the VM at load 6-14):
-    # - produce p50 over all slices, thread/worker: 1.12-7.14x in five runs, 0.37x in a sixth,
-    #   but round by round the worker's slice was the faster in only 27 of 51 rounds, and the
-    #   cleaner-off broker's own p50 moved from 0.4 to 146 ms between slices: noise;
-    # - without the network (robust at that load): the event loop's wake-up lateness during a
-    #   clean, p50 0.14 ms with the worker as with no clean, 1.97 ms with the thread
-    #   (``--only lag``); appends to the log being cleaned, p50 0.92x of no clean with the
-    #   worker against 0.84x with the thread, p99 4.0 against 8.2 ms (``--only append``);
-    # - clean speed the same (``--only cleaner``: best 1.00x, median 1.28x of the thread's), and
-    #   in the produce runs the worker cleaned 1.2-1.6x the bytes at the same producer throughput
-    #   (worker/thread 0.82-1.13x);
-    # - its cost: one more process per cleaner thread, ~30 MB RSS, started at the first clean.
-    # The one run that decides is on a quiet machine (the thread's p50 ratio there was 0.72x):
-    # ``bench_cleaner.py --only produce --cleaner-in both --slices 9``.
+    # each cleaner thread reads and writes in a worker process of its own (cleaner_worker.py), so
+    # the cleaner's Python work does not hold the broker's GIL.  The broker turns it on where the
+    # platform can pass descriptors (config.WORKER_PROCESS_SUPPORTED), by measurement: on the quiet
+    # 2-core VM (``bench_cleaner.py --only produce --cleaner-in both --slices 9``, RESULTS.md)
+    # producers kept 0.82x throughput and 0.86x p50 latency of a broker without cleaning with
+    # the worker, 0.89x and 0.72x with the thread (the goal: 0.8 for both).  Without the network
+    # the event loop's wake-up lateness during a clean was 0.14 ms with the worker as with no
+    # clean, 1.97 ms with the thread; clean speed the same.  Its cost: one more process per
+    # cleaner thread, ~30 MB RSS, started at the first clean.  Off here, for the storage on its
+    # own (tests, tools): a LogCleaner made without the broker cleans in its thread.
     worker_process: bool = False
     # How often the throttler measures the rate: Kafka's LogCleaner builds its Throttler with a
     # fixed 300 ms (not a broker setting), so a clean shorter than that is never slowed.  Tests
