@@ -44,3 +44,14 @@ def test_every_public_name_and_member_has_a_docstring(name):
         if callable(target) and not (getattr(target, "__doc__", None) or "").strip():
             undocumented.append(member)
     assert not undocumented, f"kwire.{name}: no docstring on {undocumented}"
+
+
+def test_kwire_ships_its_type_hints():
+    """PEP 561: without the py.typed marker in the package (and in the wheel's package data),
+    other projects' type checkers treat kwire as untyped and see none of its hints."""
+    import importlib.resources
+    from pathlib import Path
+
+    assert importlib.resources.files("kwire").joinpath("py.typed").is_file()
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert '[tool.setuptools.package-data]\nkwire = ["py.typed"]' in pyproject
