@@ -369,10 +369,8 @@ def test_a_transaction_left_preparing_is_completed_once_loaded(data):
         state.close()
 
 
-def test_a_partition_that_fails_to_load_stays_loading(data, monkeypatch):
-    data_dir, groups, _ = data
-    state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
-    broken = state.coordinator.loading_partitions[0]
+def _break_partition(state, broken: int, monkeypatch) -> None:
+    """Reading ``__consumer_offsets`` partition ``broken`` fails with an OSError (a disk error)."""
     read = state.coordinator.store.read_partition
 
     def failing(partition: int) -> tuple[int, dict[str, StoredGroup], list[str]]:
@@ -381,6 +379,13 @@ def test_a_partition_that_fails_to_load_stays_loading(data, monkeypatch):
         return read(partition)
 
     monkeypatch.setattr(state.coordinator.store, "read_partition", failing)
+
+
+def test_a_partition_that_fails_to_load_stays_loading(data, monkeypatch):
+    data_dir, groups, _ = data
+    state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
+    broken = state.coordinator.loading_partitions[0]
+    _break_partition(state, broken, monkeypatch)
     executor = _start_loading(state)
     try:
         executor.run_all()
@@ -540,14 +545,7 @@ def test_a_partition_that_fails_to_load_inside_a_request_stays_loading(data, mon
     state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
     victim = _not_in_the_worker(state, groups)[0]
     broken = state.coordinator.store.partition_of(victim)
-    read = state.coordinator.store.read_partition
-
-    def failing(partition: int) -> tuple[int, dict[str, StoredGroup], list[str]]:
-        if partition == broken:
-            raise OSError("disk error")
-        return read(partition)
-
-    monkeypatch.setattr(state.coordinator.store, "read_partition", failing)
+    _break_partition(state, broken, monkeypatch)
     executor = _start_loading(state)
     try:
         assert _fetch(state, victim) == (LOADING, {})

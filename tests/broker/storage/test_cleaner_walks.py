@@ -52,6 +52,23 @@ def _table(m: OffsetMap) -> bytes:
     return bytes(m._buf[:m.slots * ENTRY_BYTES])
 
 
+def _both_walks(data: bytes, start: int, count: int) -> list[list]:
+    """The compiled and the Python walk's results (put, keep, the table; or the error's text)."""
+    outcome = []
+    for compiled in (True, False):
+        m = OffsetMap(ENTRY_BYTES * 64, compiled=compiled)
+        got: list = []
+        for method, last_arg in ((m.put_records, 0), (m.keep_records, True)):
+            try:
+                got.append(method(data, start, len(data), count, 0, last_arg))
+            except CorruptRecordError as exc:
+                got.append(str(exc))
+        got.append(_table(m))
+        outcome.append(got)
+        m.close()
+    return outcome
+
+
 @compiled_only
 def test_compiled_md5_is_md5():
     from kwire.protocol.records import _layout
@@ -123,18 +140,7 @@ def test_corrupt_records_are_refused_alike(seed):
         cut = rng.choice([len(raw), rng.randrange(61, len(raw) + 1)])
         data = bytes(raw[:cut])
         count = rng.choice([batch.record_count, batch.record_count + 1, max(batch.record_count - 1, 0)])
-        outcome = []
-        for compiled in (True, False):
-            m = OffsetMap(ENTRY_BYTES * 64, compiled=compiled)
-            got = []
-            for method, last_arg in ((m.put_records, 0), (m.keep_records, True)):
-                try:
-                    got.append(method(data, 61, len(data), count, 0, last_arg))
-                except CorruptRecordError as exc:
-                    got.append(str(exc))
-            got.append(_table(m))
-            outcome.append(got)
-            m.close()
+        outcome = _both_walks(data, 61, count)
         assert outcome[0] == outcome[1]
 
 
@@ -240,18 +246,7 @@ def test_the_walks_refuse_exactly_the_records_the_record_walk_refuses(name):
     for data, count in ((EDGE_RECORDS[name], 1), (EDGE_RECORDS["good"] + EDGE_RECORDS[name], 2),
                         (EDGE_RECORDS[name] + EDGE_RECORDS["good"], 2)):
         _, verdict = walk.record_columns(data, 0, len(data), count, compiled=False)
-        outcome = []
-        for compiled in (True, False):
-            m = OffsetMap(ENTRY_BYTES * 64, compiled=compiled)
-            got = []
-            for method, last_arg in ((m.put_records, 0), (m.keep_records, True)):
-                try:
-                    got.append(method(data, 0, len(data), count, 0, last_arg))
-                except CorruptRecordError as exc:
-                    got.append(str(exc))
-            got.append(_table(m))
-            outcome.append(got)
-            m.close()
+        outcome = _both_walks(data, 0, count)
         assert outcome[0] == outcome[1], (name, data)
         refused = [isinstance(result, str) for result in outcome[0][:2]]
         assert refused == [verdict >= 0] * 2, (name, data, outcome[0])
