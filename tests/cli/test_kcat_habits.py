@@ -6,7 +6,6 @@ confluent-kafka where the CLI's own reading would prove nothing."""
 from __future__ import annotations
 
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kwire.broker import EmbeddedBroker
 from kwire.client.consumer import Consumer
 from kwire.client.types import TopicPartition
+
+from ..ports import refusing_ports
 
 KWIRE = [sys.executable, "-m", "kwire.cli.main"]
 RECORD_END, KEY_END = b"\x1e", b"\x1f"  # ASCII record and unit separators: never in the random data
@@ -157,17 +158,11 @@ def test_librdkafka_setting_names_and_spelling_hints(broker, topic):
     assert wrong_role.returncode == 1 and "queue.buffering.max.ms is a producer setting" in wrong_role.stderr
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again when the with ends: connections are refused
-
-
 @pytest.mark.parametrize("command", [["produce", "t", "x"], ["consume", "t"], ["topics", "list"], ["lag", "g"]])
 def test_a_refused_bootstrap_fails_fast_and_names_the_address(command):
-    port = _closed_port()
-    # The default --timeout is 30 s: a command that waited for it would outlive this bound.
-    result = kwire(*command, "-b", f"127.0.0.1:{port}", timeout=20)
+    with refusing_ports() as (port,):
+        # The default --timeout is 30 s: a command that waited for it would outlive this bound.
+        result = kwire(*command, "-b", f"127.0.0.1:{port}", timeout=20)
     lines = result.stderr.splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert f"127.0.0.1:{port} refused the connection" in lines[0]

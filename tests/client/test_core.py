@@ -4,7 +4,6 @@ kwire's broker, librdkafka's mock cluster, and small misbehaving servers on loop
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import time
 
@@ -25,6 +24,8 @@ from kwire.client.retry import Backoff, retrying
 from kwire.protocol import messages
 from kwire.protocol.errors import NotLeaderOrFollowerError, TopicAuthorizationFailedError
 from kwire.protocol.schema import api_versions
+
+from ..ports import refusing_ports
 
 
 def config(*bootstrap: str, **changes) -> CommonConfig:
@@ -226,14 +227,11 @@ def test_acks_0_requests_reach_a_broker_that_answers_them_before_the_close():
 
 
 def test_connect_refused_names_the_address():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens once closed
-
-    async def go():
+    async def go(port):
         with pytest.raises(BrokerConnectionError, match=f"127.0.0.1:{port}"):
             await BrokerConnection.open("127.0.0.1", port)
-    run(go())
+    with refusing_ports() as (port,):
+        run(go(port))
 
 
 # -- cluster: metadata, routing, coordinators ---------------------------------------------------
@@ -298,27 +296,16 @@ def test_reconnects_after_broker_restart(tmp_path):
     run(go())
 
 
-def _closed_ports(count: int) -> list[int]:
-    """Ports nothing listens on (bound once, then released)."""
-    ports = []
-    for _ in range(count):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    return ports
-
-
 def test_no_brokers_available():
-    ports = _closed_ports(2)
-
-    async def go():
+    async def go(ports):
         cluster = Cluster(config(*(f"127.0.0.1:{p}" for p in ports), request_timeout_ms=300))
         with pytest.raises(NoBrokersAvailableError, match=str(ports[0])):
             await cluster.any_connection()
         with pytest.raises(ClientTimeoutError, match="Metadata did not succeed"):
             await cluster.refresh_metadata()
         await cluster.close()
-    run(go())
+    with refusing_ports(2) as ports:
+        run(go(ports))
 
 
 # -- retries ------------------------------------------------------------------------------------
@@ -366,9 +353,8 @@ def test_jitter_and_bootstrap_order_leave_the_applications_random_stream_alone()
     reconnecting in between: kwire draws from generators of its own."""
     import random
 
-    ports = _closed_ports(3)
 
-    async def reconnect_attempts():
+    async def reconnect_attempts(ports):
         cluster = Cluster(config(*(f"127.0.0.1:{p}" for p in ports), request_timeout_ms=300))
         for _ in range(3):
             with pytest.raises(NoBrokersAvailableError):
@@ -381,6 +367,7 @@ def test_jitter_and_bootstrap_order_leave_the_applications_random_stream_alone()
     got = [random.random()]
     assert all(Backoff(100, 1000).delay(n) > 0 for n in range(5))
     got.append(random.random())
-    run(reconnect_attempts())
+    with refusing_ports(3) as ports:
+        run(reconnect_attempts(ports))
     got.append(random.random())
     assert got == expected
