@@ -13,6 +13,7 @@ from kwire.broker import EmbeddedBroker
 from kwire.client import ShareConsumer
 from kwire.client.connection import BrokerConnection
 from kwire.protocol import messages
+from kwire.protocol.errors import ErrorCode
 
 from ...cli.test_consume_cmd import ok
 from ..test_share_group_clients import create_topic, poll_all, produce, set_group_configs, share_consumer, total
@@ -40,7 +41,14 @@ def describe(port: int, group: str):
 
 
 def list_share_groups(port: int) -> list[tuple[str, str]]:
-    resp = ask(port, messages.ListGroupsRequest(states_filter=[], types_filter=["share"]))
+    """The share groups, asked again while the coordinators still load after a restart: Kafka
+    answers ListGroups COORDINATOR_LOAD_IN_PROGRESS then, and its clients retry (as here, 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        resp = ask(port, messages.ListGroupsRequest(states_filter=[], types_filter=["share"]))
+        if resp.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert resp.error_code == 0
     return [(g.group_id, g.group_state) for g in resp.groups]
 
