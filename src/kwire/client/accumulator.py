@@ -24,12 +24,11 @@ its batch completes.  ``send`` waits (FIFO, up to ``max.block.ms``) while the bu
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder
 from kwire.protocol.records.bulk import compiled, encode_records, seal_batch
@@ -37,6 +36,9 @@ from kwire.protocol.records.bulk import compiled, encode_records, seal_batch
 from .errors import ClientTimeoutError
 from .idempotence import wire_sequence
 from .types import TopicPartition
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "record_size", "BATCH_OVERHEAD"]
 
@@ -164,6 +166,8 @@ class ProducerBatch:
     def done(self) -> asyncio.Future[None]:
         """A future resolved when the batch completes (for flush)."""
         if self.waiter is None:
+            import asyncio  # here: the blocking producer (no event loop) never waits on a batch
+
             self.waiter = asyncio.get_running_loop().create_future()
             if self.completed:
                 self.waiter.set_result(None)
@@ -351,6 +355,8 @@ class RecordAccumulator:
         """Wait (first come, first served) until ``size`` bytes fit in buffer.memory."""
         if self.has_room(size):
             return
+        import asyncio  # here: the blocking producer sends until there is room instead
+
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         entry = (size, waiter)
@@ -409,6 +415,8 @@ def _timestamp_runs(values: list[bytes | None], keys: list[bytes | None], timest
 
 
 def _time_out(waiter: asyncio.Future[None]) -> None:
+    import asyncio  # (loaded: the waiter is an asyncio future)
+
     if not waiter.done():
         waiter.set_exception(asyncio.TimeoutError())
 

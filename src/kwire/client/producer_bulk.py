@@ -12,10 +12,12 @@ for that, ``await delivery`` in asyncio code).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["BulkDelivery", "PartitionSummary"]
 
@@ -80,6 +82,8 @@ class BulkDelivery:
     def __await__(self) -> Generator[Any, None, BulkDelivery]:
         if self._waiter is None:
             raise RuntimeError("this delivery belongs to a synchronous Producer: call result()")
+        import asyncio  # here: the blocking producer's deliveries are read without an event loop
+
         yield from asyncio.shield(self._waiter).__await__()
         return self
 

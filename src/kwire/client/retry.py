@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from .backoff import Backoff
 from .errors import ClientTimeoutError, is_retriable
 
 __all__ = ["Backoff", "retrying"]
@@ -21,24 +21,6 @@ __all__ = ["Backoff", "retrying"]
 logger = logging.getLogger("kwire.client")
 
 T = TypeVar("T")
-
-# Its own generator: a library must not draw from (and so shift) the application's seeded
-# global random stream.
-_JITTER = random.Random()
-
-
-class Backoff:
-    """Exponential backoff with jitter; ``delay(attempt)`` in seconds, attempt counting from 0."""
-
-    def __init__(self, initial_ms: int, maximum_ms: int, jitter: float = 0.2):
-        self.initial = max(initial_ms, 0) / 1000
-        self.maximum = max(maximum_ms, initial_ms, 0) / 1000
-        self.jitter = jitter
-
-    def delay(self, attempt: int) -> float:
-        base = min(self.initial * (2 ** min(attempt, 32)), self.maximum)
-        return base * _JITTER.uniform(1 - self.jitter, 1 + self.jitter) if base else 0.0
-
 
 async def retrying(operation: Callable[[], Awaitable[T]], *, timeout: float, backoff: Backoff, what: str,
                    before_retry: Callable[[BaseException], Awaitable[None] | None] | None = None) -> T:
