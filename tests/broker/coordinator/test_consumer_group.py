@@ -18,6 +18,7 @@ from kwire.protocol.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
+    IllegalGenerationError,
     InvalidRegularExpressionError,
     InvalidRequestError,
     StaleMemberEpochError,
@@ -258,13 +259,44 @@ def test_offset_commit_and_fetch_check_the_member_epoch(cg, topics):
     assert cg.check_offset_commit("none", "x", 1) is None  # not a consumer group
     join(cg, "a")
     assert cg.check_offset_commit("g", "a", 1) == 0
-    assert cg.check_offset_commit("g", "a", 0) == StaleMemberEpochError.code
+    assert cg.check_offset_commit("g", "a", 0, partitions=[("t", 0)]) == StaleMemberEpochError.code
+    assert cg.check_offset_commit("g", "a", 2, partitions=[("t", 0)]) == StaleMemberEpochError.code  # newer
     assert cg.check_offset_commit("g", "zz", 1) == UnknownMemberIdError.code
     assert cg.check_offset_commit("g", "", -1) == UnknownMemberIdError.code  # members: not from outside
     assert cg.check_offset_fetch("g", "a", 1) == 0 and cg.check_offset_fetch("g", None, -1) == 0
     assert cg.check_offset_fetch("g", "a", 7) == StaleMemberEpochError.code
     beat(cg, "a", -1)
     assert cg.check_offset_commit("g", "", -1) == 0  # empty: the admin client may commit
+
+
+def test_an_older_epoch_commits_only_partitions_held_since_then(cg, topics):
+    """KIP-1251 (Kafka 4.3): a member whose epoch was bumped by a heartbeat answer it has not
+    seen yet may still commit the partitions it kept; not those it gave up, nor any at an epoch
+    older than the one it got them at."""
+    t = tid(topics, "t")
+    join(cg, "a")
+    join(cg, "b")
+    a = beat(cg, "a", 1, owned={t: list(range(6))})
+    kept = sorted(parts(a.assignment, t))
+    gone = sorted(set(range(6)) - set(kept))
+    a = beat(cg, "a", 1, owned={t: kept})
+    assert a.member_epoch == 2
+    b = beat(cg, "b", 2, owned={})
+    assert sorted(parts(b.assignment, t)) == gone
+    # a still sends epoch 1: the partitions it has held since epoch 1 commit.
+    assert cg.check_offset_commit("g", "a", 1, partitions=[("t", p) for p in kept]) == 0
+    # One partition it gave up refuses the whole commit (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION
+    # for TxnOffsetCommit, as Kafka's commitTransactionalOffset answers it).
+    mixed = [("t", kept[0]), ("t", gone[0])]
+    assert cg.check_offset_commit("g", "a", 1, partitions=mixed) == StaleMemberEpochError.code
+    assert cg.check_offset_commit("g", "a", 1, partitions=mixed, transactional=True) == IllegalGenerationError.code
+    assert cg.check_offset_commit("g", "a", 1, partitions=[("t", kept[0])], transactional=True) == 0
+    # b got its partitions at epoch 2: an epoch-1 commit of them is a zombie's.
+    assert cg.check_offset_commit("g", "b", 1, partitions=[("t", gone[0])]) == StaleMemberEpochError.code
+    assert cg.check_offset_commit("g", "b", 2, partitions=[("t", gone[0])]) == 0
+    # A partition of another topic, or of none, is not held.
+    assert cg.check_offset_commit("g", "a", 1, partitions=[("u", 0)]) == StaleMemberEpochError.code
+    assert cg.check_offset_commit("g", "a", 1, partitions=[("nope", 0)]) == StaleMemberEpochError.code
 
 
 def test_group_id_of_an_active_classic_group_is_not_taken(topics, clock):

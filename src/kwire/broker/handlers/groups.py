@@ -300,7 +300,8 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     # A KIP-848 group checks the member epoch; its offsets are then stored as any group's.
     consumer_error = None if group_denied else broker.consumer_groups.check_offset_commit(
         request.group_id or "", (request.member_id or "") if v >= 1 else "",
-        request.generation_id_or_member_epoch if v >= 1 else -1)
+        request.generation_id_or_member_epoch if v >= 1 else -1,
+        partitions=[(e.topic, e.partition) for e in entries])
     if not group_denied and is_share_group(broker, request.group_id or ""):
         consumer_error = GroupIdNotFoundError.code  # Kafka: a share group has no committed offsets
     if group_denied:

@@ -238,7 +238,7 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         # A KIP-848 group checks the member epoch; its offsets are then staged as any group's.
         consumer_code = None if code else broker.consumer_groups.check_offset_commit(
             group_id, (request.member_id or "") if v >= 3 else "", request.generation_id if v >= 3 else -1,
-            transactional=True)
+            transactional=True, partitions=[(e.topic, e.partition) for e in entries])
         if code or consumer_code:
             errors = [code or consumer_code] * len(entries)
         elif consumer_code is not None:

@@ -511,10 +511,15 @@ class ConsumerGroupCoordinator(ClassicMembers):
     # ------------------------------------------------------------------ offsets
 
     def check_offset_commit(self, group_id: str, member_id: str, member_epoch: int, *,
-                            transactional: bool = False) -> int | None:
-        """None (not a consumer group), 0 or the error of an OffsetCommit (TxnOffsetCommit) to a consumer group (Kafka's
-        ConsumerGroup.validateOffsetCommit): a commit from outside the group (epoch < 0) only
-        while it is empty, else the member must exist and send its current epoch."""
+                            transactional: bool = False,
+                            partitions: Collection[tuple[str, int]] = ()) -> int | None:
+        """None (not a consumer group), 0 or the error of an OffsetCommit (TxnOffsetCommit) to a
+        consumer group, as Kafka 4.3's ConsumerGroup.validateOffsetCommit: a commit from outside
+        the group (epoch < 0) only while it is empty, else the member must exist.  Its current
+        epoch commits anything; a newer one is refused; an older one (KIP-1251: the heartbeat that
+        bumped it has not reached the client yet) commits ``partitions`` (topic name, partition)
+        only if the member still holds each of them since an epoch no later than the one sent.
+        One partition failing refuses the whole commit, as Kafka's validator does."""
         group = self.group(group_id)
         if group is None:
             return None
@@ -525,10 +530,24 @@ class ConsumerGroupCoordinator(ClassicMembers):
         member = group.members.get(member_id)
         if member is None:
             return UnknownMemberIdError.code
-        if member_epoch != member.member_epoch and not (transactional and member_epoch < member.member_epoch):
-            # A classic member's epoch is its generation (ILLEGAL_GENERATION, as in a classic group).
-            return StaleMemberEpochError.code if member.classic is None else IllegalGenerationError.code
+        if member_epoch == member.member_epoch:
+            return 0
+        # A classic member's epoch is its generation: it must match (ILLEGAL_GENERATION, as in a classic group).
+        if member.classic is not None:
+            return IllegalGenerationError.code
+        if member_epoch > member.member_epoch or not self._held_since(member, member_epoch, partitions):
+            # Kafka's commitTransactionalOffset answers a stale epoch as ILLEGAL_GENERATION.
+            return IllegalGenerationError.code if transactional else StaleMemberEpochError.code
         return 0
+
+    def _held_since(self, member: ConsumerMember, epoch: int, partitions: Collection[tuple[str, int]]) -> bool:
+        """KIP-1251's check: assignment epoch <= ``epoch`` for every partition (assigned or pending revocation)."""
+        for name, partition in partitions:
+            info = self._topics.get(name)
+            since = None if info is None else member.assignment_epoch(info.topic_id, partition)
+            if since is None or since > epoch:
+                return False
+        return True
 
     def topics_in_use(self, group_id: str) -> set[str]:
         """The topics the members of the consumer group subscribe to (empty when there is no

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -58,9 +60,23 @@ class ConsumerMember:
     assigned: Assignment = field(default_factory=lambda: EMPTY)
     pending_revocation: Assignment = field(default_factory=lambda: EMPTY)
     classic: ClassicMetadata | None = None  # set for a classic-protocol member (upgrade path)
+    # KIP-1251 (Kafka 4.3): the member epoch at which each partition of ``assigned`` and
+    # ``pending_revocation`` was given to this member.  Only reconciliation fills it; a partition
+    # without an entry counts as assigned at the current member epoch, the strictest answer.
+    assignment_epochs: Mapping[tuple[uuid.UUID, int], int] = field(default_factory=dict)
 
     def replace(self, **changes) -> ConsumerMember:
+        if ("assigned" in changes or "pending_revocation" in changes) and "assignment_epochs" not in changes:
+            changes["assignment_epochs"] = {}  # epochs are only valid together with the partitions they date
         return dataclasses.replace(self, **changes)
+
+    def assignment_epoch(self, topic_id: uuid.UUID, partition: int) -> int | None:
+        """The epoch the member was given the partition at, or None when it holds it neither
+        assigned nor pending revocation (Kafka's assignedPartitionsWithEpochs)."""
+        if partition not in self.assigned.get(topic_id, ()) and \
+                partition not in self.pending_revocation.get(topic_id, ()):
+            return None
+        return self.assignment_epochs.get((topic_id, partition), self.member_epoch)
 
     def with_epoch(self, epoch: int) -> ConsumerMember:
         """Kafka's updateMemberEpoch: the previous epoch remembers the one it leaves."""

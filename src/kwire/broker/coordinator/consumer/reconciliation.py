@@ -69,8 +69,22 @@ class _Step:
             pending[t] = pending.get(t, frozenset()) | ps
         if self.owns_any(pending):
             return m.with_epoch(m.member_epoch).replace(state=MemberState.UNREVOKED_PARTITIONS, assigned=assigned,
-                                                          pending_revocation=pending)
-        return m.with_epoch(m.member_epoch).replace(assigned=assigned)
+                                                          pending_revocation=pending,
+                                                          assignment_epochs=self.epochs(assigned, pending))
+        return m.with_epoch(m.member_epoch).replace(assigned=assigned, assignment_epochs=self.epochs(assigned))
+
+    def epochs(self, *held: Assignment, new_epoch: int | None = None) -> dict[tuple[uuid.UUID, int], int]:
+        """KIP-1251's assignment epochs of the partitions ``held``: a partition the member already
+        had keeps the epoch it was given at; one it did not have dates from ``new_epoch``."""
+        m = self.member
+        out: dict[tuple[uuid.UUID, int], int] = {}
+        for parts in held:
+            for topic_id, ps in parts.items():
+                for p in ps:
+                    had = m.assignment_epoch(topic_id, p)
+                    out[(topic_id, p)] = had if had is not None else (
+                        new_epoch if new_epoch is not None else m.member_epoch)
+        return out
 
     def next_assignment(self) -> ConsumerMember:
         m = self.member
@@ -100,11 +114,14 @@ class _Step:
         if revoking and self.owns_any(revoking):
             # Give up first, at the current epoch; the new partitions come after.
             return m.with_epoch(m.member_epoch).replace(state=MemberState.UNREVOKED_PARTITIONS, assigned=assigned,
-                                                          pending_revocation=revoking)
+                                                          pending_revocation=revoking,
+                                                          assignment_epochs=self.epochs(assigned, revoking))
         for topic_id, new_parts in to_assign.items():
             assigned[topic_id] = assigned.get(topic_id, frozenset()) | new_parts
         state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
         if not to_assign and not unreleased and m.member_epoch == self.target_epoch and not revoking \
                 and m.state is MemberState.STABLE and assigned == dict(m.assigned):
             return m
-        return m.with_epoch(self.target_epoch).replace(state=state, assigned=assigned, pending_revocation={})
+        return m.with_epoch(self.target_epoch).replace(
+            state=state, assigned=assigned, pending_revocation={},
+            assignment_epochs=self.epochs(assigned, new_epoch=self.target_epoch))
