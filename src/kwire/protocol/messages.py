@@ -402,6 +402,14 @@ if TYPE_CHECKING:
         StopReplicaRequest,
         StopReplicaResponse,
     )
+    from .generated.streams_group_describe import (
+        StreamsGroupDescribeRequest,
+        StreamsGroupDescribeResponse,
+    )
+    from .generated.streams_group_heartbeat import (
+        StreamsGroupHeartbeatRequest,
+        StreamsGroupHeartbeatResponse,
+    )
     from .generated.sync_group import (
         SyncGroupRequest,
         SyncGroupResponse,
@@ -649,6 +657,10 @@ __all__ = [
     "SnapshotHeaderRecord",
     "StopReplicaRequest",
     "StopReplicaResponse",
+    "StreamsGroupDescribeRequest",
+    "StreamsGroupDescribeResponse",
+    "StreamsGroupHeartbeatRequest",
+    "StreamsGroupHeartbeatResponse",
     "SyncGroupRequest",
     "SyncGroupResponse",
     "TransactionLogKey",

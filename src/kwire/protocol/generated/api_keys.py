@@ -100,6 +100,8 @@ class ApiKey(IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
@@ -649,6 +651,18 @@ API_INFO: dict[int, ApiInfo] = {
     ),
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: ApiInfo(
         ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, "ReadShareGroupStateSummary", 0, 0,
+        (0, 0), (0, 0),
+        ((0, 0, 2),),
+        ((0, 0, 1),),
+    ),
+    ApiKey.STREAMS_GROUP_HEARTBEAT: ApiInfo(
+        ApiKey.STREAMS_GROUP_HEARTBEAT, "StreamsGroupHeartbeat", 0, 0,
+        (0, 0), (0, 0),
+        ((0, 0, 2),),
+        ((0, 0, 1),),
+    ),
+    ApiKey.STREAMS_GROUP_DESCRIBE: ApiInfo(
+        ApiKey.STREAMS_GROUP_DESCRIBE, "StreamsGroupDescribe", 0, 0,
         (0, 0), (0, 0),
         ((0, 0, 2),),
         ((0, 0, 1),),
