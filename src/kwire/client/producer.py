@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import KafkaError
 from kwire.protocol.records import Compression
-from kwire.protocol.records.bulk import encode_headers, encode_records
+from kwire.protocol.records.bulk import encode_headers
 from kwire.settings import ConfigError
 
 from .accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator, record_size
@@ -86,6 +86,18 @@ from .idempotence import IdempotenceState
 from .loop_thread import LoopThread
 from .partitioner import Partitioner
 from .producer_bulk import BulkDelivery
+from .producer_core import (
+    CODECS,
+    TopicRoute,
+    append_run_step,
+    bulk_groups,
+    bulk_keys,
+    checked_timestamp,
+    complete_bulk,
+    record_fields,
+    too_large,
+    topic_metadata_error,
+)
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
 from .producer_futures import RecordFuture, resolve, unobserved
 from .retry import retrying
@@ -120,77 +132,7 @@ DeliveryCallback = Callable[[BaseException | None, RecordMetadata], Any]
 _HandedRecord = tuple[str, "int | None", "bytes | None", "bytes | None", int, "list[tuple[str, bytes | None]] | None",
                       "RecordFuture", int]
 
-_CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
-           "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 _NEW, _RUNNING, _CLOSING, _CLOSED = range(4)
-
-
-def _as_bytes(data: Any, what: str) -> bytes:
-    """A key, value or header value as bytes: bytes-like as is, str as UTF-8, nothing else."""
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    raise TypeError(f"{what} must be bytes or str (or None), not {type(data).__name__}")
-
-
-def _record_fields(key: Any, value: Any, headers: Any, legacy: bool
-                   ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]:
-    """A record's key, value and headers as the batch builders take them (both producers' check)."""
-    if value is not None and type(value) is not bytes:
-        value = _as_bytes(value, "value")
-    if key is not None and type(key) is not bytes:
-        key = _as_bytes(key, "key")
-    if not headers:
-        return key, value, None
-    if legacy:
-        raise ValueError("headers need Produce v3+ (record batches); the broker only speaks Produce v0-2")
-    return key, value, _headers(headers)
-
-
-def _headers(headers: Any) -> list[tuple[str, bytes | None]]:
-    """Headers as Kafka keeps them: a list of (str, bytes or None), from such a list or a dict."""
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    result = []
-    try:
-        for name, value in items:
-            if not isinstance(name, str):
-                raise TypeError(f"header names must be str, not {type(name).__name__}")
-            result.append((name, None if value is None else _as_bytes(value, f"header {name!r}")))
-    except (TypeError, ValueError) as exc:
-        if "header" in str(exc):
-            raise
-        raise TypeError(f"headers must be a dict or a list of (name, value) pairs, not {headers!r}") from None
-    return result
-
-
-def _bytes_column(column: Any, what: str) -> list[bytes | None] | tuple[bytes | None, ...]:
-    """A bulk call's values or keys as a list or tuple of bytes or None (str as UTF-8)."""
-    items = column if isinstance(column, (list, tuple)) else list(column)
-    if all(type(item) is bytes or item is None for item in items):
-        return items
-    return [item if item is None or type(item) is bytes else _as_bytes(item, f"{what} {i}")
-            for i, item in enumerate(items)]
-
-
-def _bulk_keys(values: Sequence[object], keys: Any, key: Any
-               ) -> list[bytes | None] | tuple[bytes | None, ...] | bytes | None:
-    """The keys of a bulk call: a list as long as ``values``, or one key (or None) for all."""
-    if keys is None:
-        return key if key is None or type(key) is bytes else _as_bytes(key, "key")
-    if key is not None:
-        raise ValueError("give keys (one per record) or key (the same for every record), not both")
-    column = _bytes_column(keys, "key")
-    if len(column) != len(values):
-        raise ValueError(f"{len(column)} keys for {len(values)} values")
-    return column
-
-
-def _complete_bulk(batch: ProducerBatch, base_offset: int, error: BaseException | None) -> None:
-    """A bulk batch's outcome to the ``BulkDelivery`` of each call it holds records of."""
-    partition = batch.tp.partition
-    for (delivery, group), first_delta, start, stop in batch.tokens:
-        delivery._complete(partition, base_offset + first_delta if base_offset >= 0 else -1, group, start, stop, error)
 
 
 def _record_done(delivery: BulkDelivery, index: int, future: Any) -> None:
@@ -205,27 +147,6 @@ def _record_done(delivery: BulkDelivery, index: int, future: Any) -> None:
 
 _ON_DELIVERY = operator.attrgetter("on_delivery")
 _HANDOFF_FIELDS = 8  # a record in the sync producer's handoff: topic .. size (Producer.produce)
-
-
-def _timestamp(timestamp_ms: Any) -> int:
-    if timestamp_ms is None:
-        return int(time.time() * 1000)
-    if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
-        raise TypeError(f"timestamp must be an int of milliseconds since the epoch, not {type(timestamp_ms).__name__}")
-    if timestamp_ms < 0:
-        raise ValueError(f"timestamp must not be negative, got {timestamp_ms}")
-    return timestamp_ms
-
-
-class _TopicRoute:
-    """What ``send`` needs of a topic's metadata, computed once per metadata snapshot."""
-
-    __slots__ = ("count", "available", "partitions")
-
-    def __init__(self, topic: str, count: int, available: list[int]):
-        self.count = count
-        self.available = available
-        self.partitions = [TopicPartition(topic, p) for p in range(count)]
 
 
 def _split_settings(conf: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -263,7 +184,7 @@ class AsyncProducer:
             TransactionManager(config.transactional_id, config.transaction_timeout_ms)
         self._txn_op: tuple[str, asyncio.Future[None]] | None = None  # a transactional call still running
         self._idem: IdempotenceState | None = None
-        self._compression = _CODECS[config.compression_type]
+        self._compression = CODECS[config.compression_type]
         self._max_block = self.config.max_block_ms / 1000
         self._max_request_size = self.config.max_request_size
         self._buffer_memory = self.config.buffer_memory
@@ -276,10 +197,10 @@ class AsyncProducer:
         self._accumulator: RecordAccumulator
         self._sender: Sender
         self._loop: asyncio.AbstractEventLoop
-        self._routes: dict[str, _TopicRoute] = {}
+        self._routes: dict[str, TopicRoute] = {}
         self._routes_of: ClusterMetadata | None = None  # the metadata snapshot _routes was computed from
         self._topics: set[str] = set()     # topics sent to: kept in the metadata refreshes
-        self._topic_waits: dict[str, asyncio.Future[_TopicRoute]] = {}
+        self._topic_waits: dict[str, asyncio.Future[TopicRoute]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -399,8 +320,8 @@ class AsyncProducer:
             self._check_started()
         if self._txn is not None:
             self._txn.check_send()
-        key, value, headers = _record_fields(key, value, headers, self._legacy)
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else _timestamp(timestamp_ms)
+        key, value, headers = record_fields(key, value, headers, self._legacy)
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else checked_timestamp(timestamp_ms)
         size = record_size(key, value, headers)
         future = self._loop.create_future()
         if size > self._max_request_size or size > self._buffer_memory:
@@ -430,11 +351,7 @@ class AsyncProducer:
         return future
 
     def _too_large(self, size: int) -> RecordTooLargeError:
-        if size > self._max_request_size:
-            return RecordTooLargeError(f"the record is {size} bytes when encoded, more than max.request.size "
-                                       f"({self._max_request_size})")
-        return RecordTooLargeError(f"the record is {size} bytes when encoded, more than buffer.memory "
-                                   f"({self._buffer_memory})")
+        return too_large(size, self._max_request_size, self._buffer_memory)
 
     async def send_many(self, topic: str, values: Sequence[bytes | str | None],
                         keys: Sequence[bytes | str | None] | None = None, *, key: bytes | str | None = None,
@@ -455,9 +372,9 @@ class AsyncProducer:
         if self._txn is not None:
             self._txn.check_send()
         values = values if isinstance(values, (list, tuple)) else list(values)
-        key_column = _bulk_keys(values, keys, key)
-        header_list = _record_fields(None, None, headers, self._legacy)[2]
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else _timestamp(timestamp_ms)
+        key_column = bulk_keys(values, keys, key)
+        header_list = record_fields(None, None, headers, self._legacy)[2]
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else checked_timestamp(timestamp_ms)
         delivery = BulkDelivery(topic, len(values), self._loop)
         if not values:
             return delivery
@@ -466,29 +383,7 @@ class AsyncProducer:
             await self._send_many_singly(topic, route, values, key_column, partition, timestamp, delivery)
             return delivery
         hdr = encode_headers(header_list) if header_list else b"\x00"
-        count = len(values)
-        partitioner = self._partitioner
-        # (partition or None: sticky, the records' indexes in the call or None: all, values, keys)
-        groups: list[tuple[int | None, list[int] | None, Sequence[bytes | str | None], Any]]
-        if partition is not None:
-            groups = [(partition, None, values, key_column)]
-        else:
-            parts = partitioner.partition_many(topic, key_column if isinstance(key_column, (list, tuple)) else
-                                               None if key_column is None else [key_column] * count,
-                                               count, route.count, route.available)
-            if parts is None:
-                groups = [(None, None, values, key_column)]  # keyless and sticky: a partition per batch
-            elif parts.count(parts[0]) == count:
-                groups = [(parts[0], None, values, key_column)]
-            else:
-                # A stable sort keeps each partition's records in the order given.
-                order = sorted(range(count), key=parts.__getitem__)
-                groups = []
-                for part, run in itertools.groupby(order, key=parts.__getitem__):
-                    indexes = list(run)
-                    groups.append((part, indexes, [values[i] for i in indexes],
-                                   [key_column[i] for i in indexes] if isinstance(key_column, (list, tuple))
-                                   else key_column))
+        groups = bulk_groups(self._partitioner, topic, values, key_column, partition, route)
         for n, (p, group, vals, ks) in enumerate(groups):
             try:
                 vals = await self._append_run(topic, route, p, group, vals, ks, hdr, timestamp, delivery)
@@ -501,7 +396,7 @@ class AsyncProducer:
                 raise
         return delivery
 
-    async def _append_run(self, topic: str, route: _TopicRoute, partition: int | None, group: Sequence[int] | None,
+    async def _append_run(self, topic: str, route: TopicRoute, partition: int | None, group: Sequence[int] | None,
                           values: Sequence[bytes | str | None], keys: Any, hdr: bytes, timestamp: int,
                           delivery: BulkDelivery) -> Sequence[bytes | str | None]:
         """Queue ``values`` (records ``group`` of the call, or all of it) for ``partition`` (None:
@@ -510,7 +405,6 @@ class AsyncProducer:
         partitioner = self._partitioner
         max_record = min(self._max_request_size, self._buffer_memory) - BATCH_OVERHEAD
         room = min(acc.batch_size, self._buffer_memory)
-        token = (delivery, group)
         i, count = 0, len(values)
         try:
             while i < count:
@@ -520,44 +414,23 @@ class AsyncProducer:
                         self._check_started()
                     if self._txn is not None:
                         self._txn.check_send()
-                p = partitioner.partition(topic, None, route.count, route.available) if partition is None else partition
-                tp = route.partitions[p]
-                try:
-                    # str values make the encoder raise TypeError, and are encoded as UTF-8 then (below):
-                    # no pass over every value first on the produce path.
-                    end, closed = acc.append_many(tp, values, keys, hdr, i, count, timestamp,  # type: ignore[arg-type]
-                                                  token, max_record)
-                except TypeError:
-                    values = _bytes_column(values, "value")  # str values: as UTF-8 (or a clear TypeError)
-                    end, closed = acc.append_many(tp, values, keys, hdr, i, count, timestamp, token, max_record)
-                if end == i and not closed:
-                    # (record i passed the encoder in append_many above: bytes or None)
-                    record = encode_records(values, keys, hdr, i, i + 1, 0, 0, 1 << 62, 1,  # type: ignore[arg-type]
-                                            1 << 62)[0]
-                    error = self._too_large(len(record) + BATCH_OVERHEAD)
-                    if self._txn is not None:
-                        self._txn.fail(error)
-                    delivery._fail(group, i, i + 1, error, p)
-                    end = i + 1
-                elif end > i and self._txn is not None:
-                    self._txn.add_partition(tp)
-                i = end
+                i, closed, values = append_run_step(acc, partitioner, topic, route, partition, group, values, keys,
+                                                    hdr, i, timestamp, delivery, max_record, self._too_large,
+                                                    self._txn)
                 if closed:
-                    if partition is None:
-                        partitioner.on_new_batch(topic, p)
                     await asyncio.sleep(0)  # the sender ships the full batch while the rest is encoded
         except BaseException as exc:
             exc._bulk_queued = i  # type: ignore[attr-defined]
             raise
         return values
 
-    async def _send_many_singly(self, topic: str, route: _TopicRoute, values: Sequence[bytes | str | None], keys: Any,
+    async def _send_many_singly(self, topic: str, route: TopicRoute, values: Sequence[bytes | str | None], keys: Any,
                                 partition: int | None, timestamp: int, delivery: BulkDelivery) -> None:
         """``send_many`` to a broker that only takes message sets (Produce v0-2): record by record."""
         for i, value in enumerate(values):
             try:
                 record_key = keys[i] if isinstance(keys, (list, tuple)) else keys
-                value = _record_fields(None, value, None, True)[1]
+                value = record_fields(None, value, None, True)[1]
                 size = record_size(record_key, value, None)
                 if size > self._max_request_size or size > self._buffer_memory:
                     delivery._fail((i,), 0, 1, self._too_large(size))
@@ -577,7 +450,7 @@ class AsyncProducer:
         """What ``_complete_batch`` completes for one record: a future of its metadata."""
         return self._loop.create_future()
 
-    def _append(self, topic: str, route: _TopicRoute, partition: int | None, key: bytes | None,
+    def _append(self, topic: str, route: TopicRoute, partition: int | None, key: bytes | None,
                 value: bytes | None, timestamp: int, headers: Any, token: Any, size: int) -> None:
         """Put a checked record in its partition's batch (explicit, keyed or sticky)."""
         accumulator = self._accumulator
@@ -598,7 +471,7 @@ class AsyncProducer:
         if self._txn is not None:
             self._txn.add_partition(tp)
 
-    async def _route(self, topic: str, partition: int | None) -> _TopicRoute:
+    async def _route(self, topic: str, partition: int | None) -> TopicRoute:
         """The topic's partitions, from the metadata (fetched, and created if the broker
         auto-creates, the first time); checks an explicit ``partition`` against them."""
         route = self._cached_route(topic) or await self._wait_for_topic(topic)
@@ -613,7 +486,7 @@ class AsyncProducer:
                                             f"partition {partition} does not exist")
         return route
 
-    def _cached_route(self, topic: str) -> _TopicRoute | None:
+    def _cached_route(self, topic: str) -> TopicRoute | None:
         """The topic's route from the current metadata snapshot, if that has the topic."""
         metadata = self._cluster.metadata
         if metadata is not self._routes_of:
@@ -623,11 +496,11 @@ class AsyncProducer:
         if route is None:
             partitions = metadata.partitions_for(topic)
             if partitions:
-                route = self._routes[topic] = _TopicRoute(topic, len(partitions), metadata.available_partitions(topic))
+                route = self._routes[topic] = TopicRoute(topic, len(partitions), metadata.available_partitions(topic))
                 self._topics.add(topic)
         return route
 
-    async def _wait_for_topic(self, topic: str) -> _TopicRoute:
+    async def _wait_for_topic(self, topic: str) -> TopicRoute:
         route = self._cached_route(topic)
         if route is not None:
             return route
@@ -639,7 +512,7 @@ class AsyncProducer:
             wait.add_done_callback(lambda _: self._topic_waits.pop(topic, None))
         return await asyncio.shield(wait)
 
-    async def _fetch_topic(self, topic: str) -> _TopicRoute:
+    async def _fetch_topic(self, topic: str) -> TopicRoute:
         cluster = self._cluster
         deadline = time.monotonic() + self._max_block
         last: BaseException | None = None
@@ -660,9 +533,8 @@ class AsyncProducer:
                 route = self._cached_route(topic)
                 if route is not None:
                     return route
-                info = metadata.topics.get(topic)
-                if info is not None and info.error_code:
-                    error = KafkaError.for_code(info.error_code)(f"metadata of topic {topic!r}")
+                error = topic_metadata_error(metadata, topic)
+                if error is not None:
                     if not error.retriable:
                         raise error
                     last = error
@@ -949,7 +821,7 @@ class AsyncProducer:
                         error: BaseException | None) -> None:
         """Complete each record's future (and call on_delivery): the sender's verdict on a batch."""
         if batch.sections is not None:
-            _complete_bulk(batch, base_offset, error)
+            complete_bulk(batch, base_offset, error)
             return
         topic, partition = batch.tp
         callback = self._on_delivery
@@ -1124,7 +996,7 @@ class _SyncCore(AsyncProducer):
     def _complete_batch(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                         error: BaseException | None) -> None:
         if batch.sections is not None:
-            _complete_bulk(batch, base_offset, error)
+            complete_bulk(batch, base_offset, error)
             return
         topic, partition = batch.tp
         if base_offset < 0:
@@ -1212,10 +1084,10 @@ class Producer:
         if core._txn is not None:
             core._txn.check_send()
         if headers or (value is not None and type(value) is not bytes) or (key is not None and type(key) is not bytes):
-            key, value, headers = _record_fields(key, value, headers, core._legacy)
+            key, value, headers = record_fields(key, value, headers, core._legacy)
         else:
             headers = None  # (the common case without a call: this runs once per record)
-        ts = int(time.time() * 1000) if timestamp is None else _timestamp(timestamp)
+        ts = int(time.time() * 1000) if timestamp is None else checked_timestamp(timestamp)
         size = record_size(key, value, headers)
         future = RecordFuture(core.condition, on_delivery or self._default_callback)
         if size > core._max_request_size or size > core._buffer_memory:
