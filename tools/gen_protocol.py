@@ -251,6 +251,15 @@ def build(shared: Path, extra_dir: Path = EXTRA) -> dict:
             "fields": [emit_field(f, d["name"]) for f in fields if f["versions"]],
         }
     errors = json.loads((shared / "error_codes.json").read_text())
+    # Kafka 4.x error codes the shared table (read at a 4.0 snapshot) lacks, e.g. KIP-1071's STREAMS_*.
+    extra_errors = extra_dir / "error_codes.json"
+    if extra_errors.exists():
+        known = {e["code"] for e in errors}
+        added = json.loads(extra_errors.read_text())
+        clash = [e["code"] for e in added if e["code"] in known]
+        if clash:
+            raise SystemExit(f"gen_protocol: {extra_errors}: codes {clash} are in the shared table already")
+        errors = errors + added
     error_table = [(e["code"], e["name"], bool(e["retriable"])) for e in errors]
     return {"messages": messages, "errors": error_table}
 

@@ -144,6 +144,10 @@ class ErrorCode(IntEnum):
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
     INVALID_REGULAR_EXPRESSION = 128
+    REBOOTSTRAP_REQUIRED = 129
+    STREAMS_INVALID_TOPOLOGY = 130
+    STREAMS_INVALID_TOPOLOGY_EPOCH = 131
+    STREAMS_TOPOLOGY_FENCED = 132
 
     @property
     def retriable(self) -> bool:
@@ -1214,6 +1218,38 @@ class InvalidRegularExpressionError(KafkaError):
     retriable = False
 
 
+class RebootstrapRequiredError(KafkaError):
+    """Error 129, REBOOTSTRAP_REQUIRED."""
+
+    code = ErrorCode.REBOOTSTRAP_REQUIRED
+    name = "REBOOTSTRAP_REQUIRED"
+    retriable = False
+
+
+class StreamsInvalidTopologyError(KafkaError):
+    """Error 130, STREAMS_INVALID_TOPOLOGY."""
+
+    code = ErrorCode.STREAMS_INVALID_TOPOLOGY
+    name = "STREAMS_INVALID_TOPOLOGY"
+    retriable = False
+
+
+class StreamsInvalidTopologyEpochError(KafkaError):
+    """Error 131, STREAMS_INVALID_TOPOLOGY_EPOCH."""
+
+    code = ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH
+    name = "STREAMS_INVALID_TOPOLOGY_EPOCH"
+    retriable = False
+
+
+class StreamsTopologyFencedError(KafkaError):
+    """Error 132, STREAMS_TOPOLOGY_FENCED."""
+
+    code = ErrorCode.STREAMS_TOPOLOGY_FENCED
+    name = "STREAMS_TOPOLOGY_FENCED"
+    retriable = False
+
+
 # Every class above by its code (``KafkaError.for_code`` reads it).
 ERROR_CLASSES: dict[int, type[KafkaError]] = {
     -1: UnknownServerError,
@@ -1344,6 +1380,10 @@ ERROR_CLASSES: dict[int, type[KafkaError]] = {
     126: DuplicateVoterError,
     127: VoterNotFoundError,
     128: InvalidRegularExpressionError,
+    129: RebootstrapRequiredError,
+    130: StreamsInvalidTopologyError,
+    131: StreamsInvalidTopologyEpochError,
+    132: StreamsTopologyFencedError,
 }
 
 __all__ = [
@@ -1478,4 +1518,8 @@ __all__ = [
     "DuplicateVoterError",
     "VoterNotFoundError",
     "InvalidRegularExpressionError",
+    "RebootstrapRequiredError",
+    "StreamsInvalidTopologyError",
+    "StreamsInvalidTopologyEpochError",
+    "StreamsTopologyFencedError",
 ]
