@@ -36,7 +36,7 @@ from .errors import (
     SecurityProtocolMismatchError,
     TlsError,
 )
-from .metadata import BrokerInfo, ClusterMetadata
+from .metadata import BrokerInfo, ClusterMetadata, metadata_request
 from .retry import Backoff, retrying
 from .security import ConnectionSecurity
 
@@ -216,14 +216,7 @@ class Cluster:
     async def _fetch_metadata(self, topics: list[str] | None, allow_auto_create: bool) -> ClusterMetadata:
         conn = await self.any_connection()
         version = conn.version_for(ApiKey.METADATA)
-        request = messages.MetadataRequest()
-        if topics is None:
-            request.topics = [] if version == 0 else None  # v0: empty means all; v1+: null means all
-        else:
-            request.topics = [messages.MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-        if version >= 4:
-            request.allow_auto_topic_creation = allow_auto_create
-        response = await conn.send(request, version=version)
+        response = await conn.send(metadata_request(version, topics, allow_auto_create), version=version)
         if getattr(response, "error_code", 0):
             raise KafkaError.for_code(response.error_code)("Metadata refused")
         fresh = ClusterMetadata.from_response(response)

@@ -32,20 +32,18 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
-from kwire import __version__
-from kwire.protocol import ApiKey, messages
+from kwire.protocol import ApiKey
 from kwire.protocol.connection import (
     ClientConnection,
     FrameError,
     ResponseReceived,
     SaslTokenReceived,
     UnawaitedResponse,
-    api_versions_retry,
 )
-from kwire.protocol.errors import DecodeError, ProtocolError, UnsupportedVersionError
+from kwire.protocol.errors import ProtocolError
 from kwire.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from kwire.protocol.messages import Request, Response
-from kwire.protocol.schema import api_name, api_versions
+from kwire.protocol.schema import api_name
 
 from .errors import (
     BrokerConnectionError,
@@ -54,6 +52,15 @@ from .errors import (
     SecurityProtocolMismatchError,
     TlsError,
     UnsupportedApiError,
+)
+from .versions import (
+    API_VERSIONS_ATTEMPTS,
+    VersionRange,
+    api_versions_request,
+    common_version,
+    decode_api_versions,
+    first_api_versions,
+    read_api_versions,
 )
 
 if TYPE_CHECKING:
@@ -65,7 +72,6 @@ R = TypeVar("R", bound=Response)
 
 logger = logging.getLogger("kwire.client.connection")
 
-VersionRange = tuple[int, int]
 # A TLS record starts with its content type (0x15 alert, 0x16 handshake) and major version 3; a Kafka
 # response starts with a size, which would then be over 350 MB.
 _TLS_RECORD_TYPES = (0x15, 0x16)
@@ -196,22 +202,15 @@ class BrokerConnection(asyncio.BufferedProtocol):
                                    f"plaintext listener does: security.protocol is {self.protocol}") from None
 
     async def _negotiate_versions(self) -> None:
-        version = api_versions(ApiKey.API_VERSIONS)[1]
-        request = messages.ApiVersionsRequest(client_software_name="kwire", client_software_version=__version__)
-        for _ in range(3):
+        version = first_api_versions()
+        request = api_versions_request()
+        for _ in range(API_VERSIONS_ATTEMPTS):
             response = await self.send(request, version=version)
-            retry = api_versions_retry(response, version)
-            if retry is not None:
-                # KIP-511: the broker answered in v0 with the versions it has; ask again in its newest
-                # (or in v0 when its answer could not be read).
-                version = retry
+            answer = read_api_versions(response, version, f"{self.host}:{self.port}")
+            if isinstance(answer, int):
+                version = answer
                 continue
-            if response.error_code:
-                raise BrokerConnectionError(
-                    f"{self.host}:{self.port} refused ApiVersions with error code {response.error_code}")
-            self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-            self.finalized_features = {f.name: f.max_version_level
-                                       for f in getattr(response, "finalized_features", None) or ()}
+            self.broker_versions, self.finalized_features = answer
             return
         raise BrokerConnectionError(f"{self.host}:{self.port} refused every ApiVersions version")
 
@@ -244,18 +243,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
     # -- versions ---------------------------------------------------------------------------------
     def version_for(self, api_key: int, low: int = 0, high: int | None = None) -> int:
         """The highest version of ``api_key`` that the broker, the codec and the caller all speak."""
-        ours = api_versions(api_key)
-        lo = max(ours[0], low)
-        hi = ours[1] if high is None else min(ours[1], high)
-        theirs = self.broker_versions.get(api_key)
-        if theirs is None:
-            raise UnsupportedApiError(f"broker {self.host}:{self.port} does not support {api_name(api_key)}")
-        best = min(hi, theirs[1])
-        if best < max(lo, theirs[0]):
-            raise UnsupportedApiError(
-                f"no common version of {api_name(api_key)}: the broker speaks {theirs[0]}-{theirs[1]}, "
-                f"kwire {lo}-{hi}")
-        return best
+        return common_version(self.broker_versions, api_key, low, high, f"{self.host}:{self.port}")
 
     def supports(self, api_key: int, low: int = 0, high: int | None = None) -> bool:
         try:
@@ -430,13 +418,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
     @staticmethod
     def _decode(event: ResponseReceived) -> Response:
         if event.api_key == ApiKey.API_VERSIONS and event.api_version > 0:
-            # A broker that lacks our ApiVersions version answers in v0 (KIP-511): the machine reads it.
-            try:
-                return event.decode()
-            except DecodeError:
-                # Not even v0 (librdkafka's mock writes its refusal in neither layout): treat it
-                # as a refusal that names no versions, so the next attempt is v0.
-                return messages.ApiVersionsResponse(error_code=UnsupportedVersionError.code, api_keys=[])
+            return decode_api_versions(event)  # KIP-511's fallback, and librdkafka's mock's refusal
         # Fetch: the record batches stay views of the received frame (no copy of the bulk of it).
         # One reading of every answer, whichever part of the client asked: lenient about what
         # real peers send (bytes after the known fields, librdkafka's mock's forbidden null arrays).

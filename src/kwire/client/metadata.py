@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kwire.protocol.messages import MetadataResponse
+    from kwire.protocol.messages import MetadataRequest, MetadataResponse
 
-__all__ = ["BrokerInfo", "ClusterMetadata", "PartitionInfo", "TopicInfo"]
+__all__ = ["BrokerInfo", "ClusterMetadata", "PartitionInfo", "TopicInfo", "metadata_request"]
 
 NO_TOPIC_ID = uuid.UUID(int=0)
 
@@ -123,3 +123,18 @@ class ClusterMetadata:
             if info.topic_id == topic_id:
                 return info.name
         return None
+
+
+def metadata_request(version: int, topics: Iterable[str] | None, allow_auto_create: bool) -> MetadataRequest:
+    """A Metadata request for ``topics`` (all topics when None) at ``version``; ``allow_auto_create``
+    (v4+) lets the broker create a missing topic, as a producer asks (auto.create.topics.enable)."""
+    from kwire.protocol import messages  # loaded already by whoever sends it
+
+    request = messages.MetadataRequest()
+    if topics is None:
+        request.topics = [] if version == 0 else None  # v0: empty means all; v1+: null means all
+    else:
+        request.topics = [messages.MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+    if version >= 4:
+        request.allow_auto_topic_creation = allow_auto_create
+    return request
