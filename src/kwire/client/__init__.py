@@ -12,8 +12,9 @@ keywords with underscores (``linger_ms=5``), or both.  Names are imported lazily
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from ..lazy_exports import LazyExports
 
 if TYPE_CHECKING:
     # The public names as type checkers and editors see them (at run time each is imported on
@@ -87,14 +88,12 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_exports = LazyExports(__name__, _EXPORTS, globals())
+
+
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kwire.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return _exports.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return _exports.names()

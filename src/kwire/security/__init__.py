@@ -7,9 +7,9 @@ admin clients. ``kwire.security.testing`` makes throwaway certificates (needs th
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from ..lazy_exports import LazyExports
 from .errors import AuthenticationError
 
 # The other names load their module on first use (PEP 562): every client imports this package
@@ -37,14 +37,12 @@ __all__ = [
 ]
 
 
+_exports = LazyExports(__name__, _LAZY, globals())
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return _exports.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return _exports.names()
