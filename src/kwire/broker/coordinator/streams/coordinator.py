@@ -1,0 +1,544 @@
+"""The streams-group coordinator (KIP-1071): StreamsGroupHeartbeat, epochs, tasks, sessions.
+
+Follows Kafka's GroupMetadataManager.streamsGroupHeartbeat:
+
+* Epoch 0 joins with the application's topology (its epoch; the first member's topology, or a
+  newer epoch's, becomes the group's; the same epoch with another topology is refused with
+  STREAMS_INVALID_TOPOLOGY_EPOCH; an older epoch joins but is told STALE_TOPOLOGY).  -1 leaves,
+  -2 leaves for a while (a static member; here it leaves as -1 does).
+* Any other epoch must be the member's current one, or its previous one when the tasks it
+  reports are all still its own (a lost response), else FENCED_MEMBER_EPOCH; an unknown member
+  is UNKNOWN_MEMBER_ID.
+* The topology is resolved against the topics (``topology.configure``) on each heartbeat; while
+  source topics are missing or topics are wrongly partitioned the group is NotReady and assigns
+  no tasks, and the member is told why in the response's Status list.  Missing internal topics
+  (repartition, changelog) are returned for the broker to create (``HeartbeatResult.to_create``),
+  as Kafka 4.2's coordinator has its broker create them.
+* A join, a leave, a new topology, changed partition counts, a member's new process id, rack or
+  client tags, or a new ``streams.num.standby.replicas`` bump the group epoch; the heartbeat that
+  sees the group epoch ahead of the target computes it with the sticky task assignor.
+* Members reconcile towards their targets with the KIP-848 rule (``consumer.reconciliation``):
+  tasks to give up are revoked first, an active task goes to a member only once no other member
+  holds it.
+* A member without a heartbeat for ``streams.session.timeout.ms`` is removed, and one that does
+  not revoke tasks within its rebalance timeout too; deadlines run on the injected ``now_ms``.
+
+Offsets are the classic coordinator's (as for consumer groups): ``check_offset_commit`` /
+``check_offset_fetch`` check the member epochs of OffsetCommit / OffsetFetch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kwire.protocol.errors import (
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InvalidRequestError,
+    NonEmptyGroupError,
+    StaleMemberEpochError,
+    StreamsInvalidTopologyEpochError,
+    UnknownMemberIdError,
+)
+
+from ..consumer.reconciliation import reconcile
+from ..model import GroupListing
+from .assignor import AssignmentMember, assign_tasks
+from .group import StreamsGroup
+from .member import (
+    ACTIVE,
+    KINDS,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    STANDBY,
+    MemberState,
+    StreamsMember,
+    TaskAssignment,
+    by_kind,
+)
+from .topology import ConfiguredTopology, InternalTopic, StatusCode, StreamsTopology, configure
+
+__all__ = ["GROUP_TYPE", "StreamsGroupCoordinator", "StreamsHeartbeat", "StreamsHeartbeatResult", "StreamsSettings"]
+
+logger = logging.getLogger("kwire.broker.coordinator.streams")
+
+# ListGroups' and DescribeGroups' type and protocol type of these groups (Kafka's Group.GroupType.STREAMS).
+GROUP_TYPE = "streams"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsSettings:
+    """A group's streams.* configs: session timeout, heartbeat interval, standby replicas."""
+
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    num_standby_replicas: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsHeartbeat:
+    """A StreamsGroupHeartbeat; None (or -1) fields did not change since the last heartbeat.
+    ``topology`` is the request's Topology struct (checked here); ``owned`` the tasks the
+    member reports by kind (None: not sent)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    endpoint_information_epoch: int = -1
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    topology: Any = None
+    owned: TaskAssignment | None = None
+    owned_lists_sent: tuple[bool, bool, bool] = (False, False, False)
+    process_id: str | None = None
+    user_endpoint: tuple[str, int] | None = None
+    client_tags: tuple[tuple[str, str], ...] | None = None
+    task_offsets: tuple[tuple[str, int, int], ...] | None = None
+    task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
+    shutdown_application: bool = False
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(slots=True)
+class StreamsHeartbeatResult:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    statuses: list[tuple[StatusCode, str]] = field(default_factory=list)
+    assignment: TaskAssignment | None = None  # None: unchanged, not sent
+    endpoint_epoch: int = 0
+    # user endpoint -> (active partitions, standby partitions) by topic; None: not sent.
+    partitions_by_endpoint: dict[tuple[str, int], tuple[dict[str, set[int]], dict[str, set[int]]]] | None = None
+    to_create: tuple[InternalTopic, ...] = ()
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class StreamsGroupCoordinator:
+    """Every streams group of the broker.
+
+    ``partitions_of(topic)``: a topic's partition count (None: no such topic).  ``settings(gid)``:
+    the group's streams.* configs.  ``other_group_type(gid)``: the type of another group holding
+    the id ("classic" with members, "consumer", "share"), else None.  ``on_deadline``: told the
+    next deadline whenever it may have moved (the broker's timer).  ``records``: where groups are
+    persisted (None: in memory).
+    """
+
+    GROUP_TYPE = GROUP_TYPE
+
+    def __init__(self, partitions_of: Callable[[str], int | None], *,
+                 settings: Callable[[str], StreamsSettings] = lambda _gid: StreamsSettings(),
+                 now_ms: Callable[[], int] | None = None,
+                 other_group_type: Callable[[str], str | None] | None = None,
+                 on_deadline: Callable[[int | None], None] | None = None,
+                 records: Any = None):
+        self._partitions_of = partitions_of
+        self._settings = settings
+        self._now = now_ms or _monotonic_ms
+        self._other_type = other_group_type or (lambda _gid: None)
+        self._on_deadline = on_deadline
+        self._records = records
+        self._groups: dict[str, StreamsGroup] = {}
+        self._taken: set[str] = set()
+        self._sessions: dict[tuple[str, str], int] = {}
+        self._rebalances: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
+        self._standbys: dict[str, int] = {}  # group id -> num.standby.replicas its target was computed with
+
+    # ------------------------------------------------------------------ lookups
+
+    def _take(self, group_id: str) -> None:
+        if self._records is None or group_id in self._taken:
+            return
+        for group in self._records.load(group_id):
+            self._taken.add(group_id)
+            self._groups[group_id] = group
+            now = self._now()
+            for m in group:
+                # Sessions start again at load: members heartbeat to a restarted broker.
+                self._sessions[(group_id, m.member_id)] = now + self._settings(group_id).session_timeout_ms
+            logger.info("streams group %s: loaded at epoch %d with %d member(s)", group_id, group.group_epoch,
+                        len(group))
+            self._deadline_moved()
+
+    def group(self, group_id: str) -> StreamsGroup | None:
+        """The streams group of that id, if there is one (read it, don't change it)."""
+        if group_id not in self._groups:
+            self._take(group_id)
+        return self._groups.get(group_id)
+
+    def has_group(self, group_id: str) -> bool:
+        return self.group(group_id) is not None
+
+    def groups(self) -> list[StreamsGroup]:
+        if self._records is not None:
+            for group_id in self._records.stored_ids():
+                self._take(group_id)
+        return [self._groups[g] for g in sorted(self._groups)]
+
+    def groups_loaded(self, group_ids: Collection[str]) -> None:
+        """Their ``__consumer_offsets`` partition was loaded: take the streams groups among them."""
+        for group_id in group_ids:
+            if group_id not in self._groups:
+                self._take(group_id)
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def heartbeat(self, req: StreamsHeartbeat) -> StreamsHeartbeatResult:
+        """Answer one StreamsGroupHeartbeat; a KafkaError names what was refused."""
+        topology = self._validate(req)
+        other = self._other_type(req.group_id) if req.group_id not in self._groups else None
+        if other is not None:
+            raise GroupIdNotFoundError(f"Group {req.group_id} is not a streams group.")
+        if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            return self._leave(req)
+        return self._heartbeat(req, topology)
+
+    @staticmethod
+    def _validate(req: StreamsHeartbeat) -> StreamsTopology | None:
+        """Kafka's throwIfStreamsGroupHeartbeatRequestIsInvalid, in its words; the topology."""
+        topology = None
+        if req.topology is not None:
+            topology = StreamsTopology.from_request(req.topology)  # regex: INVALID_REQUEST first, as Kafka
+        if not req.member_id:
+            raise InvalidRequestError("MemberId can't be empty.")
+        if not req.group_id:
+            raise InvalidRequestError("GroupId can't be empty.")
+        if req.instance_id is not None and not req.instance_id:
+            raise InvalidRequestError("InstanceId can't be empty.")
+        if req.rack_id is not None and not req.rack_id:
+            raise InvalidRequestError("RackId can't be empty.")
+        sent = req.owned_lists_sent
+        if req.member_epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
+            for name, kind, was_sent in zip(("ActiveTasks", "StandbyTasks", "WarmupTasks"), KINDS, sent, strict=True):
+                # Kafka's throwIfNotEmptyCollection refuses a null list too.
+                if not was_sent or (req.owned and by_kind(req.owned, kind)):
+                    raise InvalidRequestError(f"{name} must be empty when (re-)joining.")
+            if topology is None:
+                raise InvalidRequestError("Topology must be non-null when (re-)joining.")
+        elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if req.instance_id is None:
+                raise InvalidRequestError("InstanceId can't be null.")
+        elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise InvalidRequestError(f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2.")
+        if any(sent) and not all(sent):
+            raise InvalidRequestError("If one task-type is non-null, all must be non-null.")
+        if req.member_epoch != 0 and topology is not None:
+            raise InvalidRequestError("Topology can only be provided when (re-)joining.")
+        return topology
+
+    def _heartbeat(self, req: StreamsHeartbeat, topology: StreamsTopology | None) -> StreamsHeartbeatResult:
+        gid = req.group_id
+        group = self.group(gid)
+        if group is None:
+            if req.member_epoch != 0:
+                raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
+            group = StreamsGroup(gid)
+        settings = self._settings(gid)
+        bumped = False
+        if req.member_epoch == 0:
+            assert topology is not None  # _validate
+            bumped = self._take_topology(group, topology) | self._join(group, req)
+            member = group.members[req.member_id]
+        else:
+            member = self._known_member(group, req)
+        before = member
+        member = member.replace(
+            process_id=req.process_id if req.process_id is not None else member.process_id,
+            instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+            rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+            client_id=req.client_id or member.client_id, client_host=req.client_host or member.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms,
+            topology_epoch=topology.epoch if topology is not None else member.topology_epoch,
+            user_endpoint=req.user_endpoint if req.user_endpoint is not None else member.user_endpoint,
+            client_tags=req.client_tags if req.client_tags is not None else member.client_tags,
+            task_offsets=req.task_offsets if req.task_offsets is not None else member.task_offsets,
+            task_end_offsets=req.task_end_offsets if req.task_end_offsets is not None else member.task_end_offsets)
+        if (member.process_id, member.rack_id, member.client_tags) != \
+                (before.process_id, before.rack_id, before.client_tags) and req.member_epoch != 0:
+            bumped = True
+        group.members[member.member_id] = member
+        if gid not in self._groups:
+            self._groups[gid] = group
+            self._taken.add(gid)
+        if req.shutdown_application and group.shutdown_requested_by is None:
+            group.shutdown_requested_by = member.member_id
+            logger.info("streams group %s: member %s asks the application to shut down", gid, member.member_id)
+        configured = configure(group.topology, self._partitions_of) if group.topology is not None else None
+        if configured != group.configured:
+            group.configured = configured
+            bumped = True
+        if self._standbys.get(gid, settings.num_standby_replicas) != settings.num_standby_replicas:
+            bumped = True
+        if bumped:
+            group.group_epoch += 1
+            logger.info("streams group %s: epoch %d", gid, group.group_epoch)
+        if group.group_epoch > group.assignment_epoch:
+            self._assign(group, settings)
+        updated = self._reconcile(group, member, req.owned)
+        now = self._now()
+        self._sessions[(gid, member.member_id)] = now + settings.session_timeout_ms
+        self._persist(group)
+        self._deadline_moved()
+        return self._answer(group, before, updated, req, settings, configured)
+
+    def _take_topology(self, group: StreamsGroup, topology: StreamsTopology) -> bool:
+        """The group's topology after a member joined with ``topology``; whether it changed."""
+        current = group.topology
+        if current is None or topology.epoch > current.epoch:
+            group.topology = topology
+            logger.info("streams group %s: topology epoch %d", group.group_id, topology.epoch)
+            return True
+        if topology.epoch == current.epoch and topology != current:
+            raise StreamsInvalidTopologyEpochError(
+                f"Topology updated but topology epoch not bumped: the group's topology has epoch {current.epoch}.")
+        return False  # an older epoch: the member is told STALE_TOPOLOGY
+
+    def _join(self, group: StreamsGroup, req: StreamsHeartbeat) -> bool:
+        """A member joins (or starts over: its old self is forgotten).  The group epoch must grow."""
+        old = group.members.pop(req.member_id, None)
+        if old is not None:
+            group.target.pop(req.member_id, None)
+            self._rebalances.pop((group.group_id, req.member_id), None)
+        group.members[req.member_id] = StreamsMember(req.member_id, process_id=req.process_id or "")
+        logger.info("streams group %s: member %s joins", group.group_id, req.member_id)
+        return True
+
+    def _known_member(self, group: StreamsGroup, req: StreamsHeartbeat) -> StreamsMember:
+        member = group.members.get(req.member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {group.group_id}.")
+        if req.member_epoch == member.member_epoch:
+            return member
+        if req.member_epoch == member.previous_member_epoch and req.owned is not None and \
+                all(ps <= member.assigned.get(k, frozenset()) for k, ps in req.owned.items()):
+            return member  # the response that moved the member on was lost
+        which = "greater" if req.member_epoch > member.member_epoch else "smaller"
+        raise FencedMemberEpochError(
+            f"The streams group member has a {which} member epoch ({req.member_epoch}) than the one known by the "
+            f"group coordinator ({member.member_epoch}). The member must abandon all its tasks and rejoin.")
+
+    def _assign(self, group: StreamsGroup, settings: StreamsSettings) -> None:
+        configured = group.configured
+        tasks = configured.tasks if configured is not None and configured.ready else {}
+        members = {m.member_id: AssignmentMember(m.process_id or m.member_id, m.tasks(ACTIVE), m.tasks(STANDBY))
+                   for m in group}
+        group.target = assign_tasks(members, tasks, settings.num_standby_replicas)
+        group.assignment_epoch = group.group_epoch
+        self._standbys[group.group_id] = settings.num_standby_replicas
+        logger.info("streams group %s: target assignment at epoch %d (%d tasks, %d member(s))", group.group_id,
+                    group.assignment_epoch, sum(tasks.values()), len(members))
+
+    def _reconcile(self, group: StreamsGroup, member: StreamsMember, owned: TaskAssignment | None) -> StreamsMember:
+        configured = group.configured
+        keys = {(k, sid) for k in KINDS for sid in configured.tasks} if configured is not None \
+            and configured.ready else set()
+        updated = reconcile(member, target_epoch=group.assignment_epoch,  # type: ignore[arg-type]
+                            target=group.target.get(member.member_id, {}), owner_of=group.owner_of,  # type: ignore[arg-type]
+                            subscribed_topic_ids=keys, owned=owned)  # type: ignore[arg-type]
+        key = (group.group_id, member.member_id)
+        if updated != member:
+            group.members[member.member_id] = updated  # type: ignore[assignment]
+            if updated.state is MemberState.UNREVOKED_PARTITIONS:
+                self._rebalances[key] = (self._now() + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
+            else:
+                self._rebalances.pop(key, None)
+            if updated.user_endpoint is not None and \
+                    {k: v for k, v in updated.assigned.items() if k[0] != "warmup"} != \
+                    {k: v for k, v in member.assigned.items() if k[0] != "warmup"}:
+                group.endpoint_epoch += 1
+        return updated  # type: ignore[return-value]
+
+    def _answer(self, group: StreamsGroup, before: StreamsMember, member: StreamsMember, req: StreamsHeartbeat,
+                settings: StreamsSettings, configured: ConfiguredTopology | None) -> StreamsHeartbeatResult:
+        statuses: list[tuple[StatusCode, str]] = list(configured.statuses) if configured is not None else []
+        if group.topology is not None and member.topology_epoch < group.topology.epoch:
+            statuses.append((StatusCode.STALE_TOPOLOGY,
+                             f"The member's topology epoch {member.topology_epoch} is behind the group's "
+                             f"{group.topology.epoch}."))
+        if group.shutdown_requested_by is not None:
+            statuses.append((StatusCode.SHUTDOWN_APPLICATION,
+                             f"Member {group.shutdown_requested_by} requested to shut down the application."))
+        send = req.member_epoch == 0 or member.assigned != before.assigned or (
+            req.owned is not None and dict(req.owned) != {k: v for k, v in member.assigned.items() if v})
+        result = StreamsHeartbeatResult(member.member_id, member.member_epoch, settings.heartbeat_interval_ms,
+                                        statuses, dict(member.assigned) if send else None, group.endpoint_epoch)
+        if req.endpoint_information_epoch < group.endpoint_epoch:
+            result.partitions_by_endpoint = self._partitions_by_endpoint(group)
+        if configured is not None:
+            result.to_create = configured.to_create
+        return result
+
+    @staticmethod
+    def _partitions_by_endpoint(group: StreamsGroup) -> dict:
+        """For Interactive Queries: each user endpoint's partitions of its active and standby
+        tasks' source topics (a task p reads partition p of its subtopology's sources)."""
+        out: dict[tuple[str, int], tuple[dict[str, set[int]], dict[str, set[int]]]] = {}
+        topology = group.topology
+        if topology is None:
+            return out
+        for m in group:
+            if m.user_endpoint is None:
+                continue
+            active, standby = out.setdefault(m.user_endpoint, ({}, {}))
+            for kind, into in ((ACTIVE, active), (STANDBY, standby)):
+                for sid, ps in by_kind(m.assigned, kind).items():
+                    sub = topology.subtopology(sid)
+                    if sub is None:
+                        continue
+                    for topic in list(sub.source_topics) + [t.name for t in sub.repartition_source_topics]:
+                        into.setdefault(topic, set()).update(ps)
+        return out
+
+    # ------------------------------------------------------------------ leaving and timeouts
+
+    def _leave(self, req: StreamsHeartbeat) -> StreamsHeartbeatResult:
+        gid = req.group_id
+        group = self.group(gid)
+        member = group.members.get(req.member_id) if group is not None else None
+        if group is None or member is None:
+            raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
+        self._remove(group, member.member_id, "left")
+        self._persist(group)
+        self._deadline_moved()
+        return StreamsHeartbeatResult(member.member_id, req.member_epoch, self._settings(gid).heartbeat_interval_ms)
+
+    def _remove(self, group: StreamsGroup, member_id: str, why: str) -> None:
+        group.members.pop(member_id, None)
+        group.target.pop(member_id, None)
+        self._sessions.pop((group.group_id, member_id), None)
+        self._rebalances.pop((group.group_id, member_id), None)
+        if group.shutdown_requested_by is not None and not group.members:
+            group.shutdown_requested_by = None  # Kafka clears the request once the group is empty
+        group.group_epoch += 1
+        logger.info("streams group %s: member %s %s; epoch %d", group.group_id, member_id, why, group.group_epoch)
+
+    def expire(self) -> list[tuple[str, str]]:
+        """Remove the members whose session or rebalance deadline passed; (group, member) of each."""
+        now = self._now()
+        gone = [key for key, deadline in self._sessions.items() if deadline <= now]
+        for key, (deadline, epoch) in list(self._rebalances.items()):
+            group = self._groups.get(key[0])
+            member = group.members.get(key[1]) if group is not None else None
+            if member is None or member.state is not MemberState.UNREVOKED_PARTITIONS or member.member_epoch != epoch:
+                self._rebalances.pop(key, None)
+            elif deadline <= now and key not in gone:
+                gone.append(key)
+        for gid, member_id in gone:
+            group = self._groups.get(gid)
+            if group is None or member_id not in group.members:
+                self._sessions.pop((gid, member_id), None)
+                continue
+            timed_out = self._sessions.get((gid, member_id), now + 1) <= now
+            self._remove(group, member_id, "fenced: " + ("session timed out" if timed_out
+                                                          else "timed out revoking its tasks"))
+            self._persist(group)
+        self._deadline_moved()
+        return gone
+
+    def next_deadline(self) -> int | None:
+        deadlines = list(self._sessions.values()) + [d for d, _ in self._rebalances.values()]
+        return min(deadlines) if deadlines else None
+
+    def _deadline_moved(self) -> None:
+        if self._on_deadline is not None:
+            self._on_deadline(self.next_deadline())
+
+    # ------------------------------------------------------------------ offsets
+
+    def check_offset_commit(self, group_id: str, member_id: str, member_epoch: int, *,
+                            transactional: bool = False) -> int | None:
+        """None (not a streams group), 0 or the error of an OffsetCommit to a streams group (Kafka's
+        StreamsGroup.validateOffsetCommit): from outside the group (epoch < 0) only while it is
+        empty, else the member must exist and send its current epoch."""
+        group = self.group(group_id)
+        if group is None:
+            return None
+        if member_epoch < 0 and not member_id and not group.members:
+            return 0
+        if transactional and member_epoch < 0 and not member_id:
+            return 0
+        member = group.members.get(member_id)
+        if member is None:
+            return UnknownMemberIdError.code
+        if member_epoch != member.member_epoch:
+            return IllegalGenerationError.code if transactional else StaleMemberEpochError.code
+        return 0
+
+    def check_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """0 or the error of an OffsetFetch naming a member of a streams group (v9+)."""
+        group = self.group(group_id)
+        if group is None or member_id is None or member_epoch < 0:
+            return 0
+        member = group.members.get(member_id)
+        if member is None:
+            return UnknownMemberIdError.code
+        return StaleMemberEpochError.code if member_epoch != member.member_epoch else 0
+
+    # ------------------------------------------------------------------ admin
+
+    def list_groups(self, states: Collection[str] = (), types: Collection[str] = ()) -> list[GroupListing]:
+        """ListGroups' rows of the streams groups (protocol type "streams", as Kafka lists them)."""
+        if types and GROUP_TYPE not in {t.lower() for t in types}:
+            return []
+        wanted = {s.lower() for s in states}
+        return [GroupListing(g.group_id, GROUP_TYPE, g.state.value) for g in self.groups()
+                if not wanted or g.state.value.lower() in wanted]
+
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups of a streams group: 0, or NON_EMPTY_GROUP while it has members."""
+        group = self.group(group_id)
+        if group is None:
+            return GroupIdNotFoundError.code
+        if group.members:
+            return NonEmptyGroupError.code
+        if self._records is not None:
+            self._records.delete_group(group)
+        group.deleted = True
+        del self._groups[group_id]
+        self._standbys.pop(group_id, None)
+        return 0
+
+    def remove_empty_groups(self, has_offsets: Callable[[str], bool]) -> list[str]:
+        """Delete the streams groups without members nor committed offsets (Kafka's cleanup)."""
+        gone = [g.group_id for g in self.groups() if not g.members and not has_offsets(g.group_id)]
+        for group_id in gone:
+            self.delete_group(group_id)
+        return gone
+
+    def close(self) -> None:
+        close = getattr(self._on_deadline, "close", None)
+        if close is not None:
+            close()
+
+    def _persist(self, group: StreamsGroup) -> None:
+        if self._records is None:
+            return
+        try:
+            self._records.write(group)
+        except OSError:
+            logger.exception("streams group %s: could not write its state to __consumer_offsets", group.group_id)
+
+
+def owned_tasks(active: Mapping[str, Collection[int]] | None, standby: Mapping[str, Collection[int]] | None,
+                warmup: Mapping[str, Collection[int]] | None) -> TaskAssignment | None:
+    """The tasks a heartbeat reports, or None when it sent none."""
+    if active is None and standby is None and warmup is None:
+        return None
+    out: dict[tuple[str, str], frozenset[int]] = {}
+    for kind, tasks in zip(KINDS, (active, standby, warmup), strict=True):
+        for sid, ps in (tasks or {}).items():
+            if ps:
+                out[(kind, sid)] = out.get((kind, sid), frozenset()) | frozenset(ps)
+    return out

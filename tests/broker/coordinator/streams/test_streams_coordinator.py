@@ -1,0 +1,237 @@
+"""The streams-group coordinator's state machine (KIP-1071), on an injected clock."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from kwire.broker.coordinator.streams import (
+    StatusCode,
+    StreamsGroupCoordinator,
+    StreamsGroupState,
+    StreamsHeartbeat,
+    StreamsSettings,
+)
+from kwire.broker.coordinator.streams.coordinator import owned_tasks
+from kwire.broker.coordinator.streams.member import ACTIVE, STANDBY, by_kind
+from kwire.protocol.errors import (
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    StreamsInvalidTopologyEpochError,
+    StreamsInvalidTopologyError,
+    UnknownMemberIdError,
+)
+
+
+def topic_info(name, partitions=0):
+    return NS(name=name, partitions=partitions, replication_factor=0, topic_configs=[])
+
+
+def topology(epoch=0, sources=("input",), changelog="app-store-changelog", repartition=None, sink=None,
+             copartition=()):
+    sub = NS(subtopology_id="0", source_topics=list(sources), source_topic_regex=[],
+             state_changelog_topics=[topic_info(changelog)] if changelog else [],
+             repartition_sink_topics=[sink] if sink else [],
+             repartition_source_topics=[], copartition_groups=list(copartition))
+    subs = [sub]
+    if repartition:
+        subs.append(NS(subtopology_id="1", source_topics=[], source_topic_regex=[], state_changelog_topics=[],
+                       repartition_sink_topics=[], repartition_source_topics=[topic_info(repartition)],
+                       copartition_groups=[]))
+    return NS(epoch=epoch, subtopologies=subs)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000
+
+    def __call__(self):
+        return self.now
+
+
+class Env:
+    def __init__(self, topics=None, standbys=0):
+        self.topics = dict(topics) if topics is not None else {"input": 6, "app-store-changelog": 6}
+        self.clock = Clock()
+        self.settings = StreamsSettings(45_000, 5_000, standbys)
+        self.deadlines = []
+        self.coord = StreamsGroupCoordinator(self.topics.get, settings=lambda gid: self.settings, now_ms=self.clock,
+                                             on_deadline=self.deadlines.append)
+
+    def join(self, member, process=None, topo=None, group="app"):
+        return self.coord.heartbeat(StreamsHeartbeat(
+            group, member, 0, rebalance_timeout_ms=30_000, topology=topo or topology(),
+            owned={}, owned_lists_sent=(True, True, True), process_id=process or f"p-{member}"))
+
+    def beat(self, member, epoch, owned=None, group="app"):
+        """A heartbeat reporting ``owned`` (a result's assignment, or None: unchanged)."""
+        sent = (True, True, True) if owned is not None else (False, False, False)
+        return self.coord.heartbeat(StreamsHeartbeat(group, member, epoch, owned=owned, owned_lists_sent=sent))
+
+    def settle(self, results, rounds=6):
+        """Heartbeat every member, each reporting what it was last given, until nothing moves."""
+        held = {m: r.assignment or {} for m, r in results.items()}
+        epochs = {m: r.member_epoch for m, r in results.items()}
+        for _ in range(rounds):
+            for m in sorted(held):
+                r = self.beat(m, epochs[m], dict(held[m]))
+                epochs[m] = r.member_epoch
+                if r.assignment is not None:
+                    held[m] = r.assignment
+        return held, epochs
+
+
+def actives(assignment):
+    return {(sid, p) for sid, ps in by_kind(assignment, ACTIVE).items() for p in ps}
+
+
+def test_two_members_split_the_tasks_and_a_third_takes_some_after_revocation():
+    env = Env()
+    a = env.join("a")
+    assert a.member_epoch == 1 and len(actives(a.assignment)) == 6 and a.statuses == []
+    b = env.join("b")
+    held, epochs = env.settle({"a": a, "b": b})
+    assert len(actives(held["a"])) == 3 and len(actives(held["b"])) == 3
+    assert actives(held["a"]) | actives(held["b"]) == {("0", p) for p in range(6)}
+    assert env.coord.group("app").state is StreamsGroupState.STABLE
+
+    c = env.join("c")
+    assert actives(c.assignment) == set()  # nothing is free yet: a and b still hold every task
+    # a's next heartbeat revokes first: same epoch, fewer tasks.
+    r = env.beat("a", epochs["a"], dict(held["a"]))
+    assert r.member_epoch == epochs["a"] and len(actives(r.assignment)) == 2
+    held["a"] = r.assignment
+    r = env.beat("b", epochs["b"], dict(held["b"]))
+    held["b"] = r.assignment
+    held, epochs = env.settle({"a": NS(assignment=held["a"], member_epoch=epochs["a"]),
+                               "b": NS(assignment=held["b"], member_epoch=r.member_epoch),
+                               "c": c})
+    assert [len(actives(held[m])) for m in "abc"] == [2, 2, 2]
+    assert len(set.union(*(actives(held[m]) for m in "abc"))) == 6
+    assert len({epochs[m] for m in "abc"}) == 1
+
+
+def test_a_member_leaving_or_timing_out_gives_its_tasks_back():
+    env = Env()
+    a, b = env.join("a"), env.join("b")
+    held, epochs = env.settle({"a": a, "b": b})
+    left = env.beat("b", -1)
+    assert left.member_epoch == -1
+    r = env.beat("a", epochs["a"], dict(held["a"]))
+    assert len(actives(r.assignment)) == 6
+    with pytest.raises(UnknownMemberIdError):
+        env.beat("b", epochs["b"])
+    # a timeout: nothing but the clock moves.
+    env.join("c")
+    env.clock.now += 45_001
+    gone = env.coord.expire()
+    assert {m for _, m in gone} == {"a", "c"}
+    assert env.coord.group("app").state is StreamsGroupState.EMPTY
+    assert env.deadlines[-1] is None
+
+
+def test_fencing_and_the_lost_response():
+    env = Env()
+    a = env.join("a")
+    with pytest.raises(FencedMemberEpochError, match="greater member epoch"):
+        env.beat("a", a.member_epoch + 5)
+    b = env.join("b")
+    assert b.member_epoch == 2
+    with pytest.raises(FencedMemberEpochError, match="smaller member epoch"):
+        env.beat("b", 1)
+    with pytest.raises(UnknownMemberIdError):
+        env.beat("nobody", 3)
+
+
+def test_standby_tasks_go_to_another_process_only():
+    env = Env(standbys=1)
+    a, b = env.join("a", process="p1"), env.join("b", process="p2")
+    held, _ = env.settle({"a": a, "b": b})
+    for m, other in (("a", "b"), ("b", "a")):
+        standby = {(sid, p) for sid, ps in by_kind(held[m], STANDBY).items() for p in ps}
+        assert standby == actives(held[other])
+    # Two members of one process: no standby can be placed away from its active copy.
+    env2 = Env(standbys=1)
+    x, y = env2.join("x", process="same"), env2.join("y", process="same")
+    held2, _ = env2.settle({"x": x, "y": y})
+    assert all(not by_kind(held2[m], STANDBY) for m in "xy")
+
+
+def test_missing_source_topics_make_the_group_not_ready():
+    env = Env(topics={})
+    r = env.join("a")
+    assert [s[0] for s in r.statuses] == [StatusCode.MISSING_SOURCE_TOPICS]
+    assert "input" in r.statuses[0][1] and actives(r.assignment) == set()
+    assert env.coord.group("app").state is StreamsGroupState.NOT_READY
+    env.topics["input"] = 4  # created: the next heartbeat names the internal topics to create
+    r = env.beat("a", r.member_epoch)
+    assert [s[0] for s in r.statuses] == [StatusCode.MISSING_INTERNAL_TOPICS]
+    assert [(t.name, t.partitions) for t in r.to_create] == [("app-store-changelog", 4)]
+    env.topics["app-store-changelog"] = 4
+    r = env.beat("a", r.member_epoch)
+    assert r.statuses == [] and actives(r.assignment) == {("0", p) for p in range(4)}
+
+
+def test_repartition_topics_take_their_writers_partition_count():
+    env = Env(topics={"input": 3})
+    r = env.join("a", topo=topology(sink="app-repartition", repartition="app-repartition", changelog=None))
+    assert {(t.name, t.partitions) for t in r.to_create} == {("app-repartition", 3)}
+
+
+def test_topology_errors_and_epochs():
+    env = Env()
+    bad = topology()
+    bad.subtopologies[0].state_changelog_topics[0].partitions = 3
+    with pytest.raises(StreamsInvalidTopologyError, match="must have an undefined partition count"):
+        env.join("a", topo=bad)
+    regex = topology()
+    regex.subtopologies[0].source_topic_regex = ["in.*"]
+    with pytest.raises(InvalidRequestError, match="Regular expressions"):
+        env.join("a", topo=regex)
+    env.join("a", topo=topology(epoch=1))
+    with pytest.raises(StreamsInvalidTopologyEpochError):
+        env.join("b", topo=topology(epoch=1, sources=("other",)))
+    stale = env.join("c", topo=topology(epoch=0))
+    assert [s[0] for s in stale.statuses] == [StatusCode.STALE_TOPOLOGY]
+    newer = env.join("d", topo=topology(epoch=2))
+    assert newer.statuses == [] and env.coord.group("app").topology.epoch == 2
+
+
+def test_request_checks_in_kafkas_words():
+    env = Env()
+    with pytest.raises(InvalidRequestError, match="Topology must be non-null"):
+        env.coord.heartbeat(StreamsHeartbeat("app", "a", 0, rebalance_timeout_ms=1, owned={},
+                                             owned_lists_sent=(True, True, True)))
+    with pytest.raises(InvalidRequestError, match="ActiveTasks must be empty"):
+        env.coord.heartbeat(StreamsHeartbeat("app", "a", 0, rebalance_timeout_ms=1, topology=topology()))
+    with pytest.raises(InvalidRequestError, match="MemberId can't be empty"):
+        env.beat("", 1)
+    with pytest.raises(InvalidRequestError, match="If one task-type is non-null"):
+        env.coord.heartbeat(StreamsHeartbeat("app", "a", 3, owned={}, owned_lists_sent=(True, False, False)))
+
+
+def test_another_group_type_keeps_its_id():
+    coord = StreamsGroupCoordinator({"input": 1}.get, other_group_type=lambda gid: "consumer")
+    with pytest.raises(GroupIdNotFoundError, match="is not a streams group"):
+        coord.heartbeat(StreamsHeartbeat("g", "a", 0, rebalance_timeout_ms=1, topology=topology(), owned={},
+                                         owned_lists_sent=(True, True, True)))
+
+
+def test_offset_commits_check_the_member_epoch_and_delete_waits_for_an_empty_group():
+    env = Env()
+    a = env.join("a")
+    assert env.coord.check_offset_commit("app", "a", a.member_epoch) == 0
+    assert env.coord.check_offset_commit("app", "a", a.member_epoch - 1) != 0
+    assert env.coord.check_offset_commit("app", "x", 1) != 0
+    assert env.coord.check_offset_commit("other", "a", 1) is None
+    assert env.coord.delete_group("app") != 0
+    env.beat("a", -1)
+    assert env.coord.list_groups()[0].state == "Empty"
+    assert env.coord.delete_group("app") == 0 and env.coord.list_groups() == []
+
+
+def test_owned_tasks_of_a_heartbeat():
+    assert owned_tasks(None, None, None) is None
+    assert owned_tasks({"0": [1, 2]}, {}, {}) == {(ACTIVE, "0"): frozenset({1, 2})}
