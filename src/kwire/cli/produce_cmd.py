@@ -180,9 +180,25 @@ class _Progress:
             print(file=sys.stderr)
 
 
-def run(args: argparse.Namespace) -> int:
+def _producer(settings: dict[str, Any]) -> Any:
+    """The producer for these settings: the blocking one (no asyncio to import; the same config,
+    partitioner, batches and sender decisions) where it does what the asyncio ``Producer`` does,
+    that one otherwise (transactions, TLS or SASL, a broker that only takes message sets)."""
+    from kwire.client.config import ProducerConfig
+    from kwire.client.producer_blocking import BlockingProducer, NotBlockingCapable, blocking_capable
+
+    config = ProducerConfig.from_settings(settings)
+    if blocking_capable(config) is None:
+        try:
+            return BlockingProducer(config)
+        except NotBlockingCapable:
+            pass  # found out on connecting, before anything was sent
     from kwire.client.producer import Producer
 
+    return Producer(config)
+
+
+def run(args: argparse.Namespace) -> int:
     settings: dict[str, Any] = client_settings(args)
     # Connecting and a topic's first metadata wait max.block.ms (60 s by default): --timeout bounds them.
     settings.setdefault("max.block.ms", int(args.timeout * 1000))
@@ -204,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     left = 0
     deliveries: list = []
     bad_line: _BadLine | None = None
-    producer = Producer(settings)
+    producer = _producer(settings)
     try:
         try:
             for values, keys in _batches(args):
