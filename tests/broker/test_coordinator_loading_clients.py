@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka
+import confluent_kafka.admin
 import kafka
 import pytest
 
@@ -210,7 +211,8 @@ def test_clients_retry_a_refusal_above_the_threshold(template, tmp_path, client,
 def test_the_open_transaction_is_there_after_the_load(template, tmp_path):
     broker, gate = _restarted(template, tmp_path)
     try:
-        assert broker.state.transactions.loading()
+        broker.call(broker.state.loader.release)  # the worker's hold ended: its first read waits at the gate
+        assert broker.call(broker.state.transactions.loading)  # (on the broker's loop, as a handler asks)
         gate.release()
         assert broker.state.loader.done.wait(30) and not broker.state.loader.failed
         txn = broker.state.transactions.describe("loader-tx")
@@ -245,6 +247,46 @@ def test_an_unheld_load_serves_every_group(template, tmp_path, monkeypatch, wher
         assert broker.wait_loaded(30) and not broker.state.loader.failed
         loads = len(broker.state.coordinator.store.partitions_on_disk()) + 1  # (+ __transaction_state)
         assert broker.state.loader.inline_loads <= (loads if where == "at once" else 0)
+        assert broker.state.transactions.describe("loader-tx").state.value == "Ongoing"
+    finally:
+        broker.stop()
+
+
+def test_the_load_starts_once_the_first_requests_are_answered(template, tmp_path, monkeypatch):
+    """The worker's hold on a running broker: nothing is read until a client's requests were
+    answered and a look finds none since the one before (HOLD_MS made longer than the test, so
+    only that can start it)."""
+    from kwire.broker.coordinator import loader
+
+    monkeypatch.setattr(loader, "HOLD_MS", 600_000)
+    data = tmp_path / "data"
+    shutil.copytree(template, data)
+    broker = EmbeddedBroker(data)
+    broker.start()
+    try:
+        assert broker.call(lambda: broker.state.loader.holding)
+        assert broker.call(lambda: broker.state.coordinator.loading_partitions)  # nothing read yet
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap, **QUIET})
+        assert "events" in admin.list_topics(timeout=15).topics
+        assert broker.state.loader.done.wait(30) and not broker.state.loader.failed
+        assert broker.state.loader.inline_loads == 0  # (the worker read them all)
+    finally:
+        broker.stop()
+
+
+def test_wait_loaded_ends_the_hold(template, tmp_path, monkeypatch):
+    """A test that restarts a broker and waits for its load before looking inside does not wait
+    out the hold: nobody sends a request here."""
+    from kwire.broker.coordinator import loader
+
+    monkeypatch.setattr(loader, "HOLD_MS", 600_000)
+    data = tmp_path / "data"
+    shutil.copytree(template, data)
+    broker = EmbeddedBroker(data)
+    broker.start()
+    try:
+        assert broker.call(lambda: broker.state.loader.holding)
+        assert broker.wait_loaded(30) and not broker.state.loader.failed
         assert broker.state.transactions.describe("loader-tx").state.value == "Ongoing"
     finally:
         broker.stop()

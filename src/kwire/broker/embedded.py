@@ -161,9 +161,14 @@ class EmbeddedBroker:
         partitions, which they do in the background after ``start()`` (as Kafka's after a
         restart: clients retry COORDINATOR_LOAD_IN_PROGRESS meanwhile, except for a group of a
         small partition, loaded inside its first request).  For callers that read ``state``
-        directly; whether the load finished within ``timeout`` seconds."""
+        directly; whether the load finished within ``timeout`` seconds.  The load starts now if
+        it was still waiting for the first requests (coordinator.loader)."""
         loader = self.broker.state.loader if self.broker.state is not None else None
-        return loader is None or loader.done.wait(timeout)
+        if loader is None:
+            return True
+        if loader.holding and self._loop is not None:
+            self._loop.call_soon_threadsafe(loader.release)
+        return loader.done.wait(timeout)
 
     def call(self, fn, *args):
         """Run ``fn(*args)`` on the broker's event loop thread and return its result (tests use it

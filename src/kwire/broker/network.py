@@ -145,6 +145,9 @@ class ConnectionRegistry:
         # Tasks of closed connections still unwinding; shutdown waits for them.
         self.closing: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
+        # Requests read so far: the coordinators' loader holds its background reads until they
+        # stop coming for a moment after start (coordinator.loader).
+        self.requests = 0
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -513,6 +516,7 @@ class Connection(asyncio.BufferedProtocol):
                            flush=True)
                 return
             frame, charge = self.queue.popleft()
+            self.registry.requests += 1
             try:
                 result = dispatch(self.state, frame, client_host=self.peer, connection_id=self.id, session=self.session,
                                   listener=self.listener, wire=self.wire)

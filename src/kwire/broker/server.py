@@ -129,7 +129,10 @@ class Broker:
         self.state.transactions.start()  # transaction timeouts run on this loop from now on
         # __consumer_offsets and __transaction_state load in the background, as in Kafka: their
         # groups and transactional ids answer COORDINATOR_LOAD_IN_PROGRESS until then.
-        self.state.start_loading(executor=self.coordinator_load_executor, schedule=self.coordinator_load_schedule)
+        # Its reads in the background wait until the first requests are answered (coordinator.loader).
+        connections = self._connections
+        self.state.start_loading(executor=self.coordinator_load_executor, schedule=self.coordinator_load_schedule,
+                                 requests_seen=lambda: connections.requests)
         # Compaction of cleanup.policy=compact partitions, on its own threads (Kafka's LogCleaner).
         # state.config: the static settings with the dynamic log.cleaner.* ones (AlterConfigs) applied.
         self.state.logs.start_cleaner(CleanerConfig.from_broker(self.state.config))

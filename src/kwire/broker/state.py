@@ -160,16 +160,22 @@ class BrokerState:
 
     def start_loading(self, *, post: Callable[[Callable[[], None]], None] | None = None,
                       executor: Executor | None = None,
-                      schedule: Callable[[Callable[[], None]], Any] | None = None) -> CoordinatorLoader:
+                      schedule: Callable[[Callable[[], None]], Any] | None = None,
+                      requests_seen: Callable[[], int] | None = None,
+                      call_later: Callable[[float, Callable[[], None]], Any] | None = None) -> CoordinatorLoader:
         """Load what the coordinators have still to load, in the background (see
         coordinator.loader); ``post`` defaults to the running loop's ``call_soon_threadsafe``,
-        ``schedule`` to its ``call_soon`` (to ``post`` when ``post`` is given)."""
+        ``schedule`` to its ``call_soon`` (to ``post`` when ``post`` is given).  With
+        ``requests_seen`` (the count of requests read, from the network layer) the background
+        reads wait for the loop's first requests, on ``call_later`` (the loop's by default)."""
         if self.loader is None:
             if post is None:
                 loop = asyncio.get_running_loop()
                 post, schedule = loop.call_soon_threadsafe, schedule or loop.call_soon
+                call_later = call_later or loop.call_later
             self.loader = CoordinatorLoader(self.coordinator, self.transactions, post=post, executor=executor,
-                                            schedule=schedule, data_dir=self.logs.data_dir)
+                                            schedule=schedule, data_dir=self.logs.data_dir,
+                                            call_later=call_later, requests_seen=requests_seen)
             # Posted: the server's start returns (and its caller wakes) before the load begins.
             post(self.loader.start)
         return self.loader

@@ -556,3 +556,178 @@ def test_a_partition_that_fails_to_load_inside_a_request_stays_loading(data, mon
         assert state.loader.done.is_set()
     finally:
         state.close()
+
+
+# -- the worker's hold until the loop's first requests are answered ---------------------------------
+
+
+class ManualTimers:
+    """A ``call_later`` whose timers fire when the test says (no sleeps)."""
+
+    class Handle:
+        def __init__(self, delay: float, fn: Callable[[], None]) -> None:
+            self.delay, self.fn, self.cancelled = delay, fn, False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    def __init__(self) -> None:
+        self.pending: list[ManualTimers.Handle] = []
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> Handle:
+        handle = ManualTimers.Handle(delay, fn)
+        self.pending.append(handle)
+        return handle
+
+    def fire(self) -> None:
+        """The one timer pending fires (the hold has one at a time)."""
+        assert len(self.pending) == 1, self.pending
+        handle = self.pending.pop()
+        if not handle.cancelled:
+            handle.fn()
+
+    def armed(self) -> bool:
+        return any(not h.cancelled for h in self.pending)
+
+
+class Held:
+    """A loading state whose worker's hold runs on ManualTimers; ``serve`` answers a request as
+    the network layer does (counted)."""
+
+    def __init__(self, data_dir) -> None:
+        self.state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
+        self.executor = HeldExecutor()
+        self.timers = ManualTimers()
+        self.requests = 0
+        self.state.start_loading(post=lambda fn: fn(), executor=self.executor, schedule=self.executor.schedule,
+                                 call_later=self.timers.call_later, requests_seen=lambda: self.requests)
+        self.loader = self.state.loader
+
+    def serve(self, request, version: int):
+        self.requests += 1
+        return call(self.state, request, version)
+
+    def reads(self) -> list[tuple]:
+        """The worker's reads submitted so far (not the loop's held turns)."""
+        return [args for _, fn, args in self.executor.jobs if fn.__name__ in ("read_partition", "read_state")]
+
+
+def _fetch_request(group: str):
+    R = messages.OffsetFetchRequest
+    return R(groups=[R.OffsetFetchRequestGroup(group_id=group, topics=[
+        R.OffsetFetchRequestGroup.OffsetFetchRequestTopics(name="t", partition_indexes=[0, 1])])], require_stable=False)
+
+
+def test_the_worker_reads_nothing_until_the_first_requests_are_answered(data):
+    """After start no worker thread and no read: the first requests are answered alone (a small
+    partition asked for is loaded inside its request, as without the hold); the worker starts at
+    the first look that finds requests answered and none since the look before."""
+    data_dir, groups, _ = data
+    held = Held(data_dir)
+    try:
+        assert held.loader.holding and held.reads() == []
+        assert [h.delay for h in held.timers.pending] == [loader.QUIET_MS / 1e3]
+        assert held.serve(messages.ApiVersionsRequest(), 3).error_code == NONE
+        resp = held.serve(_fetch_request(groups[0]), 8)
+        assert resp.groups[0].error_code == NONE and held.loader.inline_loads == 1
+        held.executor.run_all()  # (the loop's next turn after the inline load: still no read)
+        assert held.reads() == [] and held.loader.holding
+        held.timers.fire()  # requests came since start: they may go on
+        assert held.loader.holding and held.reads() == []
+        held.requests += 1  # one more (served by the network layer)
+        held.timers.fire()
+        assert held.loader.holding and held.reads() == []
+        held.timers.fire()  # quiet since the last look: the worker starts
+        assert not held.loader.holding and not held.timers.armed()
+        assert held.reads() == [(held.state.coordinator.loading_partitions[0],)]
+        held.executor.run_all()
+        assert held.loader.done.is_set() and not held.loader.failed
+        expected = {g: {("t", 0): 10 + i, ("t", 1): 20 + i} for i, g in enumerate(groups[:3])}
+        assert all(_fetch(held.state, g) == (NONE, expected[g]) for g in groups[:3])
+        assert held.state.transactions.describe("tx").state is TxnState.ONGOING
+    finally:
+        held.state.close()
+
+
+@pytest.mark.parametrize("clients", ["none", "busy"])
+def test_the_hold_ends_after_hold_ms_at_the_latest(data, clients):
+    """A broker nobody talks to (no request: nothing to wait for), or one whose clients never
+    pause: the worker starts HOLD_MS after start."""
+    data_dir, _, _ = data
+    held = Held(data_dir)
+    try:
+        looks = -(-loader.HOLD_MS // loader.QUIET_MS)  # (rounded up)
+        for _ in range(looks - 1):
+            held.requests += clients == "busy"
+            held.timers.fire()
+        assert held.loader.holding and held.reads() == []
+        held.requests += clients == "busy"
+        held.timers.fire()
+        assert not held.loader.holding and len(held.reads()) == 1 and not held.timers.armed()
+    finally:
+        held.state.close()
+
+
+def test_a_refused_group_request_ends_the_hold_with_its_partition_first(data, monkeypatch):
+    """Above the threshold the request is refused (Kafka's answer) and the client waits for the
+    worker: the hold ends at once and the worker reads that partition first."""
+    monkeypatch.setattr(loader, "INLINE_BYTES", -1)
+    data_dir, groups, _ = data
+    held = Held(data_dir)
+    try:
+        store, lowest = held.state.coordinator.store, held.state.coordinator.loading_partitions[0]
+        asked = next(g for g in groups[:3] if store.partition_of(g) != lowest)
+        partition = store.partition_of(asked)
+        assert held.serve(_fetch_request(asked), 8).groups[0].error_code == LOADING
+        assert not held.loader.holding and not held.timers.armed()
+        assert held.reads() == [(partition,)]
+        held.executor.run_next()
+        assert held.serve(_fetch_request(asked), 8).groups[0].error_code == NONE
+    finally:
+        held.state.close()
+
+
+def test_a_refused_list_groups_ends_the_hold_at_the_next_look(data):
+    """ListGroups names no partition: it is refused while any loads (Kafka's), and the refusal
+    ends the hold at the next look even while requests keep coming."""
+    data_dir, _, _ = data
+    held = Held(data_dir)
+    try:
+        assert held.serve(messages.ListGroupsRequest(), 4).error_code == LOADING
+        assert held.loader.holding
+        held.requests += 1
+        held.timers.fire()
+        assert not held.loader.holding and len(held.reads()) == 1
+        held.executor.run_all()
+        assert held.serve(messages.ListGroupsRequest(), 4).error_code == NONE
+    finally:
+        held.state.close()
+
+
+def test_a_transaction_request_during_the_hold(data, where):
+    """The rest small: loaded on the loop inside the request, which is served; else refused and
+    the hold ends, the worker reading the rest."""
+    data_dir, _, _ = data
+    held = Held(data_dir)
+    try:
+        loads = len(held.state.coordinator.loading_partitions) + 1  # (+ the transaction state)
+        held.requests += 1
+        error, *_ = init(held.state, "tx")
+        if where == "at once":
+            assert error == NONE and not held.state.coordinator.loading()
+            assert held.reads() == [] and held.loader.inline_loads == loads
+        else:
+            assert error == LOADING and not held.loader.holding and len(held.reads()) == 1
+        held.executor.run_all()
+        assert held.loader.done.is_set() and not held.loader.holding and not held.timers.armed()
+    finally:
+        held.state.close()
+
+
+def test_closing_during_the_hold_reads_nothing(data):
+    data_dir, _, _ = data
+    held = Held(data_dir)
+    held.state.close()
+    held.timers.fire()  # (a look the loop had already due)
+    assert held.reads() == [] and not held.executor.jobs
+    assert not held.loader.done.is_set()

@@ -37,11 +37,24 @@ idle, the whole rest is loaded and installed on the loop at once; when the worke
 usual case while loading: the request is refused), on the loop's turn its read ends; when the
 rest is larger, the requests wait for the worker, refused meanwhile, as Kafka's.
 
+The worker starts late: its reads are held until the loop has answered its first requests
+(``QUIET_MS``, ``HOLD_MS``; kwire's own).  Kafka schedules its loads at once, on threads that run
+beside the request handlers on other cores; here one interpreter runs both, and a worker reading
+the partitions nobody asked for takes the GIL from the loop in 5 ms slices, so the first answers
+after a restart came later than before there were internal topics (benchmarks/RESULTS.md,
+2026-11-27 fourth session, H2).  The hold adds no work before those answers: it looks every
+``QUIET_MS`` whether requests came, and lets the worker go once a look finds that requests were
+answered and none came since the one before (the clients' start is over), at once when a client is
+refused COORDINATOR_LOAD_IN_PROGRESS (the client waits for the worker: holding would only keep it
+waiting), when ``release()`` is called (``EmbeddedBroker.wait_loaded``), and at the latest
+``HOLD_MS`` after start.  Requests for a small partition are served inside the request meanwhile,
+as before; those of larger ones are refused, as Kafka's, and end the hold.
+
 A partition that fails to load is logged and stays loading (its requests keep getting the
 retriable error) rather than being served empty.
 
 Tests give an ``executor`` and a ``schedule`` they run by hand and a ``post`` that runs at once,
-to hold the load at any point (``schedule`` runs what follows a load on the loop: the transaction
+and a ``call_later`` whose timers they fire (or none: no hold), to hold the load at any point (``schedule`` runs what follows a load on the loop: the transaction
 state's install and the end, on a turn of their own rather than inside the request).
 """
 
@@ -62,7 +75,7 @@ if TYPE_CHECKING:
     from ..transactions import TransactionCoordinator
     from .coordinator import GroupCoordinator
 
-__all__ = ["INLINE_BYTES", "CoordinatorLoader", "Executor"]
+__all__ = ["HOLD_MS", "INLINE_BYTES", "QUIET_MS", "CoordinatorLoader", "Executor"]
 
 logger = logging.getLogger("kwire.broker.coordinator.loader")
 
@@ -73,6 +86,14 @@ logger = logging.getLogger("kwire.broker.coordinator.loader")
 # load in the process, which builds the record codecs); 256 KiB cost ~30 ms.  A test suite's
 # groups take a few KiB per partition.
 INLINE_BYTES = 32 * 1024
+
+# The worker's hold after start (see the module's doc): every QUIET_MS the loader looks whether
+# requests came; it lets the worker go once requests were answered and none came during the last
+# QUIET_MS, or HOLD_MS after start at the latest (a broker nobody talks to).  A client starting
+# (ApiVersions, Metadata, FindCoordinator, OffsetFetch or JoinGroup) sends its requests less than
+# a few ms apart; a consumer's steady requests (heartbeats, fetches) leave gaps longer than 20 ms.
+QUIET_MS = 20
+HOLD_MS = 250
 
 
 class Executor(Protocol):
@@ -111,13 +132,17 @@ class CoordinatorLoader:
     no locks.  ``schedule(fn)`` runs ``fn`` on the loop's next turn (``loop.call_soon``; default:
     ``post``).  ``data_dir`` holds the partitions' directories, sized to choose whether a
     partition asked for is loaded at once on the loop (None: never); ``inline_bytes`` the most
-    loaded there (default ``INLINE_BYTES``).
+    loaded there (default ``INLINE_BYTES``).  ``call_later(seconds, fn)`` (``loop.call_later``: it
+    returns a handle with ``cancel()``) holds the worker's reads until the loop has answered its first requests, ``requests_seen()``
+    the count of requests the broker has read so far (None: no hold, the worker starts at once).
     """
 
     def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator, *,
                  post: Callable[[Callable[[], None]], None], executor: Executor | None = None,
                  schedule: Callable[[Callable[[], None]], Any] | None = None, data_dir: Path | None = None,
-                 inline_bytes: int | None = None):
+                 inline_bytes: int | None = None,
+                 call_later: Callable[[float, Callable[[], None]], Any] | None = None,
+                 requests_seen: Callable[[], int] | None = None):
         self._groups = groups
         self._transactions = transactions
         self._post = post
@@ -140,6 +165,13 @@ class CoordinatorLoader:
         self._turn_bytes = 0  # loaded on the loop since its last turn (_take_turn_bytes)
         self._turn_scheduled = False
         self._started: float | None = None
+        self._call_later = call_later
+        self._requests_seen = requests_seen
+        self.holding = False  # the worker's reads wait for the loop's first requests (_look)
+        self._hold_timer: Any = None
+        self._hold_looks = 0
+        self._hold_seen = 0  # requests_seen() at the previous look
+        self._refusals = 0  # the group coordinator's refusals at start
         self.inline_loads = 0  # loads done on the loop (partitions asked for), for tests and stats
         self.failed: list[str] = []  # what could not be loaded (logged), for tests
         self.done = threading.Event()  # set once everything is installed (or failed)
@@ -162,20 +194,54 @@ class CoordinatorLoader:
             return
         self._groups.on_wanted = self.wanted
         self._transactions.on_wanted = self.transactions_wanted
+        if self._call_later is not None and self._requests_seen is not None:
+            # No worker thread yet, no read: the loop answers its first requests alone.
+            self.holding = True
+            self._hold_seen = self._requests_seen()
+            self._refusals = self._groups.load_refusals
+            self._hold_timer = self._call_later(QUIET_MS / 1e3, self._look)
         for partition in self._groups.wanted_partitions():  # (asked for before the loader started)
             self.wanted(partition)
         self._next()
 
+    def _look(self) -> None:
+        """(On the event loop, every ``QUIET_MS`` while holding) the worker let go once the loop
+        has answered requests and none came since the previous look, or a client was refused
+        (ListGroups, which names no partition, shows only in the count), or after ``HOLD_MS``."""
+        self._hold_timer = None
+        if self._closed or not self.holding:
+            return
+        self._hold_looks += 1
+        seen = self._requests_seen()
+        quiet = seen == self._hold_seen and seen > 0
+        self._hold_seen = seen
+        if quiet or self._groups.load_refusals > self._refusals or self._hold_looks * QUIET_MS >= HOLD_MS:
+            self.release()
+        else:
+            self._hold_timer = self._call_later(QUIET_MS / 1e3, self._look)
+
+    def release(self) -> None:
+        """(On the event loop) the worker's reads start now, if they were held."""
+        if not self.holding:
+            return
+        self.holding = False
+        timer, self._hold_timer = self._hold_timer, None
+        if timer is not None:
+            timer.cancel()
+        self._after_load()
+
     def wanted(self, partition: int) -> None:
         """(On the event loop, inside the request) ``partition`` was asked for: loaded now if it
-        is small and not being read in the worker already, else it is the worker's next."""
-        if self._closed or partition not in self._remaining or self._data_dir is None:
+        is small and not being read in the worker already, else it is the worker's next (and
+        the worker's hold ends: the refused client waits for it)."""
+        if self._closed or partition not in self._remaining:
             return
-        size = _log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{partition}")
-        if not self._take_turn_bytes(size):
-            return  # (the worker takes it next: _next prefers what is wanted)
-        self._remaining.remove(partition)
-        self._load_inline(partition)
+        if self._data_dir is not None and self._take_turn_bytes(
+                _log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{partition}")):
+            self._remaining.remove(partition)
+            self._load_inline(partition)
+            return
+        self.release()  # (the worker takes it next: _next prefers what is wanted)
 
     def _take_turn_bytes(self, size: int) -> bool:
         """Whether ``size`` bytes more may be loaded on the loop before its next turn: at most
@@ -204,6 +270,8 @@ class CoordinatorLoader:
         self._txn_wanted = True
         if not self._reading:
             self._after_load()
+        if self._txn_to_read:
+            self.release()  # too large for the loop: the refused client waits for the worker
 
     def _load_rest_inline(self) -> None:
         """(On the event loop) the transaction state is wanted and nothing is in the worker: what
@@ -241,8 +309,8 @@ class CoordinatorLoader:
     def _next(self) -> None:
         """(On the event loop) the next load into the worker, one at a time so the next can be
         chosen when it starts: a partition a client asked for (too large for the loop), else the
-        lowest; the transaction state last."""
-        if self._closed or self._reading:
+        lowest; the transaction state last.  Nothing while the worker is held."""
+        if self._closed or self._reading or self.holding:
             return
         if self._remaining:
             wanted = self._groups.wanted_partitions()
@@ -320,6 +388,10 @@ class CoordinatorLoader:
             self._finished()
 
     def _finished(self) -> None:
+        self.holding = False  # (everything was loaded on the loop meanwhile)
+        timer, self._hold_timer = self._hold_timer, None
+        if timer is not None:
+            timer.cancel()
         self._groups.on_wanted = None
         self._transactions.on_wanted = None
         with self._lock:
