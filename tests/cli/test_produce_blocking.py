@@ -1,0 +1,85 @@
+"""``kwire produce`` on its blocking driver (kwire.client.producer_blocking): no asyncio module is
+imported for a plain produce, acks=0 records reach a broker that answers them (librdkafka's
+mock), a topic the broker will not create fails as before, and settings the blocking driver does
+not cover go to the asyncio producer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import confluent_kafka
+import pytest
+
+from kwire.broker import EmbeddedBroker
+
+from .test_produce_cmd import kwire, ok, one_line_error
+
+# What a command that imported the asyncio client would have loaded.
+ASYNC_MODULES = ("asyncio", "concurrent", "kwire.client.producer", "kwire.client.cluster", "kwire.client.connection",
+                 "kwire.client.loop_thread")
+
+
+def loaded_by(*argv: str, stdin: bytes = b"") -> set[str]:
+    """The modules a ``kwire`` command line loaded (it runs in a fresh interpreter and must succeed)."""
+    code = ("import sys\n"
+            "from kwire.cli.main import main\n"
+            f"code = main({list(argv)!r})\n"
+            "print('\\n'.join(sys.modules), file=sys.stderr)\n"
+            "sys.exit(code)\n")
+    result = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return set(result.stderr.decode().split())
+
+
+def asyncio_side(modules: set[str]) -> set[str]:
+    return {m for m in modules if m in ASYNC_MODULES or m.startswith(tuple(a + "." for a in ASYNC_MODULES))}
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker(default_partitions=2) as b:
+        yield b
+
+
+def test_a_plain_produce_imports_no_asyncio(broker):
+    for extra in ([], ["--acks", "0"], ["--acks", "1", "-X", "enable.idempotence=false"], ["-z", "gzip", "-k", "k"]):
+        modules = loaded_by("produce", "blocking-imports", "a", "b", "-b", broker.bootstrap, *extra)
+        assert "kwire.client.producer_blocking" in modules, extra
+        assert asyncio_side(modules) == set(), extra
+    # From stdin, with keys, as a file of lines is produced.
+    modules = loaded_by("produce", "blocking-imports", "-K", ":", "-b", broker.bootstrap, stdin=b"k1:v1\nk2:v2\n")
+    assert asyncio_side(modules) == set()
+
+
+def test_transactions_take_the_asyncio_producer(broker):
+    # A transactional producer must init_transactions first: the asyncio Producer says so, as before.
+    modules_error = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom kwire.cli.main import main\n"
+         f"code = main(['produce', 'blocking-txn', 'x', '-b', {broker.bootstrap!r}, '-X', 'transactional.id=t1', "
+         "'--timeout', '5'])\nprint('asyncio' in sys.modules)\n"],
+        capture_output=True, text=True, timeout=60)
+    assert modules_error.stdout.strip() == "True"
+
+
+def test_acks_zero_against_a_broker_that_answers_it():
+    # librdkafka's mock answers Produce with acks=0 (Kafka never does): the answers are read and
+    # dropped, and the records sent before the command closes its connection all arrive.
+    owner = confluent_kafka.Producer({"test.mock.num.brokers": 1, "log_level": 0})
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in owner.list_topics(timeout=10).brokers.values())
+    lines = "".join(f"value-{i}\n" for i in range(5000))
+    out = ok("produce", "acks0", "--acks", "0", "-p", "0", "-b", bootstrap, stdin=lines)
+    assert out.splitlines()[-1] == "5000 of 5000 records written to acks0"
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "acks0", "log_level": 0})
+    try:
+        low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition("acks0", 0), timeout=10)
+    finally:
+        consumer.close()
+    assert high - low == 5000
+
+
+def test_a_topic_the_broker_will_not_create():
+    with EmbeddedBroker(auto_create_topics=False) as broker:
+        line = one_line_error(kwire("produce", "ghost", "x", "-b", broker.bootstrap, "--timeout", "1"))
+    assert "topic 'ghost' not present in metadata after max.block.ms (1000 ms)" in line
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in line
