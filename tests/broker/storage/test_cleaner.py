@@ -96,6 +96,22 @@ def test_horizon_due_cleans_again_without_dirty_records(tmp_path):
         assert records(log) == []
 
 
+def test_a_pass_leaves_lazy_partitions_unopened_until_their_first_use(tmp_path):
+    """After a clean shutdown the internal topics' partitions open on first use (the
+    coordinators' loader, after the first requests): the cleaner's pass at start does not open
+    them (the broker's first answers do not wait behind it); once opened, they are cleaned."""
+    with LogManager(tmp_path, COMPACT) as logs:
+        log = logs.create_partition("__internal", 0)
+        put(log, [("a", "1"), ("a", "2")])
+        log.roll()
+    with LogManager(tmp_path, COMPACT, lazy_topics={"__internal"}) as logs:
+        cleaner = LogCleaner(logs, clock=lambda: NOW)
+        assert cleaner.clean_once() is None and not logs.opened("__internal", 0)
+        log = logs.get("__internal", 0)
+        assert cleaner.clean_once() is not None
+        assert records(log) == [(1, "a", "2")]
+
+
 @pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
 def test_rewritten_batches_keep_their_codec(log, codec):
     put(log, [("a", "1"), ("b", "1"), ("c", "1")], compression=codec)

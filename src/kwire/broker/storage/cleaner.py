@@ -321,7 +321,20 @@ class LogCleaner:
 
     def _cleaner(self) -> Cleaner:
         return Cleaner(self.config, throttler=self._throttler, stop=self._stop, hook=self.hook,
-                       worker=getattr(self._local, "worker", None))
+                       worker=self._thread_worker())
+
+    def _thread_worker(self) -> CleanerWorker | None:
+        """The calling cleaner thread's worker process (None outside the threads, or with
+        ``worker_process`` off), made at the thread's first clean: a broker starting with nothing
+        to clean does not import what the worker needs while it answers its first requests."""
+        local = self._local
+        if getattr(local, "worker", None) is None and getattr(local, "wants_worker", False):
+            from .cleaner_worker import CleanerWorker
+
+            local.worker = CleanerWorker()
+            with self._lock:
+                self._workers.append(local.worker)
+        return getattr(local, "worker", None)
 
     def grab_filthiest(self, now_ms: int) -> tuple[LogToClean, bool] | None:
         """The compacted log to clean next, marked in progress, and whether only its delete
@@ -333,6 +346,12 @@ class LogCleaner:
                 for key in [k for k, v in table.items() if (v[0] if isinstance(v, tuple) else v).closed]:
                     del table[key]
             for key in self.logs.partitions():
+                if not self.logs.opened(*key):
+                    # A lazy partition not opened since a clean shutdown (the internal topics,
+                    # which the coordinators' loader opens after the first requests): this pass
+                    # does not open it, so the broker's start does not wait behind it; a pass
+                    # after its first use weighs it.
+                    continue
                 try:
                     log = self.logs.get(*key)
                 except Exception:  # noqa: BLE001 - deleted meanwhile, or the manager closed
@@ -408,12 +427,7 @@ class LogCleaner:
         logger.info("log cleaner started with %d thread(s)", self.config.threads)
 
     def _run(self) -> None:
-        if self.config.worker_process:
-            from .cleaner_worker import CleanerWorker
-
-            self._local.worker = CleanerWorker()
-            with self._lock:
-                self._workers.append(self._local.worker)
+        self._local.wants_worker = self.config.worker_process  # (made at the first clean: _thread_worker)
         try:
             while not self._stop.is_set():
                 try:
