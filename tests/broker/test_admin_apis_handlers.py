@@ -210,9 +210,12 @@ def test_describe_producers_from_producer_state(topics):
 def test_features_in_api_versions_and_update_features(state):
     resp = serve(state, M.ApiVersionsRequest(client_software_name="t", client_software_version="1"), 4)
     fin = {f.name: f.max_version_level for f in resp.finalized_features}
-    assert fin == {"metadata.version": 30, "transaction.version": 2, "group.version": 1, "share.version": 1}
+    # A new Kafka 4.3 cluster's levels; streams.version 1 since KIP-1071 went GA in Kafka 4.2.
+    assert fin == {"metadata.version": 30, "transaction.version": 2, "group.version": 1, "share.version": 1,
+                   "streams.version": 1}
     sup = {f.name: (f.min_version, f.max_version) for f in resp.supported_features}
     assert sup["metadata.version"] == (7, 30) and sup["group.version"] == (0, 1) and sup["share.version"] == (0, 1)
+    assert sup["streams.version"] == (0, 1)
     assert sup["transaction.version"] == (0, 2)  # KIP-890 part 2 is served
     epoch = resp.finalized_features_epoch
     assert M.GetTelemetrySubscriptionsRequest.API_KEY not in {k.api_key for k in resp.api_keys}
@@ -231,7 +234,8 @@ def test_features_in_api_versions_and_update_features(state):
     down.validate_only = False
     assert serve(state, down, 2).error_code == 0
     resp = serve(state, M.ApiVersionsRequest(), 3)
-    assert {f.name for f in resp.finalized_features} == {"metadata.version", "group.version", "share.version"}
+    assert {f.name for f in resp.finalized_features} == {"metadata.version", "group.version", "share.version",
+                                                          "streams.version"}
     assert resp.finalized_features_epoch == epoch + 1
 
 
@@ -312,8 +316,9 @@ def test_finalized_features_survive_restart(tmp_path):
     U = M.UpdateFeaturesRequest.FeatureUpdateKey
     down = M.UpdateFeaturesRequest(timeout_ms=10, validate_only=False,
                                    feature_updates=[U(feature="transaction.version", max_version_level=0, upgrade_type=2)])
-    for expected in ({"metadata.version": 30, "transaction.version": 2, "group.version": 1, "share.version": 1},
-                     {"metadata.version": 30, "group.version": 1, "share.version": 1}):
+    for expected in ({"metadata.version": 30, "transaction.version": 2, "group.version": 1, "share.version": 1,
+                      "streams.version": 1},
+                     {"metadata.version": 30, "group.version": 1, "share.version": 1, "streams.version": 1}):
         s = BrokerState(load_config(None, data_dir=tmp_path / "data", port=9092))
         try:
             assert {f.name: f.max_version_level for f in serve(s, M.ApiVersionsRequest(), 3).finalized_features} \

@@ -121,6 +121,9 @@ def test_the_definition_sets_name_the_keys_this_checks():
     assert len(facing) >= 65, sorted(facing)  # Kafka 4.3 answers some 70 client apis on a broker
     assert facing[ApiKey.ADD_RAFT_VOTER].versions == (0, 1)  # KIP-1186, from kwire's extra layouts
     assert facing[ApiKey.PRODUCE].versions == (3, 13)  # KIP-896's raised minimum
+    # KIP-1071's streams groups (GA in Kafka 4.2), from kwire's extra layouts: v0 in Kafka 4.3.
+    assert facing[ApiKey.STREAMS_GROUP_HEARTBEAT].versions == (0, 0)
+    assert facing[ApiKey.STREAMS_GROUP_DESCRIBE].versions == (0, 0)
 
 
 def test_every_client_facing_key_is_served_with_kafka_4_3s_versions(broker):

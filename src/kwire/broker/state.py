@@ -105,6 +105,9 @@ class BrokerState:
         # KIP-848 consumer groups: their offsets stay in the coordinator above.
         from .coordinator.consumer.broker_glue import open_consumer_groups
         self.consumer_groups = open_consumer_groups(self)
+        # KIP-1071 streams groups, beside them (offsets in the same coordinator).
+        from .coordinator.streams.broker_glue import open_streams_groups
+        self.streams_groups = open_streams_groups(self)
         # Last: it completes the transactions a restart left half done, in the logs and the groups.
         self.transactions = TransactionCoordinator(
             self.data_dir, config, producer_ids=self.producer_ids, logs=self.logs, topics=self.topics,
@@ -201,6 +204,7 @@ class BrokerState:
                 self.loader.close()  # before the logs it reads close
             self.transactions.close()
             self.consumer_groups.close()
+            self.streams_groups.close()
             self.coordinator.close()
             self.producer_ids.close()
         finally:

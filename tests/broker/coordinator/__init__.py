@@ -20,6 +20,7 @@ from kwire.broker.context import RequestContext
 from kwire.broker.coordinator import GroupCoordinator
 from kwire.broker.coordinator.consumer import ConsumerGroupCoordinator, Timeouts
 from kwire.broker.coordinator.consumer.records import ConsumerGroupRecords
+from kwire.broker.coordinator.streams import StreamsGroupCoordinator
 from kwire.broker.coordinator.timers import ManualClock
 from kwire.broker.handlers import HANDLERS
 from kwire.broker.internal_topics import InternalTopics
@@ -70,6 +71,9 @@ class Broker:
                                          self.config.group_consumer_heartbeat_interval_ms),
             classic_group_active=lambda g: bool((c := self.coordinator.group(g)) is not None and c.members),
             release_classic=self.coordinator.release_group, adopt_classic=self.coordinator.adopt_group)
+        # KIP-1071 streams groups, on the same clock (in memory: the handlers ask them of every group id).
+        self.streams_groups = StreamsGroupCoordinator(
+            lambda t: (i.partitions if (i := self.topics.get(t)) is not None else None), now_ms=self.clock)
         self.coordinator.topics_in_use = self.consumer_groups.topics_in_use
         self.coordinator.on_expiry_check = lambda: self.consumer_groups.remove_empty_groups(
             lambda g: bool((c := self.coordinator.group(g)) is not None and c.offsets))

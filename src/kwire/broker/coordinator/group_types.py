@@ -1,6 +1,6 @@
 """Which kind of group a group id is: a group id belongs to one group type at a time (KIP-848).
 
-    group_type(broker_state, "orders")   # "consumer", "classic", "share" or None (no such group)
+    group_type(broker_state, "orders")   # "consumer", "streams", "classic", "share" or None
 
 The classic coordinator keeps the committed offsets of every group id, so an id it knows only
 for offsets, that a consumer group runs, is a consumer group.  Share groups (KIP-932) ask here
@@ -15,21 +15,30 @@ from typing import Any
 from .consumer import GROUP_TYPE as CONSUMER
 from .coordinator import GROUP_TYPE as CLASSIC
 
-__all__ = ["CLASSIC", "CONSUMER", "SHARE", "group_type", "is_share_group"]
+__all__ = ["CLASSIC", "CONSUMER", "SHARE", "STREAMS", "group_type", "is_share_group", "is_streams_group"]
 
 SHARE = "share"
+STREAMS = "streams"
 
 
 def group_type(state: Any, group_id: str) -> str | None:
-    """"consumer", "classic", "share" or None for a group id of the broker ``state`` (read only)."""
+    """"consumer", "streams", "classic", "share" or None for a group id of the broker ``state`` (read only)."""
     consumer_groups = getattr(state, "consumer_groups", None)
     if consumer_groups is not None and consumer_groups.group(group_id) is not None:
         return CONSUMER
+    if is_streams_group(state, group_id):  # before classic: its offsets are kept there too
+        return STREAMS
     if state.coordinator.group(group_id) is not None:
         return CLASSIC
     if is_share_group(state, group_id):
         return SHARE
     return None
+
+
+def is_streams_group(state: Any, group_id: str) -> bool:
+    """Whether a streams group holds ``group_id``."""
+    streams_groups = getattr(state, "streams_groups", None)
+    return streams_groups is not None and streams_groups.has_group(group_id)
 
 
 def is_share_group(state: Any, group_id: str) -> bool:

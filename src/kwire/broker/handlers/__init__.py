@@ -27,6 +27,7 @@ from . import (  # noqa: F401 - imported for their @handler registrations
     sasl,
     scram_admin,
     share_groups,
+    streams_groups,
     telemetry,
     topic_admin,
     topic_partitions,

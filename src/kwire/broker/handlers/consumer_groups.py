@@ -27,7 +27,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator.consumer import HeartbeatRequest
-from ..coordinator.group_types import is_share_group
+from ..coordinator.group_types import is_share_group, is_streams_group
 from .common import error_of
 from .groups import kafka_client_host
 from .registry import handler
@@ -61,7 +61,7 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
     if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, group_id):
         return failed(GroupAuthorizationFailedError.code, None)
-    if is_share_group(ctx.broker, group_id):  # one type per group id, as Kafka
+    if is_share_group(ctx.broker, group_id) or is_streams_group(ctx.broker, group_id):  # one type per id, as Kafka
         return failed(GroupIdNotFoundError.code, f"Group {group_id} is not a consumer group.")
     if _loading(ctx, group_id):
         return failed(CoordinatorLoadInProgressError.code, None)
@@ -137,7 +137,7 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
         if group is None:
             # Kafka: a group that does not exist, or is not a consumer group, is GROUP_ID_NOT_FOUND.
             why = (f"Group {group_id} is not a consumer group." if ctx.broker.coordinator.group(group_id or "")
-                   is not None else f"Group {group_id} not found.")
+                   is not None or is_streams_group(ctx.broker, group_id or "") else f"Group {group_id} not found.")
             groups.append(G(error_code=GroupIdNotFoundError.code, error_message=why, group_id=group_id,
                             group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=[]))
             continue

@@ -6,8 +6,9 @@ broker claims only the levels whose protocol it serves: KIP-890 part 2 transacti
 AddPartitionsToTxn v4-5, TxnOffsetCommit v5, Produce v12's implicit add), so transaction.version 2,
 which an admin may lower to 1 or 0 as Kafka allows (kwire.broker.transactions.version says what a
 level changes); KIP-848 consumer groups, so group.version 1 (librdkafka's group.protocol=consumer checks it); KIP-932 share groups, so
-share.version 1; no KIP-1071 streams groups nor ELR, so their levels are 0 (a level 0 feature is not
-finalized, as in Kafka).  kraft.version is 0: a static one-voter quorum (AddRaftVoter and RemoveRaftVoter refuse
+share.version 1; KIP-1071 streams groups (StreamsGroupHeartbeat/Describe), so streams.version 1,
+Kafka 4.2's production level; no ELR, so its level is 0 (a level 0 feature is not finalized, as
+in Kafka).  kraft.version is 0: a static one-voter quorum (AddRaftVoter and RemoveRaftVoter refuse
 any change, cluster_membership.py).
 
 The finalized levels are kept in ``<data dir>/__kwire/features.json`` with an epoch that grows
@@ -52,9 +53,10 @@ SUPPORTED: dict[str, tuple[int, int]] = {
     "group.version": (0, 1),
     "share.version": (0, 1),
     "eligible.leader.replicas.version": (0, 0),
-    "streams.version": (0, 0),
+    "streams.version": (0, 1),
 }
-DEFAULT_LEVELS = {METADATA_VERSION: 30, "transaction.version": 2, "group.version": 1, "share.version": 1}
+DEFAULT_LEVELS = {METADATA_VERSION: 30, "transaction.version": 2, "group.version": 1, "share.version": 1,
+                  "streams.version": 1}
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from kwire.protocol.errors import (
 
 from ..auth.acls import AclOperation, ResourceType
 from ..coordinator import GROUP_TYPE, JoinRequest, OffsetCommitEntry
-from ..coordinator.group_types import is_share_group
+from ..coordinator.group_types import is_share_group, is_streams_group
 from .registry import handler
 from .share_groups import share_of
 
@@ -141,9 +141,9 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         if v >= 7:
             resp.protocol_type = None
         return resp
-    if is_share_group(ctx.broker, request.group_id or ""):
-        # Kafka's classicGroupJoin: a group id held by a share group is not joined with the
-        # classic protocol (INCONSISTENT_GROUP_PROTOCOL, no member id).
+    if is_share_group(ctx.broker, request.group_id or "") or is_streams_group(ctx.broker, request.group_id or ""):
+        # Kafka's classicGroupJoin: a group id held by a share or streams group is not joined
+        # with the classic protocol (INCONSISTENT_GROUP_PROTOCOL, no member id).
         resp = R(throttle_time_ms=0, error_code=InconsistentGroupProtocolError.code, generation_id=-1,
                  protocol_name=None if v >= 7 else "", leader="", skip_assignment=False, member_id="", members=[])
         if v >= 7:
@@ -304,6 +304,11 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         partitions=[(e.topic, e.partition) for e in entries])
     if not group_denied and is_share_group(broker, request.group_id or ""):
         consumer_error = GroupIdNotFoundError.code  # Kafka: a share group has no committed offsets
+    if not group_denied and consumer_error is None:
+        # A KIP-1071 streams group checks its member epochs the same way (StreamsGroup.validateOffsetCommit).
+        consumer_error = broker.streams_groups.check_offset_commit(
+            request.group_id or "", (request.member_id or "") if v >= 1 else "",
+            request.generation_id_or_member_epoch if v >= 1 else -1)
     if group_denied:
         errors = []
     elif consumer_error:
@@ -415,7 +420,8 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
             groups.append(G(group_id=g.group_id, topics=[], error_code=_GROUP_DENIED))
             continue
         # v9+: a member of a KIP-848 group fetches with its current member epoch.
-        stale = ctx.broker.consumer_groups.check_offset_fetch(g.group_id or "", g.member_id, g.member_epoch) \
+        stale = (ctx.broker.consumer_groups.check_offset_fetch(g.group_id or "", g.member_id, g.member_epoch)
+                 or ctx.broker.streams_groups.check_offset_fetch(g.group_id or "", g.member_id, g.member_epoch)) \
             if v >= 9 else 0
         if stale:
             groups.append(G(group_id=g.group_id, topics=[], error_code=stale))
@@ -479,6 +485,16 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             groups.append(G(error_code=_LOADING, group_id=group_id, group_state="", protocol_type="",
                             protocol_data="", members=[]))
             continue
+        if is_streams_group(ctx.broker, group_id or ""):
+            # Kafka's describeGroups: a streams group is no classic group; v6+ says so, older
+            # versions describe it as Dead without an error.
+            dead = G(error_code=ErrorCode.NONE, group_id=group_id, group_state="Dead", protocol_type="",
+                     protocol_data="", members=[])
+            if v >= 6:
+                dead.error_code = GroupIdNotFoundError.code
+                dead.error_message = f"Group {group_id} is not a classic group."
+            groups.append(dead)
+            continue
         desc = ctx.broker.consumer_groups.describe_group(group_id or "") \
             or ctx.broker.coordinator.describe_group(group_id or "")
         if desc is None:
@@ -514,10 +530,11 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=_LOADING, groups=[])
     groups = []
     everything = ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER)
-    consumer_groups = ctx.broker.consumer_groups
+    consumer_groups, streams_groups = ctx.broker.consumer_groups, ctx.broker.streams_groups
     listings = [(listing, GROUP_TYPE) for listing in ctx.broker.coordinator.list_groups(states, types)
-                if not consumer_groups.has_group(listing.group_id)]
+                if not consumer_groups.has_group(listing.group_id) and not streams_groups.has_group(listing.group_id)]
     listings += [(listing, consumer_groups.GROUP_TYPE) for listing in consumer_groups.list_groups(states, types)]
+    listings += [(listing, streams_groups.GROUP_TYPE) for listing in streams_groups.list_groups(states, types)]
     listings += [(listing, "share") for listing in share_of(ctx.broker).list_groups(states, types)]
     for listing, group_type in sorted(listings, key=lambda x: x[0].group_id):
         if not everything and not _group_allowed(ctx, AclOperation.DESCRIBE, listing.group_id):
@@ -540,6 +557,8 @@ def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
                 if g not in denied and ctx.broker.consumer_groups.has_group(g)}
     share = share_of(ctx.broker)  # KIP-932: an empty share group goes with its share state
     consumer.update({g: share.delete_group(g) for g in names if g not in denied and share.is_share_group(g)})
+    streams = ctx.broker.streams_groups  # KIP-1071: an empty streams group goes with its offsets
+    consumer.update({g: streams.delete_group(g) for g in names if g not in denied and streams.has_group(g)})
     results = ctx.broker.coordinator.delete_groups(g for g in names if g not in denied and consumer.get(g, 0) == 0)
     for g, code in consumer.items():
         # A deleted consumer group without offsets is unknown to the classic coordinator.

@@ -1,0 +1,249 @@
+"""KIP-1071 streams groups end to end: StreamsGroupHeartbeat / StreamsGroupDescribe over real
+sockets to a broker each test starts, spoken with kwire's protocol layer (no Python client has
+the Streams Rebalance Protocol), and what real clients see of a streams group (ListGroups,
+DescribeGroups) with confluent-kafka and kafka-python."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from confluent_kafka import ConsumerGroupState
+from confluent_kafka.admin import AdminClient
+
+from kwire.broker import EmbeddedBroker
+from kwire.client.config import parse_host_port
+from kwire.client.connection import BrokerConnection
+from kwire.protocol import ApiKey, messages
+from kwire.protocol.errors import (
+    ErrorCode,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    StreamsInvalidTopologyError,
+    UnknownMemberIdError,
+)
+
+HB = messages.StreamsGroupHeartbeatRequest
+SUB = HB.Topology.Subtopology
+MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS = 1, 3
+
+
+def topology(epoch=0, source="input", changelog="app-store-changelog", changelog_partitions=0):
+    info = SUB.TopicInfo
+    return HB.Topology(epoch=epoch, subtopologies=[SUB(
+        subtopology_id="0", source_topics=[source], source_topic_regex=[],
+        state_changelog_topics=[info(name=changelog, partitions=changelog_partitions, replication_factor=0,
+                                     topic_configs=[])],
+        repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
+
+
+class Member:
+    """One streams client's heartbeats, over its own connection."""
+
+    def __init__(self, conn: BrokerConnection, member_id: str, group: str = "app", process: str | None = None):
+        self.conn, self.member_id, self.group = conn, member_id, group
+        self.process = process or f"process-{member_id}"
+        self.epoch = 0
+        self.active: dict[str, list[int]] = {}
+        self.standby: dict[str, list[int]] = {}
+
+    @staticmethod
+    def _ids(tasks):
+        return [HB.TaskIds(subtopology_id=s, partitions=ps) for s, ps in sorted(tasks.items())]
+
+    async def beat(self, **fields):
+        joining = self.epoch == 0
+        req = HB(group_id=self.group, member_id=self.member_id, member_epoch=self.epoch, endpoint_information_epoch=-1,
+                 rebalance_timeout_ms=30_000 if joining else -1,
+                 topology=fields.pop("topology", topology()) if joining else None,
+                 active_tasks=self._ids(self.active), standby_tasks=self._ids(self.standby), warmup_tasks=[],
+                 process_id=self.process if joining else None, **fields)
+        resp = await self.conn.send(req)
+        if resp.error_code == ErrorCode.NONE:
+            self.epoch = resp.member_epoch
+            if resp.active_tasks is not None:
+                self.active = {t.subtopology_id: sorted(t.partitions) for t in resp.active_tasks if t.partitions}
+                self.standby = {t.subtopology_id: sorted(t.partitions) for t in resp.standby_tasks if t.partitions}
+        return resp
+
+    async def leave(self):
+        return await self.conn.send(HB(group_id=self.group, member_id=self.member_id, member_epoch=-1,
+                                       endpoint_information_epoch=-1))
+
+    def tasks(self) -> set[int]:
+        return set(self.active.get("0", ()))
+
+
+async def connect(bootstrap: str) -> BrokerConnection:
+    return await BrokerConnection.open(*parse_host_port(bootstrap))
+
+
+async def create_topics(conn: BrokerConnection, **partitions: int) -> None:
+    C = messages.CreateTopicsRequest
+    resp = await conn.send(C(topics=[C.CreatableTopic(name=n, num_partitions=p, replication_factor=1, assignments=[],
+                                                      configs=[]) for n, p in partitions.items()],
+                             timeout_ms=10_000, validate_only=False))
+    assert [t.error_code for t in resp.topics] == [0] * len(partitions)
+
+
+async def settle(members, rounds=5):
+    for _ in range(rounds):
+        for m in members:
+            resp = await m.beat()
+            assert resp.error_code == ErrorCode.NONE, resp
+
+
+async def describe(conn, *groups, include_ops=False):
+    D = messages.StreamsGroupDescribeRequest
+    return (await conn.send(D(group_ids=list(groups), include_authorized_operations=include_ops))).groups
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_members_split_tasks_revoke_first_leave_and_describe(tmp_path):
+    async def scenario():
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                assert conn.version_for(ApiKey.STREAMS_GROUP_HEARTBEAT) == 0
+                assert conn.version_for(ApiKey.STREAMS_GROUP_DESCRIBE) == 0
+                await create_topics(conn, input=6)
+                a, b = Member(conn, "a"), Member(conn, "b")
+                first = await a.beat()
+                # The changelog topic does not exist yet: the broker creates it and says so.
+                assert first.error_code == ErrorCode.NONE and first.member_epoch >= 1
+                assert [s.status_code for s in first.status] == [MISSING_INTERNAL_TOPICS]
+                assert "app-store-changelog" in first.status[0].status_detail
+                assert first.heartbeat_interval_ms == 5000
+                await a.beat()
+                assert a.tasks() == set(range(6))
+                await b.beat()
+                await settle([a, b])
+                assert len(a.tasks()) == len(b.tasks()) == 3 and a.tasks() | b.tasks() == set(range(6))
+
+                c = Member(conn, "c")
+                joined = await c.beat()
+                assert joined.error_code == ErrorCode.NONE and c.tasks() == set()  # revocation comes first
+                before = a.tasks()
+                await a.beat()
+                assert a.tasks() < before and len(a.tasks()) == 2  # a gives tasks up, keeping its epoch
+                await settle([a, b, c])
+                assert [len(m.tasks()) for m in (a, b, c)] == [2, 2, 2]
+
+                [group] = await describe(conn, "app", include_ops=True)
+                assert (group.error_code, group.group_state) == (ErrorCode.NONE, "Stable")
+                assert group.topology.epoch == 0
+                [sub] = group.topology.subtopologies
+                assert sub.source_topics == ["input"]
+                assert [(t.name, t.partitions) for t in sub.state_changelog_topics] == [("app-store-changelog", 6)]
+                described = {m.member_id: m for m in group.members}
+                assert sorted(described) == ["a", "b", "c"]
+                for m in (a, b, c):
+                    got = described[m.member_id]
+                    assert got.process_id == m.process and got.member_epoch == m.epoch
+                    assert {p for t in got.assignment.active_tasks for p in t.partitions} == m.tasks()
+                    assert got.target_assignment.active_tasks == got.assignment.active_tasks
+                assert group.authorized_operations > 0
+
+                left = await c.leave()
+                assert (left.error_code, left.member_epoch) == (ErrorCode.NONE, -1)
+                await settle([a, b])
+                assert a.tasks() | b.tasks() == set(range(6)) and len(a.tasks()) == 3
+                # A member the group no longer has is told so; an epoch the group never gave is fenced.
+                assert (await c.conn.send(HB(group_id="app", member_id="c", member_epoch=5,
+                                             endpoint_information_epoch=-1))).error_code == UnknownMemberIdError.code
+                stale = Member(conn, "a")
+                stale.epoch = a.epoch + 3
+                assert (await stale.beat()).error_code == FencedMemberEpochError.code
+            finally:
+                conn.close()
+
+    run(scenario())
+
+
+def test_bad_topology_unknown_group_and_missing_sources_answer_as_kafka(tmp_path):
+    async def scenario():
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                bad = await Member(conn, "x").beat(topology=topology(changelog_partitions=3))
+                assert bad.error_code == StreamsInvalidTopologyError.code
+                assert bad.error_message == ("Changelog topic app-store-changelog must have an undefined partition "
+                                             "count, but it is set to 3.")
+                [unknown] = await describe(conn, "nope")
+                assert (unknown.error_code, unknown.error_message) == (GroupIdNotFoundError.code,
+                                                                       "Group nope not found.")
+                waiting = Member(conn, "w", group="waits")
+                resp = await waiting.beat()
+                assert [s.status_code for s in resp.status] == [MISSING_SOURCE_TOPICS]
+                [group] = await describe(conn, "waits")
+                assert group.group_state == "NotReady" and group.topology.subtopologies is None
+                await create_topics(conn, input=2)
+                await waiting.beat()  # now the changelog is created
+                resp = await waiting.beat()
+                assert resp.status is None and waiting.tasks() == {0, 1}
+            finally:
+                conn.close()
+
+    run(scenario())
+
+
+@pytest.fixture
+def broker_with_streams_group(tmp_path):
+    with EmbeddedBroker(tmp_path / "data") as broker:
+        async def make():
+            conn = await connect(broker.bootstrap)
+            try:
+                await create_topics(conn, input=2, **{"app-store-changelog": 2})
+                m = Member(conn, "a")
+                await m.beat()
+                await m.beat()
+                assert m.tasks() == {0, 1}
+            finally:
+                conn.close()
+
+        run(make())
+        yield broker
+
+
+def test_real_clients_list_and_describe_a_streams_group(broker_with_streams_group):
+    bootstrap = broker_with_streams_group.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Kafka lists a streams group with protocol type "streams": librdkafka's consumer-group listing
+    # leaves it out, without an error, as it does against Kafka.
+    listed = admin.list_consumer_groups(request_timeout=15).result()
+    assert listed.errors == [] and "app" not in {g.group_id for g in listed.valid}
+    described = admin.describe_consumer_groups(["app"], request_timeout=15)["app"]
+    # ConsumerGroupDescribe says GROUP_ID_NOT_FOUND ("not a consumer group"); librdkafka then asks
+    # DescribeGroups, which describes a group of another type as Dead without members, as Kafka does.
+    d = described.result()
+    assert d.state == ConsumerGroupState.DEAD and d.members == []
+
+    from kafka import KafkaAdminClient
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    try:
+        assert {"group_id": "app", "protocol_type": "streams", "group_state": "Stable", "group_type": "streams"} \
+            in kp.list_groups()
+    finally:
+        kp.close()
+
+
+def test_list_groups_names_the_type_and_state(broker_with_streams_group):
+    async def scenario():
+        conn = await connect(broker_with_streams_group.bootstrap)
+        try:
+            L = messages.ListGroupsRequest
+            resp = await conn.send(L(states_filter=[], types_filter=["streams"]))
+            assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in resp.groups] == \
+                [("app", "streams", "streams", "Stable")]
+            resp = await conn.send(L(states_filter=[], types_filter=["consumer"]))
+            assert resp.groups == []
+            C = messages.ConsumerGroupDescribeRequest
+            [g] = (await conn.send(C(group_ids=["app"], include_authorized_operations=False))).groups
+            assert (g.error_code, g.error_message) == (GroupIdNotFoundError.code, "Group app is not a consumer group.")
+        finally:
+            conn.close()
+
+    run(scenario())
