@@ -236,7 +236,10 @@ def build(shared: Path, extra_dir: Path = EXTRA) -> dict:
         if "apiKey" in (n or o):
             entry["apiKey"] = (n or o)["apiKey"]
         messages[name] = entry
-    for path in sorted((shared / "coordinator-records").glob("*.json")):
+    # Coordinator records the shared set lacks (KIP-1071's StreamsGroup*, Kafka 4.1+) come from kwire's extra set.
+    record_files = sorted((shared / "coordinator-records").glob("*.json")) + \
+        sorted((extra_dir / "coordinator-records").glob("*.json"))
+    for path in record_files:
         d = load_definition(path)
         if d["type"] != "data" or d["name"] in messages:
             raise SystemExit(f"gen_protocol: {path.name}: not a new data message")

@@ -40,7 +40,8 @@ _TOPIC_KEYS: dict[str, tuple[str, ...]] = {
     TRANSACTION_STATE_TOPIC: ("TransactionLogKey",),
     SHARE_GROUP_STATE_TOPIC: _SHARE_STATE_KEYS,
     OFFSETS_TOPIC: tuple(sorted(name for name in MESSAGES if name.endswith("Key") and MESSAGES[name]["type"] == "data"
-                                and name.startswith(("OffsetCommit", "GroupMetadata", "ConsumerGroup", "ShareGroup")))),
+                                and name.startswith(("OffsetCommit", "GroupMetadata", "ConsumerGroup", "ShareGroup",
+                                                     "StreamsGroup")))),
 }
 
 

@@ -1632,6 +1632,654 @@ class SnapshotHeaderRecord(Data):
         self.unknown_tags = unknown_tags
 
 
+class StreamsGroupCurrentMemberAssignmentKey(Data):
+    """Kafka's StreamsGroupCurrentMemberAssignmentKey, versions 22-22, no flexible versions."""
+
+    __slots__ = ("group_id", "member_id", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 22
+    MAX_VERSION: ClassVar[int] = 22
+    _attrs = ("group_id", "member_id")
+    _values = attrgetter("group_id", "member_id")
+
+    group_id: str  # GroupId: versions 22
+    member_id: str  # MemberId: versions 22
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupCurrentMemberAssignmentValue(Data):
+    """Kafka's StreamsGroupCurrentMemberAssignmentValue, versions 0-0, flexible versions 0."""
+
+    __slots__ = (
+        "member_epoch",
+        "previous_member_epoch",
+        "state",
+        "active_tasks",
+        "standby_tasks",
+        "warmup_tasks",
+        "active_tasks_pending_revocation",
+        "standby_tasks_pending_revocation",
+        "warmup_tasks_pending_revocation",
+        "unknown_tags",
+    )
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    _attrs = (
+        "member_epoch",
+        "previous_member_epoch",
+        "state",
+        "active_tasks",
+        "standby_tasks",
+        "warmup_tasks",
+        "active_tasks_pending_revocation",
+        "standby_tasks_pending_revocation",
+        "warmup_tasks_pending_revocation",
+    )
+    _values = attrgetter(
+        "member_epoch",
+        "previous_member_epoch",
+        "state",
+        "active_tasks",
+        "standby_tasks",
+        "warmup_tasks",
+        "active_tasks_pending_revocation",
+        "standby_tasks_pending_revocation",
+        "warmup_tasks_pending_revocation",
+    )
+
+    class TaskIds(Struct):
+        """An element of ``StreamsGroupCurrentMemberAssignmentValue.active_tasks``."""
+
+        __slots__ = ("subtopology_id", "partitions", "unknown_tags")
+        _attrs = ("subtopology_id", "partitions")
+        _values = attrgetter("subtopology_id", "partitions")
+
+        subtopology_id: str  # SubtopologyId: versions 0
+        partitions: list[int]  # Partitions: versions 0
+        unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None:
+            self.subtopology_id = subtopology_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tags = unknown_tags
+
+    member_epoch: int  # MemberEpoch: versions 0
+    previous_member_epoch: int  # PreviousMemberEpoch: versions 0
+    state: int  # State: versions 0
+    active_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]  # ActiveTasks: versions 0
+    standby_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]  # StandbyTasks: versions 0
+    warmup_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]  # WarmupTasks: versions 0
+    active_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]  # ActiveTasksPendingRevocation: versions 0
+    standby_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]  # StandbyTasksPendingRevocation: versions 0
+    warmup_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds]  # WarmupTasksPendingRevocation: versions 0
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        active_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = MISSING,
+        standby_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = MISSING,
+        warmup_tasks: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = MISSING,
+        active_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = MISSING,
+        standby_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = MISSING,
+        warmup_tasks_pending_revocation: list[StreamsGroupCurrentMemberAssignmentValue.TaskIds] = MISSING,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.active_tasks = [] if active_tasks is MISSING else active_tasks
+        self.standby_tasks = [] if standby_tasks is MISSING else standby_tasks
+        self.warmup_tasks = [] if warmup_tasks is MISSING else warmup_tasks
+        self.active_tasks_pending_revocation = [] if active_tasks_pending_revocation is MISSING else active_tasks_pending_revocation
+        self.standby_tasks_pending_revocation = [] if standby_tasks_pending_revocation is MISSING else standby_tasks_pending_revocation
+        self.warmup_tasks_pending_revocation = [] if warmup_tasks_pending_revocation is MISSING else warmup_tasks_pending_revocation
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupMemberMetadataKey(Data):
+    """Kafka's StreamsGroupMemberMetadataKey, versions 19-19, no flexible versions."""
+
+    __slots__ = ("group_id", "member_id", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 19
+    MAX_VERSION: ClassVar[int] = 19
+    _attrs = ("group_id", "member_id")
+    _values = attrgetter("group_id", "member_id")
+
+    group_id: str  # GroupId: versions 19
+    member_id: str  # MemberId: versions 19
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupMemberMetadataValue(Data):
+    """Kafka's StreamsGroupMemberMetadataValue, versions 0-0, flexible versions 0."""
+
+    __slots__ = (
+        "instance_id",
+        "rack_id",
+        "client_id",
+        "client_host",
+        "rebalance_timeout_ms",
+        "topology_epoch",
+        "process_id",
+        "user_endpoint",
+        "client_tags",
+        "unknown_tags",
+    )
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    _attrs = (
+        "instance_id",
+        "rack_id",
+        "client_id",
+        "client_host",
+        "rebalance_timeout_ms",
+        "topology_epoch",
+        "process_id",
+        "user_endpoint",
+        "client_tags",
+    )
+    _values = attrgetter(
+        "instance_id",
+        "rack_id",
+        "client_id",
+        "client_host",
+        "rebalance_timeout_ms",
+        "topology_epoch",
+        "process_id",
+        "user_endpoint",
+        "client_tags",
+    )
+
+    class Endpoint(Struct):
+        """The ``StreamsGroupMemberMetadataValue.user_endpoint`` struct."""
+
+        __slots__ = ("host", "port", "unknown_tags")
+        _attrs = ("host", "port")
+        _values = attrgetter("host", "port")
+
+        host: str  # Host: versions 0
+        port: int  # Port: versions 0
+        unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+        def __init__(
+            self,
+            *,
+            host: str = "",
+            port: int = 0,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None:
+            self.host = host
+            self.port = port
+            self.unknown_tags = unknown_tags
+
+    class KeyValue(Struct):
+        """An element of ``StreamsGroupMemberMetadataValue.client_tags``."""
+
+        __slots__ = ("key", "value", "unknown_tags")
+        _attrs = ("key", "value")
+        _values = attrgetter("key", "value")
+
+        key: str  # Key: versions 0
+        value: str  # Value: versions 0
+        unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+        def __init__(
+            self,
+            *,
+            key: str = "",
+            value: str = "",
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None:
+            self.key = key
+            self.value = value
+            self.unknown_tags = unknown_tags
+
+    instance_id: str | None  # InstanceId: versions 0, nullable 0
+    rack_id: str | None  # RackId: versions 0, nullable 0
+    client_id: str  # ClientId: versions 0
+    client_host: str  # ClientHost: versions 0
+    rebalance_timeout_ms: int  # RebalanceTimeoutMs: versions 0
+    topology_epoch: int  # TopologyEpoch: versions 0
+    process_id: str  # ProcessId: versions 0
+    user_endpoint: StreamsGroupMemberMetadataValue.Endpoint | None  # UserEndpoint: versions 0, nullable 0
+    client_tags: list[StreamsGroupMemberMetadataValue.KeyValue]  # ClientTags: versions 0
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = "",
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        rebalance_timeout_ms: int = -1,
+        topology_epoch: int = 0,
+        process_id: str = "",
+        user_endpoint: StreamsGroupMemberMetadataValue.Endpoint | None = None,
+        client_tags: list[StreamsGroupMemberMetadataValue.KeyValue] = MISSING,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.topology_epoch = topology_epoch
+        self.process_id = process_id
+        self.user_endpoint = user_endpoint
+        self.client_tags = [] if client_tags is MISSING else client_tags
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupMetadataKey(Data):
+    """Kafka's StreamsGroupMetadataKey, versions 17-17, no flexible versions."""
+
+    __slots__ = ("group_id", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 17
+    MAX_VERSION: ClassVar[int] = 17
+    _attrs = ("group_id",)
+    _values = attrgetter("group_id")
+
+    group_id: str  # GroupId: versions 17
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupMetadataValue(Data):
+    """Kafka's StreamsGroupMetadataValue, versions 0-0, flexible versions 0."""
+
+    __slots__ = ("epoch", "metadata_hash", "validated_topology_epoch", "assignment_configs", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    _attrs = ("epoch", "metadata_hash", "validated_topology_epoch", "assignment_configs")
+    _values = attrgetter("epoch", "metadata_hash", "validated_topology_epoch", "assignment_configs")
+
+    class AssignmentConfig(Struct):
+        """An element of ``StreamsGroupMetadataValue.assignment_configs``."""
+
+        __slots__ = ("key", "value", "unknown_tags")
+        _attrs = ("key", "value")
+        _values = attrgetter("key", "value")
+
+        key: str  # Key: versions 0
+        value: str  # Value: versions 0
+        unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+        def __init__(
+            self,
+            *,
+            key: str = "",
+            value: str = "",
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None:
+            self.key = key
+            self.value = value
+            self.unknown_tags = unknown_tags
+
+    epoch: int  # Epoch: versions 0
+    metadata_hash: int  # MetadataHash: versions 0
+    validated_topology_epoch: int  # ValidatedTopologyEpoch: versions 0, tagged 0 (tag 0)
+    assignment_configs: list[StreamsGroupMetadataValue.AssignmentConfig]  # AssignmentConfigs: versions 0
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        epoch: int = 0,
+        metadata_hash: int = 0,
+        validated_topology_epoch: int = -1,
+        assignment_configs: list[StreamsGroupMetadataValue.AssignmentConfig] = MISSING,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.metadata_hash = metadata_hash
+        self.validated_topology_epoch = validated_topology_epoch
+        self.assignment_configs = [] if assignment_configs is MISSING else assignment_configs
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupTargetAssignmentMemberKey(Data):
+    """Kafka's StreamsGroupTargetAssignmentMemberKey, versions 21-21, no flexible versions."""
+
+    __slots__ = ("group_id", "member_id", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 21
+    MAX_VERSION: ClassVar[int] = 21
+    _attrs = ("group_id", "member_id")
+    _values = attrgetter("group_id", "member_id")
+
+    group_id: str  # GroupId: versions 21
+    member_id: str  # MemberId: versions 21
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupTargetAssignmentMemberValue(Data):
+    """Kafka's StreamsGroupTargetAssignmentMemberValue, versions 0-0, flexible versions 0."""
+
+    __slots__ = ("active_tasks", "standby_tasks", "warmup_tasks", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    _attrs = ("active_tasks", "standby_tasks", "warmup_tasks")
+    _values = attrgetter("active_tasks", "standby_tasks", "warmup_tasks")
+
+    class TaskIds(Struct):
+        """An element of ``StreamsGroupTargetAssignmentMemberValue.active_tasks``."""
+
+        __slots__ = ("subtopology_id", "partitions", "unknown_tags")
+        _attrs = ("subtopology_id", "partitions")
+        _values = attrgetter("subtopology_id", "partitions")
+
+        subtopology_id: str  # SubtopologyId: versions 0
+        partitions: list[int]  # Partitions: versions 0
+        unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            partitions: list[int] = MISSING,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None:
+            self.subtopology_id = subtopology_id
+            self.partitions = [] if partitions is MISSING else partitions
+            self.unknown_tags = unknown_tags
+
+    active_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]  # ActiveTasks: versions 0
+    standby_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]  # StandbyTasks: versions 0
+    warmup_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds]  # WarmupTasks: versions 0
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        active_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = MISSING,
+        standby_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = MISSING,
+        warmup_tasks: list[StreamsGroupTargetAssignmentMemberValue.TaskIds] = MISSING,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.active_tasks = [] if active_tasks is MISSING else active_tasks
+        self.standby_tasks = [] if standby_tasks is MISSING else standby_tasks
+        self.warmup_tasks = [] if warmup_tasks is MISSING else warmup_tasks
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupTargetAssignmentMetadataKey(Data):
+    """Kafka's StreamsGroupTargetAssignmentMetadataKey, versions 20-20, no flexible versions."""
+
+    __slots__ = ("group_id", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 20
+    MAX_VERSION: ClassVar[int] = 20
+    _attrs = ("group_id",)
+    _values = attrgetter("group_id")
+
+    group_id: str  # GroupId: versions 20
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupTargetAssignmentMetadataValue(Data):
+    """Kafka's StreamsGroupTargetAssignmentMetadataValue, versions 0-0, flexible versions 0."""
+
+    __slots__ = ("assignment_epoch", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    _attrs = ("assignment_epoch",)
+    _values = attrgetter("assignment_epoch")
+
+    assignment_epoch: int  # AssignmentEpoch: versions 0
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        assignment_epoch: int = 0,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.assignment_epoch = assignment_epoch
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupTopologyKey(Data):
+    """Kafka's StreamsGroupTopologyKey, versions 23-23, no flexible versions."""
+
+    __slots__ = ("group_id", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 23
+    MAX_VERSION: ClassVar[int] = 23
+    _attrs = ("group_id",)
+    _values = attrgetter("group_id")
+
+    group_id: str  # GroupId: versions 23
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.unknown_tags = unknown_tags
+
+
+class StreamsGroupTopologyValue(Data):
+    """Kafka's StreamsGroupTopologyValue, versions 0-0, flexible versions 0."""
+
+    __slots__ = ("epoch", "subtopologies", "unknown_tags")
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    _attrs = ("epoch", "subtopologies")
+    _values = attrgetter("epoch", "subtopologies")
+
+    class Subtopology(Struct):
+        """An element of ``StreamsGroupTopologyValue.subtopologies``."""
+
+        __slots__ = (
+            "subtopology_id",
+            "source_topics",
+            "source_topic_regex",
+            "state_changelog_topics",
+            "repartition_sink_topics",
+            "repartition_source_topics",
+            "copartition_groups",
+            "unknown_tags",
+        )
+        _attrs = (
+            "subtopology_id",
+            "source_topics",
+            "source_topic_regex",
+            "state_changelog_topics",
+            "repartition_sink_topics",
+            "repartition_source_topics",
+            "copartition_groups",
+        )
+        _values = attrgetter(
+            "subtopology_id",
+            "source_topics",
+            "source_topic_regex",
+            "state_changelog_topics",
+            "repartition_sink_topics",
+            "repartition_source_topics",
+            "copartition_groups",
+        )
+
+        class TopicInfo(Struct):
+            """An element of ``StreamsGroupTopologyValue.Subtopology.state_changelog_topics``."""
+
+            __slots__ = ("name", "partitions", "replication_factor", "topic_configs", "unknown_tags")
+            _attrs = ("name", "partitions", "replication_factor", "topic_configs")
+            _values = attrgetter("name", "partitions", "replication_factor", "topic_configs")
+
+            class TopicConfig(Struct):
+                """An element of ``StreamsGroupTopologyValue.Subtopology.TopicInfo.topic_configs``."""
+
+                __slots__ = ("key", "value", "unknown_tags")
+                _attrs = ("key", "value")
+                _values = attrgetter("key", "value")
+
+                key: str  # key: versions 0
+                value: str  # value: versions 0
+                unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+                def __init__(
+                    self,
+                    *,
+                    key: str = "",
+                    value: str = "",
+                    unknown_tags: dict[int, bytes] | None = None,
+                ) -> None:
+                    self.key = key
+                    self.value = value
+                    self.unknown_tags = unknown_tags
+
+            name: str  # Name: versions 0
+            partitions: int  # Partitions: versions 0
+            replication_factor: int  # ReplicationFactor: versions 0
+            topic_configs: list[StreamsGroupTopologyValue.Subtopology.TopicInfo.TopicConfig]  # TopicConfigs: versions 0
+            unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+            def __init__(
+                self,
+                *,
+                name: str = "",
+                partitions: int = 0,
+                replication_factor: int = 0,
+                topic_configs: list[StreamsGroupTopologyValue.Subtopology.TopicInfo.TopicConfig] = MISSING,
+                unknown_tags: dict[int, bytes] | None = None,
+            ) -> None:
+                self.name = name
+                self.partitions = partitions
+                self.replication_factor = replication_factor
+                self.topic_configs = [] if topic_configs is MISSING else topic_configs
+                self.unknown_tags = unknown_tags
+
+        class CopartitionGroup(Struct):
+            """An element of ``StreamsGroupTopologyValue.Subtopology.copartition_groups``."""
+
+            __slots__ = ("source_topics", "source_topic_regex", "repartition_source_topics", "unknown_tags")
+            _attrs = ("source_topics", "source_topic_regex", "repartition_source_topics")
+            _values = attrgetter("source_topics", "source_topic_regex", "repartition_source_topics")
+
+            source_topics: list[int]  # SourceTopics: versions 0
+            source_topic_regex: list[int]  # SourceTopicRegex: versions 0
+            repartition_source_topics: list[int]  # RepartitionSourceTopics: versions 0
+            unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+            def __init__(
+                self,
+                *,
+                source_topics: list[int] = MISSING,
+                source_topic_regex: list[int] = MISSING,
+                repartition_source_topics: list[int] = MISSING,
+                unknown_tags: dict[int, bytes] | None = None,
+            ) -> None:
+                self.source_topics = [] if source_topics is MISSING else source_topics
+                self.source_topic_regex = [] if source_topic_regex is MISSING else source_topic_regex
+                self.repartition_source_topics = [] if repartition_source_topics is MISSING else repartition_source_topics
+                self.unknown_tags = unknown_tags
+
+        subtopology_id: str  # SubtopologyId: versions 0
+        source_topics: list[str]  # SourceTopics: versions 0
+        source_topic_regex: list[str]  # SourceTopicRegex: versions 0
+        state_changelog_topics: list[StreamsGroupTopologyValue.Subtopology.TopicInfo]  # StateChangelogTopics: versions 0
+        repartition_sink_topics: list[str]  # RepartitionSinkTopics: versions 0
+        repartition_source_topics: list[StreamsGroupTopologyValue.Subtopology.TopicInfo]  # RepartitionSourceTopics: versions 0
+        copartition_groups: list[StreamsGroupTopologyValue.Subtopology.CopartitionGroup]  # CopartitionGroups: versions 0
+        unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            source_topics: list[str] = MISSING,
+            source_topic_regex: list[str] = MISSING,
+            state_changelog_topics: list[StreamsGroupTopologyValue.Subtopology.TopicInfo] = MISSING,
+            repartition_sink_topics: list[str] = MISSING,
+            repartition_source_topics: list[StreamsGroupTopologyValue.Subtopology.TopicInfo] = MISSING,
+            copartition_groups: list[StreamsGroupTopologyValue.Subtopology.CopartitionGroup] = MISSING,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None:
+            self.subtopology_id = subtopology_id
+            self.source_topics = [] if source_topics is MISSING else source_topics
+            self.source_topic_regex = [] if source_topic_regex is MISSING else source_topic_regex
+            self.state_changelog_topics = [] if state_changelog_topics is MISSING else state_changelog_topics
+            self.repartition_sink_topics = [] if repartition_sink_topics is MISSING else repartition_sink_topics
+            self.repartition_source_topics = [] if repartition_source_topics is MISSING else repartition_source_topics
+            self.copartition_groups = [] if copartition_groups is MISSING else copartition_groups
+            self.unknown_tags = unknown_tags
+
+    epoch: int  # Epoch: versions 0
+    subtopologies: list[StreamsGroupTopologyValue.Subtopology]  # Subtopologies: versions 0
+    unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
+
+    def __init__(
+        self,
+        *,
+        epoch: int = 0,
+        subtopologies: list[StreamsGroupTopologyValue.Subtopology] = MISSING,
+        unknown_tags: dict[int, bytes] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.subtopologies = [] if subtopologies is MISSING else subtopologies
+        self.unknown_tags = unknown_tags
+
+
 class TransactionLogKey(Data):
     """Kafka's TransactionLogKey, versions 0-0, no flexible versions."""
 
