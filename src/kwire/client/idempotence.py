@@ -39,9 +39,9 @@ Sequences are kept here as unbounded integers; on the wire they wrap at 2**31 as
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
+from .lazy_log import LazyLogger
 from .types import TopicPartition
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = ["IdempotenceState", "PartitionSequences", "MAX_IN_FLIGHT_PER_PARTITION", "wire_sequence"]
 
-logger = logging.getLogger("kwire.client.producer")
+# (logging imported only when a record could be shown: see lazy_log)
+logger = LazyLogger("kwire.client.producer")
 
 # A broker remembers the last five batches of each producer per partition (Kafka's
 # ProducerStateEntry.NUM_BATCHES_TO_RETAIN): only those can be recognised as repeats.

@@ -23,7 +23,6 @@ versions first; a connection that fails backs off by reconnect.backoff.ms before
 
 from __future__ import annotations
 
-import logging
 import selectors
 import socket
 import time
@@ -48,6 +47,7 @@ from .errors import (
     is_retriable,
 )
 from .idempotence import IdempotenceState
+from .lazy_log import LazyLogger
 from .metadata import BrokerInfo, ClusterMetadata, metadata_request
 from .partitioner import Partitioner
 from .producer_bulk import BulkDelivery
@@ -77,7 +77,8 @@ from .versions import (
 
 __all__ = ["BlockingProducer", "NotBlockingCapable", "blocking_capable"]
 
-logger = logging.getLogger("kwire.client.producer")
+# (logging imported only when a record could be shown: see lazy_log)
+logger = LazyLogger("kwire.client.producer")
 
 # A TLS record starts with its content type (0x15 alert, 0x16 handshake) and major version 3
 # (as BrokerConnection checks the first bytes of an answer).

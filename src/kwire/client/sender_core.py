@@ -37,7 +37,6 @@ then ``_producer_id_answered`` or ``_producer_id_failed``) and ``_start_add_part
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -55,6 +54,7 @@ from .errors import (
     is_retriable,
 )
 from .idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceState
+from .lazy_log import LazyLogger
 from .producer_errors import DeliveryTimeoutError, ProducerFencedError
 from .transactions import (
     TransactionAbortedError,
@@ -96,7 +96,8 @@ PartitionData = TopicData.PartitionProduceData
 
 Deliver = Callable[[ProducerBatch, int, int, BaseException | None], None]
 
-logger = logging.getLogger("kwire.client.producer")
+# (logging imported only when a record could be shown: see lazy_log)
+logger = LazyLogger("kwire.client.producer")
 
 
 class VersionSource(Protocol):

@@ -33,7 +33,6 @@ and ``abort_transaction`` must follow.
 from __future__ import annotations
 
 import enum
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -49,6 +48,7 @@ from kwire.protocol.errors import (
 from kwire.protocol.errors import ProducerFencedError as _BrokerProducerFencedError
 
 from .errors import ClientError, IllegalStateError, UnsupportedApiError
+from .lazy_log import LazyLogger
 from .producer_errors import ProducerFencedError
 from .types import TopicPartition
 
@@ -64,7 +64,8 @@ __all__ = [
     "fenced_error",
 ]
 
-logger = logging.getLogger("kwire.client.producer")
+# (logging imported only when a record could be shown: see lazy_log)
+logger = LazyLogger("kwire.client.producer")
 
 # FindCoordinator's key type for a transactional id (0 is a group).
 TRANSACTION_COORDINATOR = 1
