@@ -16,6 +16,7 @@ from kwire.client.config import parse_host_port
 from kwire.client.connection import BrokerConnection
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.errors import (
+    CoordinatorLoadInProgressError,
     ErrorCode,
     FencedMemberEpochError,
     GroupIdNotFoundError,
@@ -247,3 +248,54 @@ def test_list_groups_names_the_type_and_state(broker_with_streams_group):
             conn.close()
 
     run(scenario())
+
+
+def test_a_restart_keeps_the_group_its_epochs_and_tasks(tmp_path):
+    async def before():
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                await create_topics(conn, input=4, **{"app-store-changelog": 4})
+                a, b = Member(conn, "a"), Member(conn, "b")
+                await a.beat()
+                await b.beat()
+                await settle([a, b])
+                [group] = await describe(conn, "app")
+                return a, b, group
+            finally:
+                conn.close()
+
+    async def after(a, b, group):
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                [again] = await describe(conn, "app")
+                for _ in range(50):  # the coordinator may still be loading __consumer_offsets: Kafka's retry
+                    if again.error_code != CoordinatorLoadInProgressError.code:
+                        break
+                    await asyncio.sleep(0.1)
+                    [again] = await describe(conn, "app")
+                assert (again.error_code, again.group_state) == (ErrorCode.NONE, "Stable")
+                assert (again.group_epoch, again.assignment_epoch) == (group.group_epoch, group.assignment_epoch)
+                assert again.topology == group.topology
+                assert {m.member_id: (m.member_epoch, m.assignment) for m in again.members} == \
+                    {m.member_id: (m.member_epoch, m.assignment) for m in group.members}
+                # The members heartbeat on with the epochs they had; nothing moves.
+                for m in (a, b):
+                    m.conn = conn
+                    held = m.tasks()
+                    resp = await m.beat()
+                    assert resp.error_code == ErrorCode.NONE and m.tasks() == held
+                # Emptied, the group is deleted with DeleteGroups, as Kafka allows.
+                await a.leave()
+                await b.leave()
+                deleted = await conn.send(messages.DeleteGroupsRequest(groups_names=["app"]))
+                assert [r.error_code for r in deleted.results] == [ErrorCode.NONE]
+                [gone] = await describe(conn, "app")
+                assert gone.error_code == GroupIdNotFoundError.code
+            finally:
+                conn.close()
+
+    a, b, group = run(before())
+    assert group.group_state == "Stable" and len(group.members) == 2
+    run(after(a, b, group))

@@ -15,9 +15,9 @@ writes its OffsetCommit records in a transactional batch of the producer (id, ep
 transaction coordinator's COMMIT marker in that partition makes them the group's, an ABORT marker
 drops them (Kafka's OffsetMetadataManager.replayEndTransactionMarker).  Loading replays every
 partition that exists on disk in offset order: the newest record of a key wins, tombstones
-delete, transactional offsets wait for their marker.  KIP-848 consumer groups' and KIP-932 share
-groups' records are kept per group for their coordinators (``StoredGroup.consumer``,
-``share_groups``).  A record of a type this broker does not use is skipped, and so is an
+delete, transactional offsets wait for their marker.  KIP-848 consumer groups', KIP-1071 streams
+groups' and KIP-932 share groups' records are kept per group for their coordinators
+(``StoredGroup.consumer``, ``StoredGroup.streams``, ``share_groups``).  A record of a type this broker does not use is skipped, and so is an
 unreadable one, each with a warning: the log keeps them.
 
 Durability follows the broker's ``fsync`` policy, as the journal it replaces: "always" flushes
@@ -58,6 +58,10 @@ SHARE_GROUP_KEYS = (messages.ShareGroupMetadataKey, messages.ShareGroupPartition
                     messages.ShareGroupMemberMetadataKey, messages.ShareGroupTargetAssignmentMetadataKey,
                     messages.ShareGroupTargetAssignmentMemberKey, messages.ShareGroupCurrentMemberAssignmentKey,
                     messages.ShareGroupStatePartitionMetadataKey)
+# KIP-1071 streams groups' record types (read by coordinator.streams.records).
+STREAMS_GROUP_KEYS = (messages.StreamsGroupMetadataKey, messages.StreamsGroupTopologyKey,
+                      messages.StreamsGroupMemberMetadataKey, messages.StreamsGroupTargetAssignmentMetadataKey,
+                      messages.StreamsGroupTargetAssignmentMemberKey, messages.StreamsGroupCurrentMemberAssignmentKey)
 
 if TYPE_CHECKING:
     from ..internal_topics import InternalTopics
@@ -223,7 +227,7 @@ class OffsetsTopicStore:
         except CoordinatorRecordError as exc:
             findings.append(f"partition {partition} offset {offset}: {exc}; skipped")
             return None
-        if not isinstance(k, (OffsetKey, GroupKey, *CONSUMER_GROUP_KEYS, *SHARE_GROUP_KEYS)):
+        if not isinstance(k, (OffsetKey, GroupKey, *CONSUMER_GROUP_KEYS, *SHARE_GROUP_KEYS, *STREAMS_GROUP_KEYS)):
             findings.append(f"partition {partition} offset {offset}: a {type(k).__name__} record "
                             "(a group type kwire does not run); skipped")
             return None
@@ -240,6 +244,11 @@ class OffsetsTopicStore:
             # A KIP-848 group's records, rebuilt by its coordinator (coordinator.consumer.records).
             if v is not None:
                 groups.setdefault(k.group_id, StoredGroup()).consumer[key] = (k, v)
+            return
+        if isinstance(k, STREAMS_GROUP_KEYS):
+            # A streams group's records, rebuilt by its coordinator (coordinator.streams.records).
+            if v is not None:
+                groups.setdefault(k.group_id, StoredGroup()).streams[key] = (k, v)
             return
         if isinstance(k, SHARE_GROUP_KEYS):
             # A share group's records, rebuilt by the share groups (kwire.broker.share.records).
@@ -273,7 +282,7 @@ class OffsetsTopicStore:
     def _drop_if_empty(self, group_id: str) -> None:
         stored = self.groups.get(group_id)
         if stored is not None and stored.record is None and not stored.offsets and not stored.pending \
-                and not stored.consumer:
+                and not stored.consumer and not stored.streams:
             del self.groups[group_id]
 
     # --- writing

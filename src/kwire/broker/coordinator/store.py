@@ -109,6 +109,8 @@ class StoredGroup:
     consumer: dict[bytes, tuple[Any, Any]] = field(default_factory=dict)
     # A KIP-932 share group's newest ShareGroup* records, the same way (see kwire.broker.share.records).
     share: dict[bytes, tuple[Any, Any]] = field(default_factory=dict)
+    # A KIP-1071 streams group's newest StreamsGroup* records, the same way (see coordinator.streams.records).
+    streams: dict[bytes, tuple[Any, Any]] = field(default_factory=dict)
 
     @property
     def entries(self) -> int:

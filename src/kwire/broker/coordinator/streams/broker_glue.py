@@ -1,4 +1,4 @@
-"""Building the broker's streams-group coordinator from its state: settings, timer, topics.
+"""Building the broker's streams-group coordinator from its state: settings, timer, topics, store.
 
 Kept apart so ``BrokerState`` needs one line, and the coordinator stays free of the broker.
 """
@@ -50,8 +50,11 @@ def open_streams_groups(state: BrokerState) -> StreamsGroupCoordinator:
         return "share" if is_share_group(state, group_id) else None
 
     timer = _StreamsDeadlineTimer(_monotonic_ms)
+    from .records import StreamsGroupRecords
     coordinator = StreamsGroupCoordinator(partitions_of, settings=settings, now_ms=_monotonic_ms,
-                                          other_group_type=other_group_type, on_deadline=timer)
+                                          other_group_type=other_group_type, on_deadline=timer,
+                                          records=StreamsGroupRecords(state.coordinator.store),
+                                          load_group=state.coordinator.ask_for)
     timer.fire = coordinator.expire
     classic = state.coordinator
     # The classic coordinator calls one hook each: chain the streams groups' after the consumer groups'.
@@ -73,4 +76,5 @@ def open_streams_groups(state: BrokerState) -> StreamsGroupCoordinator:
 
     classic.on_groups_loaded = groups_loaded
     classic.on_expiry_check = expiry_check
+    coordinator.groups()  # what was loaded already (a broker that loads before it listens)
     return coordinator

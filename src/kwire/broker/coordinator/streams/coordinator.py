@@ -130,7 +130,7 @@ class StreamsGroupCoordinator:
     the group's streams.* configs.  ``other_group_type(gid)``: the type of another group holding
     the id ("classic" with members, "consumer", "share"), else None.  ``on_deadline``: told the
     next deadline whenever it may have moved (the broker's timer).  ``records``: where groups are
-    persisted (None: in memory).
+    persisted (None: in memory).  ``load_group(gid)``: told before a group is first looked up.
     """
 
     GROUP_TYPE = GROUP_TYPE
@@ -140,18 +140,19 @@ class StreamsGroupCoordinator:
                  now_ms: Callable[[], int] | None = None,
                  other_group_type: Callable[[str], str | None] | None = None,
                  on_deadline: Callable[[int | None], None] | None = None,
-                 records: Any = None):
+                 records: Any = None, load_group: Callable[[str], Any] | None = None):
         self._partitions_of = partitions_of
         self._settings = settings
         self._now = now_ms or _monotonic_ms
         self._other_type = other_group_type or (lambda _gid: None)
         self._on_deadline = on_deadline
         self._records = records
+        # Told a group id before it is first looked up: its __consumer_offsets partition may still be loading.
+        self._load_group = load_group
         self._groups: dict[str, StreamsGroup] = {}
         self._taken: set[str] = set()
         self._sessions: dict[tuple[str, str], int] = {}
         self._rebalances: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
-        self._standbys: dict[str, int] = {}  # group id -> num.standby.replicas its target was computed with
 
     # ------------------------------------------------------------------ lookups
 
@@ -161,6 +162,9 @@ class StreamsGroupCoordinator:
         for group in self._records.load(group_id):
             self._taken.add(group_id)
             self._groups[group_id] = group
+            # Resolved again now, so the first heartbeat sees no change unless the topics changed.
+            if group.topology is not None:
+                group.configured = configure(group.topology, self._partitions_of)
             now = self._now()
             for m in group:
                 # Sessions start again at load: members heartbeat to a restarted broker.
@@ -172,6 +176,8 @@ class StreamsGroupCoordinator:
     def group(self, group_id: str) -> StreamsGroup | None:
         """The streams group of that id, if there is one (read it, don't change it)."""
         if group_id not in self._groups:
+            if self._load_group is not None:
+                self._load_group(group_id)
             self._take(group_id)
         return self._groups.get(group_id)
 
@@ -279,7 +285,7 @@ class StreamsGroupCoordinator:
         if configured != group.configured:
             group.configured = configured
             bumped = True
-        if self._standbys.get(gid, settings.num_standby_replicas) != settings.num_standby_replicas:
+        if group.num_standby_replicas not in (None, settings.num_standby_replicas):
             bumped = True
         if bumped:
             group.group_epoch += 1
@@ -336,7 +342,7 @@ class StreamsGroupCoordinator:
                    for m in group}
         group.target = assign_tasks(members, tasks, settings.num_standby_replicas)
         group.assignment_epoch = group.group_epoch
-        self._standbys[group.group_id] = settings.num_standby_replicas
+        group.num_standby_replicas = settings.num_standby_replicas
         logger.info("streams group %s: target assignment at epoch %d (%d tasks, %d member(s))", group.group_id,
                     group.assignment_epoch, sum(tasks.values()), len(members))
 
@@ -507,7 +513,6 @@ class StreamsGroupCoordinator:
             self._records.delete_group(group)
         group.deleted = True
         del self._groups[group_id]
-        self._standbys.pop(group_id, None)
         return 0
 
     def remove_empty_groups(self, has_offsets: Callable[[str], bool]) -> list[str]:

@@ -41,6 +41,9 @@ class StreamsGroup:
         # Bumped when the tasks of a member with a user endpoint change (Interactive Queries).
         self.endpoint_epoch = 0
         self.shutdown_requested_by: str | None = None
+        # The streams.num.standby.replicas the target assignment was computed with (None: none yet):
+        # a new value makes the group compute it again.
+        self.num_standby_replicas: int | None = None
         self.deleted = False
 
     @property
