@@ -22,6 +22,7 @@ from kwire.protocol.errors import (
     GroupIdNotFoundError,
     StreamsInvalidTopologyError,
     UnknownMemberIdError,
+    UnsupportedVersionError,
 )
 
 HB = messages.StreamsGroupHeartbeatRequest
@@ -299,3 +300,23 @@ def test_a_restart_keeps_the_group_its_epochs_and_tasks(tmp_path):
     a, b, group = run(before())
     assert group.group_state == "Stable" and len(group.members) == 2
     run(after(a, b, group))
+
+
+def test_streams_version_0_turns_the_protocol_off(tmp_path):
+    """As Kafka 4.3 with streams.version lowered to 0: both requests answer UNSUPPORTED_VERSION."""
+    async def scenario():
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                U = messages.UpdateFeaturesRequest
+                down = U(timeout_ms=10_000, validate_only=False, feature_updates=[U.FeatureUpdateKey(
+                    feature="streams.version", max_version_level=0, upgrade_type=2)])
+                assert (await conn.send(down)).error_code == ErrorCode.NONE
+                resp = await Member(conn, "a").beat()
+                assert resp.error_code == UnsupportedVersionError.code
+                [group] = await describe(conn, "app")
+                assert group.error_code == UnsupportedVersionError.code
+            finally:
+                conn.close()
+
+    run(scenario())

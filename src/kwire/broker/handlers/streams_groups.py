@@ -23,6 +23,7 @@ from kwire.protocol.errors import (
     GroupIdNotFoundError,
     KafkaError,
     TopicAuthorizationFailedError,
+    UnsupportedVersionError,
 )
 
 from ..auth.acls import AclOperation, ResourceType
@@ -32,6 +33,7 @@ from ..coordinator.streams.coordinator import owned_tasks
 from ..coordinator.streams.member import ACTIVE, STANDBY, WARMUP, by_kind
 from .authorized_ops import authorized_operations
 from .common import error_of
+from .features import features_of
 from .groups import kafka_client_host
 from .registry import handler
 
@@ -43,6 +45,12 @@ __all__ = ["handle_streams_group_describe", "handle_streams_group_heartbeat"]
 logger = logging.getLogger("kwire.broker.coordinator.streams")
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def _streams_enabled(ctx: RequestContext) -> bool:
+    """Whether the finalized streams.version enables streams groups (Kafka 4.3 answers both
+    requests UNSUPPORTED_VERSION at level 0, e.g. after an admin lowered it)."""
+    return features_of(ctx.broker).current().levels.get("streams.version", 0) >= 1
 
 
 def _loading(ctx: RequestContext, group_id: str) -> bool:
@@ -80,6 +88,8 @@ def handle_streams_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
                  status=None, active_tasks=None, standby_tasks=None, warmup_tasks=None,
                  endpoint_information_epoch=0, partitions_by_user_endpoint=None)
 
+    if not _streams_enabled(ctx):
+        return failed(UnsupportedVersionError.code, None)
     if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, group_id):
         return failed(GroupAuthorizationFailedError.code, None)
     if _loading(ctx, group_id):
@@ -174,8 +184,12 @@ def handle_streams_group_describe(ctx: RequestContext, request: Any) -> Any:
                  assignment_epoch=-1, topology=None, members=[], authorized_operations=NO_AUTHORIZED_OPERATIONS)
 
     groups = []
+    enabled = _streams_enabled(ctx)
     for group_id in request.group_ids:
         gid = group_id or ""
+        if not enabled:
+            groups.append(error(group_id, UnsupportedVersionError.code, None))
+            continue
         if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, gid):
             groups.append(error(group_id, GroupAuthorizationFailedError.code, None))
             continue
