@@ -157,8 +157,11 @@ def test_members_split_tasks_revoke_first_leave_and_describe(tmp_path):
                 assert (await c.conn.send(HB(group_id="app", member_id="c", member_epoch=5,
                                              endpoint_information_epoch=-1))).error_code == UnknownMemberIdError.code
                 stale = Member(conn, "a")
-                stale.epoch = a.epoch + 3
-                assert (await stale.beat()).error_code == FencedMemberEpochError.code
+                stale.epoch = 999
+                fenced = await stale.beat()
+                assert (fenced.error_code, fenced.error_message) == (FencedMemberEpochError.code, (
+                    f"The streams group member has a greater member epoch (999) than the one known by the group "
+                    f"coordinator ({a.epoch}). The member must abandon all its partitions and rejoin."))
             finally:
                 conn.close()
 

@@ -83,8 +83,9 @@ def handle_streams_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     group_id = request.group_id or ""
 
     def failed(code: int, message: str | None) -> Any:
-        return R(throttle_time_ms=0, error_code=code, error_message=message, member_id=request.member_id or "",
-                 member_epoch=-1, heartbeat_interval_ms=0, acceptable_recovery_lag=0, task_offset_interval_ms=0,
+        # Kafka answers a refusal with the error alone: every other field keeps its default.
+        return R(throttle_time_ms=0, error_code=code, error_message=message, member_id="",
+                 member_epoch=0, heartbeat_interval_ms=0, acceptable_recovery_lag=0, task_offset_interval_ms=0,
                  status=None, active_tasks=None, standby_tasks=None, warmup_tasks=None,
                  endpoint_information_epoch=0, partitions_by_user_endpoint=None)
 

@@ -331,9 +331,10 @@ class StreamsGroupCoordinator:
                 all(ps <= member.assigned.get(k, frozenset()) for k, ps in req.owned.items()):
             return member  # the response that moved the member on was lost
         which = "greater" if req.member_epoch > member.member_epoch else "smaller"
+        # Kafka's words (its StreamsGroupHeartbeatRequestTest checks them), "partitions" and all.
         raise FencedMemberEpochError(
             f"The streams group member has a {which} member epoch ({req.member_epoch}) than the one known by the "
-            f"group coordinator ({member.member_epoch}). The member must abandon all its tasks and rejoin.")
+            f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
 
     def _assign(self, group: StreamsGroup, settings: StreamsSettings) -> None:
         configured = group.configured
