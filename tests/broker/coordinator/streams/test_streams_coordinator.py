@@ -235,3 +235,15 @@ def test_offset_commits_check_the_member_epoch_and_delete_waits_for_an_empty_gro
 def test_owned_tasks_of_a_heartbeat():
     assert owned_tasks(None, None, None) is None
     assert owned_tasks({"0": [1, 2]}, {}, {}) == {(ACTIVE, "0"): frozenset({1, 2})}
+
+
+def test_a_new_standby_replicas_config_reassigns_with_standbys():
+    env = Env()
+    a, b = env.join("a"), env.join("b")
+    held, epochs = env.settle({"a": a, "b": b})
+    assert all(not by_kind(held[m], STANDBY) for m in "ab")
+    env.settings = StreamsSettings(45_000, 5_000, 1)  # streams.num.standby.replicas set on the group
+    held, new_epochs = env.settle({m: NS(assignment=held[m], member_epoch=epochs[m]) for m in "ab"})
+    assert new_epochs["a"] > epochs["a"]
+    for m, other in (("a", "b"), ("b", "a")):
+        assert {(s, p) for s, ps in by_kind(held[m], STANDBY).items() for p in ps} == actives(held[other])
