@@ -510,6 +510,35 @@ def test_a_consumer_or_share_group_looked_up_first_loads_its_small_partition(tmp
         state.close()
 
 
+def test_a_share_group_described_first_after_a_restart_is_found(tmp_path):
+    """ShareGroupDescribe looks the group up before it asks whether it loads: the lookup asks for
+    the group's small partition, which loads at once, instead of answering GROUP_ID_NOT_FOUND
+    while the rest still waits for the worker."""
+    data_dir = tmp_path / "data"
+    state = BrokerState(load_config(None, data_dir=data_dir, default_partitions=1))
+    create(state, "t", 1)
+    store = state.coordinator.store
+    by_partition: dict[int, str] = {}
+    for i in range(400):
+        by_partition.setdefault(store.partition_of(f"id-{i}"), f"id-{i}")
+    low, high = sorted(by_partition)[0], sorted(by_partition)[1]
+    decoy, share = by_partition[low], by_partition[high]  # the worker's first; the one described
+    _commit(state, decoy, {("t", 0): 1})
+    SHB = messages.ShareGroupHeartbeatRequest
+    resp = call(state, SHB(group_id=share, member_id="s1", member_epoch=0, rack_id=None,
+                           subscribed_topic_names=["t"]), 1)
+    assert resp.error_code == NONE
+    state.close()
+    state, executor = _loading_state(data_dir)
+    try:
+        assert state.coordinator.loading_partitions == [low, high]
+        described = call(state, messages.ShareGroupDescribeRequest(group_ids=[share]), 1).groups[0]
+        assert (described.error_code, [m.member_id for m in described.members]) == (NONE, ["s1"])
+        assert state.coordinator.loading_partitions == [low] and state.loader.inline_loads == 1
+    finally:
+        state.close()
+
+
 def test_what_loads_inside_requests_is_bounded_until_the_loops_next_turn(data, monkeypatch):
     """A request naming groups of several small partitions (or several requests before the loop's
     next turn) loads at most INLINE_BYTES of them in all: the others are refused, as Kafka's, and

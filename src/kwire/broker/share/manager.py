@@ -85,9 +85,15 @@ class ShareManager:
 
     def _load_group(self, group_id: str) -> ShareGroup | None:
         """A group as ``__consumer_offsets`` had it (ShareGroup* records), its members' sessions
-        starting now: they heartbeat on with their epochs, as to a Kafka coordinator that took over."""
+        starting now: they heartbeat on with their epochs, as to a Kafka coordinator that took over.
+        The group's partition is asked for first (``GroupCoordinator.ask_for``): after a restart a
+        small one still loading is loaded now, so a handler that looks the group up before it asks
+        whether it loads (ShareGroupDescribe) finds it instead of answering GROUP_ID_NOT_FOUND."""
         if self.records is None:
             return None
+        ask_for = getattr(getattr(self._state, "coordinator", None), "ask_for", None)
+        if ask_for is not None:
+            ask_for(group_id)
         found = self.records.load(group_id)
         if found is None:
             return None
