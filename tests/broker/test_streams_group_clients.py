@@ -20,6 +20,8 @@ from kwire.protocol.errors import (
     ErrorCode,
     FencedMemberEpochError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    StaleMemberEpochError,
     StreamsInvalidTopologyError,
     UnknownMemberIdError,
     UnsupportedVersionError,
@@ -321,5 +323,50 @@ def test_streams_version_0_turns_the_protocol_off(tmp_path):
                 assert group.error_code == UnsupportedVersionError.code
             finally:
                 conn.close()
+
+    run(scenario())
+
+
+def test_offsets_of_a_streams_group_check_member_epochs(broker_with_streams_group):
+    """OffsetCommit / OffsetFetch v9 with a streams member's epoch (Kafka's StreamsGroup
+    validateOffsetCommit / validateOffsetFetch); its source topics' offsets are in use."""
+    R = messages.OffsetCommitRequest
+
+    async def commit(conn, member_id, epoch):
+        part = R.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=7, committed_metadata="", committed_leader_epoch=-1)
+        resp = await conn.send(R(group_id="app", generation_id_or_member_epoch=epoch, member_id=member_id,
+                                 group_instance_id=None, retention_time_ms=-1,
+                                 topics=[R.OffsetCommitRequestTopic(name="input", partitions=[part])]), version=9)
+        return resp.topics[0].partitions[0].error_code
+
+    async def scenario():
+        conn = await connect(broker_with_streams_group.bootstrap)
+        try:
+            [group] = await describe(conn, "app")
+            epoch = group.members[0].member_epoch
+            assert await commit(conn, "a", epoch) == ErrorCode.NONE
+            assert await commit(conn, "a", epoch + 1) == StaleMemberEpochError.code
+            assert await commit(conn, "nobody", epoch) == UnknownMemberIdError.code
+            F = messages.OffsetFetchRequest
+            G = F.OffsetFetchRequestGroup
+
+            async def fetch(member_epoch):
+                req = F(groups=[G(group_id="app", member_id="a", member_epoch=member_epoch, topics=None)],
+                        require_stable=False)
+                return (await conn.send(req, version=9)).groups[0]
+
+            fetched = await fetch(epoch)
+            assert fetched.error_code == ErrorCode.NONE
+            assert [(t.name, p.partition_index, p.committed_offset) for t in fetched.topics for p in t.partitions] \
+                == [("input", 0, 7)]
+            assert (await fetch(epoch + 1)).error_code == StaleMemberEpochError.code
+            D = messages.OffsetDeleteRequest
+            T = D.OffsetDeleteRequestTopic
+            deleted = await conn.send(D(group_id="app", topics=[T(name="input", partitions=[
+                T.OffsetDeleteRequestPartition(partition_index=0)])]))
+            assert deleted.topics[0].partitions[0].error_code == GroupSubscribedToTopicError.code
+        finally:
+            conn.close()
 
     run(scenario())

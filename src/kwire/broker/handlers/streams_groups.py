@@ -165,6 +165,10 @@ def _create_internal_topics(ctx: RequestContext, topics) -> str:
         if not may_create_all and not ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, t.name):
             problems.append(f"Unauthorized to CREATE on topic {t.name}.")
             continue
+        if t.replication_factor > 1:  # one broker: Kafka's CreateTopics fails the same way
+            problems.append(f"Creating topic {t.name} failed: replication factor {t.replication_factor} is larger "
+                            "than the 1 available broker.")
+            continue
         try:
             create_topic(ctx.broker, t.name, t.partitions, dict(t.configs))
             logger.info("streams group: created internal topic %s with %d partition(s)", t.name, t.partitions)

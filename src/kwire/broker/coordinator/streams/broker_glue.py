@@ -74,7 +74,14 @@ def open_streams_groups(state: BrokerState) -> StreamsGroupCoordinator:
             expiry_before()
         coordinator.remove_empty_groups(has_offsets)
 
+    in_use_before = classic.topics_in_use
+
+    def topics_in_use(group_id: str) -> set[str]:
+        before = set(in_use_before(group_id)) if in_use_before is not None else set()
+        return before | coordinator.topics_in_use(group_id)
+
     classic.on_groups_loaded = groups_loaded
+    classic.topics_in_use = topics_in_use
     classic.on_expiry_check = expiry_check
     coordinator.groups()  # what was loaded already (a broker that loads before it listens)
     return coordinator

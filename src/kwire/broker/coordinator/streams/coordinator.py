@@ -493,6 +493,16 @@ class StreamsGroupCoordinator:
             return UnknownMemberIdError.code
         return StaleMemberEpochError.code if member_epoch != member.member_epoch else 0
 
+    def topics_in_use(self, group_id: str) -> set[str]:
+        """The topics a streams group with members reads (its topology's source and repartition
+        topics): their committed offsets neither expire nor may be deleted (OffsetDelete answers
+        GROUP_SUBSCRIBED_TO_TOPIC), as for a consumer group's subscribed topics."""
+        group = self.group(group_id)
+        if group is None or group.topology is None or not group.members:
+            return set()
+        return {t for s in group.topology.subtopologies
+                for t in (*s.source_topics, *(r.name for r in s.repartition_source_topics))}
+
     # ------------------------------------------------------------------ admin
 
     def list_groups(self, states: Collection[str] = (), types: Collection[str] = ()) -> list[GroupListing]:
