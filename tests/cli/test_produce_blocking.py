@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import confluent_kafka
 import pytest
@@ -83,3 +84,37 @@ def test_a_topic_the_broker_will_not_create():
         line = one_line_error(kwire("produce", "ghost", "x", "-b", broker.bootstrap, "--timeout", "1"))
     assert "topic 'ghost' not present in metadata after max.block.ms (1000 ms)" in line
     assert "UNKNOWN_TOPIC_OR_PARTITION" in line
+
+
+def test_records_from_a_pipe_go_out_while_it_waits_for_more(broker):
+    # As the asyncio producer's background sender did: a line typed (or piped by tail -f) is
+    # delivered after linger.ms, not when the next line or the end of input comes.
+    process = subprocess.Popen([sys.executable, "-m", "kwire.cli.main", "produce", "blocking-pipe", "-p", "0",
+                                "-b", broker.bootstrap], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    try:
+        assert process.stdin is not None
+        process.stdin.write(b"first\n")
+        process.stdin.flush()
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "pipe",
+                                             "log_level": 0})
+        try:
+            high = 0
+            for _ in range(100):  # bounded: 100 x 0.1 s, the input still open
+                try:
+                    high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition("blocking-pipe", 0),
+                                                          timeout=5)[1]
+                except confluent_kafka.KafkaException:
+                    high = 0  # the topic is not there yet
+                if high:
+                    break
+                time.sleep(0.1)
+        finally:
+            consumer.close()
+        assert high == 1 and process.poll() is None
+        out, err = process.communicate(b"second\n", timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.decode().splitlines()[-1] == "2 of 2 records written to blocking-pipe"

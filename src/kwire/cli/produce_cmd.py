@@ -23,6 +23,7 @@ Records that could not be delivered are counted, the first error is shown, and t
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -78,9 +79,10 @@ def _header(text: str) -> tuple[str, bytes]:
 _READ_SIZE = 1 << 20
 
 
-def _split(stream: BinaryIO, delim: bytes) -> Iterator[list[bytes]]:
+def _split(stream: BinaryIO, delim: bytes, before_read: Callable[[], None] | None = None) -> Iterator[list[bytes]]:
     """The records of a byte stream ending each at ``delim`` (the last may lack it), a list per
-    read, so that input of any size streams through."""
+    read, so that input of any size streams through.  ``before_read()`` runs before each read
+    (the blocking producer sends meanwhile)."""
     read = getattr(stream, "read1", stream.read)  # read1: what is there now, so a pipe streams
     pending = b""
     # A one-byte delimiter cannot straddle two reads, so the record cut by the end of a read is
@@ -88,6 +90,8 @@ def _split(stream: BinaryIO, delim: bytes) -> Iterator[list[bytes]]:
     # once more (~40 ms of CPU for 100 MB).  A longer one may, and is looked for across them.
     single = len(delim) == 1
     while True:
+        if before_read is not None:
+            before_read()
         chunk = read(_READ_SIZE)
         if not chunk:
             break
@@ -126,9 +130,12 @@ def _file_records(path: str, delim: bytes) -> Iterator[list[bytes]]:
         yield from _split(stream, delim)
 
 
-def _batches(args: argparse.Namespace) -> Iterator[tuple[list[bytes | None], list[bytes | None] | None]]:
+def _batches(args: argparse.Namespace, producer: Any = None
+             ) -> Iterator[tuple[list[bytes | None], list[bytes | None] | None]]:
     """The input as runs of records: (values, keys), keys None unless -K splits them.  A record
-    -K cannot split ends the input with _BadLine, after the run of the records before it."""
+    -K cannot split ends the input with _BadLine, after the run of the records before it.
+    Standard input waits for its next read in ``producer.wait_readable`` when the producer has
+    one (the blocking producer: records already read keep going out meanwhile)."""
     unit = "line" if args.delimiter == b"\n" else "record"  # how an error names the bad input
     if args.values:
         # Arguments as the shell passed them: os.fsencode gives back undecodable bytes too.
@@ -137,7 +144,10 @@ def _batches(args: argparse.Namespace) -> Iterator[tuple[list[bytes | None], lis
     elif args.file:
         source, what = _file_records(args.file, args.delimiter), f"{args.file}: {unit}"
     else:
-        source, what = _split(sys.stdin.buffer, args.delimiter), unit
+        stdin = sys.stdin.buffer
+        wait = getattr(producer, "wait_readable", None)
+        before_read = None if wait is None else functools.partial(wait, stdin.fileno())
+        source, what = _split(stdin, args.delimiter, before_read), unit
     null = args.null
     seen = 0
     for parts in source:
@@ -223,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     producer = _producer(settings)
     try:
         try:
-            for values, keys in _batches(args):
+            for values, keys in _batches(args, producer):
                 deliveries.append(producer.produce_many(args.topic, values, keys, key=key, partition=args.partition,
                                                         headers=headers))
                 sent += len(values)

@@ -23,6 +23,7 @@ versions first; a connection that fails backs off by reconnect.backoff.ms before
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import time
@@ -370,17 +371,23 @@ class BlockingProducer(SenderCore):
             self._selector.unregister(sock)
 
     # -- waiting ----------------------------------------------------------------------------------
-    def _wait(self, timeout: float) -> None:
-        """Read the answers that come within ``timeout`` seconds (and time out requests)."""
+    def _wait(self, timeout: float, *, watching: bool = False) -> bool:
+        """Read the answers that come within ``timeout`` seconds (and time out requests).
+        ``watching``: an input registered by ``wait_readable`` is watched too; True when it is
+        readable."""
         waiting = [c for c in self._registered if c.in_flight]
-        if not waiting:
+        if waiting:
+            timeout = min(timeout, max(0.0, min(c.next_deadline() for c in waiting) - time.monotonic()))
+        elif not watching:
             if timeout > 0:
                 time.sleep(timeout)
-            return
-        timeout = min(timeout, max(0.0, min(c.next_deadline() for c in waiting) - time.monotonic()))
-        for key, _ in self._selector.select(timeout):
-            conn: _Connection = key.data
-            if conn.usable:
+            return False
+        readable = False
+        for key, _ in self._selector.select(None if timeout == float("inf") else timeout):
+            conn: _Connection | None = key.data
+            if conn is None:
+                readable = True
+            elif conn.usable:
                 conn.receive()
         now = time.monotonic()
         for conn in list(self._registered):
@@ -388,6 +395,7 @@ class BlockingProducer(SenderCore):
                 conn.expire(now)
             if not conn.usable:
                 self._forget(conn)
+        return readable
 
     def _call(self, conn: _Connection, request: messages.Request[Any], version: int) -> Any:
         """Send ``request`` and wait for its answer (errors raised; the connection closed on timeout)."""
@@ -592,6 +600,28 @@ class BlockingProducer(SenderCore):
             self._wait(min(delay, timeout))
         else:
             self._wait(0)
+
+    def wait_readable(self, fd: int) -> None:
+        """Keep sending (linger, retries, answers) until ``fd`` (a pipe, a terminal) has input:
+        what the asyncio producer's background sender does while its caller waits for the next
+        line.  A regular file is always readable (and cannot be watched): it returns at once."""
+        import stat
+
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        self._selector.register(fd, selectors.EVENT_READ, None)
+        try:
+            while True:
+                self._refresh_if_wanted()
+                self._connect_wanted()
+                self._get_producer_id()
+                delay = self._run_once(time.monotonic())
+                if self._to_connect or self._producer_id_due:
+                    delay = 0.0
+                if self._wait(max(delay, 0.0), watching=True):
+                    return
+        finally:
+            self._selector.unregister(fd)
 
     def _too_large(self, size: int) -> RecordTooLargeError:
         return too_large(size, self._max_request_size, self._buffer_memory)
