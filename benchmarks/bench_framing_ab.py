@@ -5,8 +5,9 @@ What a broker connection does per read (``get_buffer``, the kernel's copy, ``buf
 - large: 1 MiB frames received in 64 KiB reads (a frame of its own, filled read by read).
 
 Each round runs this file's ``--child`` once per tree (its ``src`` first on ``PYTHONPATH``),
-alternating which goes first; the table gives the best rate per case over the rounds (on a loaded
-machine the best is the least disturbed) and after/before.
+alternating which goes first (ab_trees.py); the table gives the best rate per case over the
+rounds (on a loaded machine the best is the least disturbed), after/before and the before tree's
+own spread.
 
     git archive HEAD~1 | tar -x -C /tmp/kwire-before
     python benchmarks/bench_framing_ab.py --before /tmp/kwire-before [--rounds 5] [--seconds 0.5]
@@ -16,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import ab_trees
 
 
 def _rate(step, seconds: float) -> float:
@@ -67,19 +66,9 @@ def child(seconds: float) -> dict[str, float]:
             "1 MiB frames, 64 KiB reads (frames/s)": _rate(read_large, seconds)}
 
 
-def run(src: Path, seconds: float) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(src))
-    out = subprocess.run([sys.executable, __file__, "--child", "--seconds", str(seconds)], env=env, check=True,
-                         capture_output=True, text=True).stdout
-    result: dict[str, float] = json.loads(out)
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--before", type=Path, help="a kwire checkout (its src/ is used)")
-    ap.add_argument("--after", type=Path, default=ROOT, help="the kwire checkout to compare (default: this one)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ab_trees.add_arguments(ap, rounds=5, before_required=False)
     ap.add_argument("--seconds", type=float, default=0.5, help="time budget per case per run")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -88,16 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.before is None:
         ap.error("--before is required")
-    trees = {"before": args.before / "src", "after": args.after / "src"}
-    rates: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
-    for i in range(args.rounds):
-        for name in (("before", "after") if i % 2 == 0 else ("after", "before")):
-            for case, rate in run(trees[name], args.seconds).items():
-                rates[name].setdefault(case, []).append(rate)
-    print(f"{'case':40} {'before/s':>12} {'after/s':>12} {'after/before':>13}")
-    for case, before in rates["before"].items():
-        b, a = max(before), max(rates["after"][case])
-        print(f"{case:40} {b:12.0f} {a:12.0f} {a / b:12.2f}x")
+    srcs = ab_trees.trees(args)
+
+    def measure(tree: str) -> dict[str, float]:
+        out = subprocess.run([sys.executable, __file__, "--child", "--seconds", str(args.seconds)],
+                             env=ab_trees.tree_env(srcs[tree], args.malloc), check=True, capture_output=True,
+                             text=True).stdout
+        result: dict[str, float] = json.loads(out)
+        return result
+
+    ab_trees.print_table(ab_trees.alternate(measure, args.rounds), pick=max)
     return 0
 
 
