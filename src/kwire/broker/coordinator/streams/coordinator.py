@@ -56,6 +56,7 @@ from .member import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     STANDBY,
+    WARMUP,
     MemberState,
     StreamsMember,
     TaskAssignment,
@@ -339,9 +340,11 @@ class StreamsGroupCoordinator:
     def _assign(self, group: StreamsGroup, settings: StreamsSettings) -> None:
         configured = group.configured
         tasks = configured.tasks if configured is not None and configured.ready else {}
-        members = {m.member_id: AssignmentMember(m.process_id or m.member_id, m.tasks(ACTIVE), m.tasks(STANDBY))
-                   for m in group}
-        group.target = assign_tasks(members, tasks, settings.num_standby_replicas)
+        members = {m.member_id: AssignmentMember(m.process_id or m.member_id, m.tasks(ACTIVE),
+                                                 m.tasks(STANDBY) | m.tasks(WARMUP)) for m in group}
+        stateful = {s.subtopology_id for s in group.topology.subtopologies if s.state_changelog_topics} \
+            if group.topology is not None else set()
+        group.target = assign_tasks(members, tasks, settings.num_standby_replicas, stateful)
         group.assignment_epoch = group.group_epoch
         group.num_standby_replicas = settings.num_standby_replicas
         logger.info("streams group %s: target assignment at epoch %d (%d tasks, %d member(s))", group.group_id,
