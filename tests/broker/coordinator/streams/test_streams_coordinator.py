@@ -247,3 +247,22 @@ def test_a_new_standby_replicas_config_reassigns_with_standbys():
     assert new_epochs["a"] > epochs["a"]
     for m, other in (("a", "b"), ("b", "a")):
         assert {(s, p) for s, ps in by_kind(held[m], STANDBY).items() for p in ps} == actives(held[other])
+
+
+def test_a_standby_becomes_active_only_after_its_standby_copy_is_revoked():
+    env = Env(standbys=1)
+    a, b = env.join("a", process="p1"), env.join("b", process="p2")
+    held, epochs = env.settle({"a": a, "b": b})
+    a_active = actives(held["a"])
+    assert {(s, p) for s, ps in by_kind(held["b"], STANDBY).items() for p in ps} == a_active
+    env.beat("a", -1)
+    # b holds a's tasks as standbys: it gives those copies up first (same epoch), then gets them active.
+    r = env.beat("b", epochs["b"], dict(held["b"]))
+    assert r.member_epoch == epochs["b"] and not by_kind(r.assignment, STANDBY) and actives(r.assignment) != \
+        actives(held["b"]) | a_active
+    held_b = r.assignment
+    for _ in range(3):
+        r = env.beat("b", r.member_epoch, dict(held_b))
+        held_b = r.assignment if r.assignment is not None else held_b
+    assert actives(held_b) == {("0", p) for p in range(6)} and not by_kind(held_b, STANDBY)
+    assert env.coord.group("app").state is StreamsGroupState.STABLE

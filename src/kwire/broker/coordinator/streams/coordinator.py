@@ -355,7 +355,8 @@ class StreamsGroupCoordinator:
         keys = {(k, sid) for k in KINDS for sid in configured.tasks} if configured is not None \
             and configured.ready else set()
         updated = reconcile(member, target_epoch=group.assignment_epoch,  # type: ignore[arg-type]
-                            target=group.target.get(member.member_id, {}), owner_of=group.owner_of,  # type: ignore[arg-type]
+                            target=group.target.get(member.member_id, {}),  # type: ignore[arg-type]
+                            owner_of=lambda key, p: group.holder_of(member.process_id or member.member_id, key, p),
                             subscribed_topic_ids=keys, owned=owned)  # type: ignore[arg-type]
         key = (group.group_id, member.member_id)
         if updated != member:

@@ -3,8 +3,8 @@
 As a KIP-848 consumer group: the *group epoch* grows when what the assignment depends on
 changes (a member joins or leaves, the topology or its topics' partition counts change, a
 member's process or tags change); the target assignment is computed at ``assignment_epoch``;
-each member reconciles towards its target, an active task going to a member only once no other
-member holds it (standby and warm-up tasks are copies of state and wait for nobody).
+each member reconciles towards its target, a task going to a member only once it is released
+(``holder_of``: no other member holds it active, and its process holds no other copy of it).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from enum import Enum
 
-from .member import ACTIVE, MemberState, StreamsMember, TaskAssignment
+from .member import ACTIVE, STANDBY, WARMUP, MemberState, StreamsMember, TaskAssignment
 from .topology import ConfiguredTopology, StreamsTopology
 
 __all__ = ["StreamsGroup", "StreamsGroupState"]
@@ -61,14 +61,21 @@ class StreamsGroup:
                 return StreamsGroupState.RECONCILING
         return StreamsGroupState.STABLE
 
-    def owner_of(self, key: tuple[str, str], partition: int) -> str | None:
-        """The member holding an active task (assigned or still to revoke); standby and warm-up
-        tasks have no exclusive owner."""
-        if key[0] != ACTIVE:
-            return None
+    def holder_of(self, process_id: str, key: tuple[str, str], partition: int) -> str | None:
+        """A member that keeps a task from going to a member of ``process_id`` yet (Kafka's
+        CurrentAssignmentBuilder.isUnreleasedTask): for an active task, any member holding it
+        active, or a member of that process holding its standby or warm-up copy; for a standby
+        or warm-up task, a member of that process holding the task in any role.  "Holding" is
+        assigned or still to revoke."""
+        kind, sid = key
         for m in self.members.values():
-            if partition in m.assigned.get(key, ()) or partition in m.pending_revocation.get(key, ()):
-                return m.member_id
+            for held_kind in (ACTIVE, STANDBY, WARMUP):
+                if partition not in m.assigned.get((held_kind, sid), ()) and \
+                        partition not in m.pending_revocation.get((held_kind, sid), ()):
+                    continue
+                same_process = (m.process_id or m.member_id) == process_id
+                if (kind == ACTIVE and held_kind == ACTIVE) or same_process:
+                    return m.member_id
         return None
 
     def member_by_instance(self, instance_id: str) -> StreamsMember | None:
