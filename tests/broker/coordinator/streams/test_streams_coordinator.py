@@ -19,7 +19,6 @@ from kwire.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     InvalidRequestError,
-    StreamsInvalidTopologyEpochError,
     StreamsInvalidTopologyError,
     UnknownMemberIdError,
 )
@@ -90,7 +89,8 @@ def actives(assignment):
 def test_two_members_split_the_tasks_and_a_third_takes_some_after_revocation():
     env = Env()
     a = env.join("a")
-    assert a.member_epoch == 1 and len(actives(a.assignment)) == 6 and a.statuses == []
+    # Kafka 4.3 gives a new group's first member epoch 2.
+    assert a.member_epoch == 2 and len(actives(a.assignment)) == 6 and a.statuses == []
     b = env.join("b")
     held, epochs = env.settle({"a": a, "b": b})
     assert len(actives(held["a"])) == 3 and len(actives(held["b"])) == 3
@@ -138,7 +138,7 @@ def test_fencing_and_the_lost_response():
     with pytest.raises(FencedMemberEpochError, match="greater member epoch"):
         env.beat("a", a.member_epoch + 5)
     b = env.join("b")
-    assert b.member_epoch == 2
+    assert b.member_epoch == 3
     with pytest.raises(FencedMemberEpochError, match="smaller member epoch"):
         env.beat("b", 1)
     with pytest.raises(UnknownMemberIdError):
@@ -191,12 +191,15 @@ def test_topology_errors_and_epochs():
     with pytest.raises(InvalidRequestError, match="Regular expressions"):
         env.join("a", topo=regex)
     env.join("a", topo=topology(epoch=1))
-    with pytest.raises(StreamsInvalidTopologyEpochError):
-        env.join("b", topo=topology(epoch=1, sources=("other",)))
+    # Kafka 4.3's maybeUpdateTopology: no topology updates, whatever the epoch.
+    for other in (topology(epoch=1, sources=("other",)), topology(epoch=2)):
+        with pytest.raises(InvalidRequestError, match="Topology updates are not supported yet."):
+            env.join("b", topo=other)
     stale = env.join("c", topo=topology(epoch=0))
-    assert [s[0] for s in stale.statuses] == [StatusCode.STALE_TOPOLOGY]
-    newer = env.join("d", topo=topology(epoch=2))
-    assert newer.statuses == [] and env.coord.group("app").topology.epoch == 2
+    assert stale.statuses == [(StatusCode.STALE_TOPOLOGY,
+                               "The member's topology epoch 0 is behind the group's topology epoch 1.")]
+    same = env.join("d", topo=topology(epoch=1))
+    assert same.statuses == [] and env.coord.group("app").topology.epoch == 1
 
 
 def test_request_checks_in_kafkas_words():
@@ -266,3 +269,22 @@ def test_a_standby_becomes_active_only_after_its_standby_copy_is_revoked():
         held_b = r.assignment if r.assignment is not None else held_b
     assert actives(held_b) == {("0", p) for p in range(6)} and not by_kind(held_b, STANDBY)
     assert env.coord.group("app").state is StreamsGroupState.STABLE
+
+
+def test_copartitioned_sources_of_different_sizes_are_reported_in_kafkas_words():
+    env = Env(topics={"foo": 6, "bar": 3})
+    topo = topology(sources=("foo", "bar"), changelog=None,
+                    copartition=[NS(source_topics=[0, 1], source_topic_regex=[], repartition_source_topics=[])])
+    r = env.join("a", topo=topo)
+    assert r.statuses == [(StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
+                           "Following topics do not have the same number of partitions: [{bar=3, foo=6}]")]
+    assert env.coord.group("app").state is StreamsGroupState.NOT_READY
+
+
+def test_a_shutdown_request_is_told_to_every_member():
+    env = Env()
+    a, b = env.join("a"), env.join("b")
+    env.coord.heartbeat(StreamsHeartbeat("app", "a", a.member_epoch, shutdown_application=True))
+    r = env.beat("b", b.member_epoch)
+    assert r.statuses == [(StatusCode.SHUTDOWN_APPLICATION, "Streams group member a encountered a fatal error and "
+                                                            "requested a shutdown for the entire application.")]

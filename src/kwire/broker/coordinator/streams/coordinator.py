@@ -42,7 +42,6 @@ from kwire.protocol.errors import (
     InvalidRequestError,
     NonEmptyGroupError,
     StaleMemberEpochError,
-    StreamsInvalidTopologyEpochError,
     UnknownMemberIdError,
 )
 
@@ -289,7 +288,9 @@ class StreamsGroupCoordinator:
         if group.num_standby_replicas not in (None, settings.num_standby_replicas):
             bumped = True
         if bumped:
-            group.group_epoch += 1
+            # Kafka 4.3 gives a new group's first member epoch 2 (its GroupMetadataManagerTest:
+            # the first StreamsGroupMetadata record of a group is at epoch 2, the next join 3).
+            group.group_epoch += 2 if group.group_epoch == 0 else 1
             logger.info("streams group %s: epoch %d", gid, group.group_epoch)
         if group.group_epoch > group.assignment_epoch:
             self._assign(group, settings)
@@ -300,17 +301,22 @@ class StreamsGroupCoordinator:
         self._deadline_moved()
         return self._answer(group, before, updated, req, settings, configured)
 
-    def _take_topology(self, group: StreamsGroup, topology: StreamsTopology) -> bool:
-        """The group's topology after a member joined with ``topology``; whether it changed."""
+    @staticmethod
+    def _take_topology(group: StreamsGroup, topology: StreamsTopology) -> bool:
+        """The group's topology after a member joined with ``topology``; whether it changed.
+        Kafka 4.3's maybeUpdateTopology: the first topology initializes the group's, an older
+        epoch joins with the group's (the member is told STALE_TOPOLOGY), any other difference
+        is refused: topology updates are not supported yet."""
         current = group.topology
-        if current is None or topology.epoch > current.epoch:
+        if current is None:
             group.topology = topology
-            logger.info("streams group %s: topology epoch %d", group.group_id, topology.epoch)
+            logger.info("streams group %s: topology initialized at epoch %d", group.group_id, topology.epoch)
             return True
-        if topology.epoch == current.epoch and topology != current:
-            raise StreamsInvalidTopologyEpochError(
-                f"Topology updated but topology epoch not bumped: the group's topology has epoch {current.epoch}.")
-        return False  # an older epoch: the member is told STALE_TOPOLOGY
+        if current.epoch > topology.epoch:
+            return False
+        if topology != current:
+            raise InvalidRequestError("Topology updates are not supported yet.")
+        return False
 
     def _join(self, group: StreamsGroup, req: StreamsHeartbeat) -> bool:
         """A member joins (or starts over: its old self is forgotten).  The group epoch must grow."""
@@ -373,19 +379,23 @@ class StreamsGroupCoordinator:
 
     def _answer(self, group: StreamsGroup, before: StreamsMember, member: StreamsMember, req: StreamsHeartbeat,
                 settings: StreamsSettings, configured: ConfiguredTopology | None) -> StreamsHeartbeatResult:
-        statuses: list[tuple[StatusCode, str]] = list(configured.statuses) if configured is not None else []
+        # Kafka's order and words: a stale topology, the topology's configuration, a shutdown request.
+        statuses: list[tuple[StatusCode, str]] = []
         if group.topology is not None and member.topology_epoch < group.topology.epoch:
             statuses.append((StatusCode.STALE_TOPOLOGY,
-                             f"The member's topology epoch {member.topology_epoch} is behind the group's "
-                             f"{group.topology.epoch}."))
+                             f"The member's topology epoch {member.topology_epoch} is behind the group's topology "
+                             f"epoch {group.topology.epoch}."))
+        if configured is not None:
+            statuses += configured.statuses
         if group.shutdown_requested_by is not None:
             statuses.append((StatusCode.SHUTDOWN_APPLICATION,
-                             f"Member {group.shutdown_requested_by} requested to shut down the application."))
-        send = req.member_epoch == 0 or member.assigned != before.assigned or (
-            req.owned is not None and dict(req.owned) != {k: v for k, v in member.assigned.items() if v})
+                             f"Streams group member {group.shutdown_requested_by} encountered a fatal error and "
+                             "requested a shutdown for the entire application."))
+        # Kafka sends the tasks to a joining member and whenever they changed.
+        send = req.member_epoch == 0 or member.assigned != before.assigned
         result = StreamsHeartbeatResult(member.member_id, member.member_epoch, settings.heartbeat_interval_ms,
                                         statuses, dict(member.assigned) if send else None, group.endpoint_epoch)
-        if req.endpoint_information_epoch < group.endpoint_epoch:
+        if req.endpoint_information_epoch != group.endpoint_epoch:
             result.partitions_by_endpoint = self._partitions_by_endpoint(group)
         if configured is not None:
             result.to_create = configured.to_create

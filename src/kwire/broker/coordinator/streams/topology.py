@@ -202,15 +202,16 @@ def configure(topology: StreamsTopology, partitions_of: Callable[[str], int | No
         for group in s.copartitioned_names:
             fixed = [n for n in group if n in s.source_topics or declared[n].partitions > 0]
             size = max((counts[n] for n in (fixed or group)), default=0)
+            if any(counts[n] != size for n in fixed):
+                # Kafka's words, a Java map per copartition group: [{bar=3, foo=6}]
+                wrong.append("{" + ", ".join(f"{n}={counts[n]}" for n in sorted(fixed)) + "}")
             for n in group:
-                if n in fixed:
-                    if counts[n] != size:
-                        wrong.append(n)
-                else:
+                if n not in fixed:
                     counts[n] = size
     if wrong:
         return ConfiguredTopology({}, ((StatusCode.INCORRECTLY_PARTITIONED_TOPICS,
-                                        f"Following topics are not copartitioned: {', '.join(sorted(set(wrong)))}."),))
+                                        "Following topics do not have the same number of partitions: "
+                                        f"[{', '.join(wrong)}]"),))
     tasks = {s.subtopology_id: max((counts[t] for t in _sources(s)), default=0) for s in subs}
     internal: dict[str, InternalTopic] = {}
     for s in subs:
