@@ -288,3 +288,16 @@ def test_a_shutdown_request_is_told_to_every_member():
     r = env.beat("b", b.member_epoch)
     assert r.statuses == [(StatusCode.SHUTDOWN_APPLICATION, "Streams group member a encountered a fatal error and "
                                                             "requested a shutdown for the entire application.")]
+
+
+def test_user_endpoints_get_the_partitions_of_every_endpoint():
+    env = Env()
+    join = StreamsHeartbeat("app", "a", 0, rebalance_timeout_ms=30_000, topology=topology(), owned={},
+                            owned_lists_sent=(True, True, True), process_id="pa", user_endpoint=("host-a", 8080))
+    first = env.coord.heartbeat(join)
+    assert first.endpoint_epoch == 0  # the group was created by this request
+    r = env.coord.heartbeat(StreamsHeartbeat("app", "a", first.member_epoch, endpoint_information_epoch=0))
+    assert r.endpoint_epoch == 1
+    assert r.partitions_by_endpoint == {("host-a", 8080): ({"input": set(range(6))}, {})}
+    same = env.coord.heartbeat(StreamsHeartbeat("app", "a", r.member_epoch, endpoint_information_epoch=1))
+    assert same.partitions_by_endpoint is None

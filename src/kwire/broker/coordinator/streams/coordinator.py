@@ -275,7 +275,8 @@ class StreamsGroupCoordinator:
                 (before.process_id, before.rack_id, before.client_tags) and req.member_epoch != 0:
             bumped = True
         group.members[member.member_id] = member
-        if gid not in self._groups:
+        created = gid not in self._groups
+        if created:
             self._groups[gid] = group
             self._taken.add(gid)
         if req.shutdown_application and group.shutdown_requested_by is None:
@@ -299,7 +300,7 @@ class StreamsGroupCoordinator:
         self._sessions[(gid, member.member_id)] = now + settings.session_timeout_ms
         self._persist(group)
         self._deadline_moved()
-        return self._answer(group, before, updated, req, settings, configured)
+        return self._answer(group, before, updated, req, settings, configured, created)
 
     @staticmethod
     def _take_topology(group: StreamsGroup, topology: StreamsTopology) -> bool:
@@ -371,14 +372,11 @@ class StreamsGroupCoordinator:
                 self._rebalances[key] = (self._now() + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
             else:
                 self._rebalances.pop(key, None)
-            if updated.user_endpoint is not None and \
-                    {k: v for k, v in updated.assigned.items() if k[0] != "warmup"} != \
-                    {k: v for k, v in member.assigned.items() if k[0] != "warmup"}:
-                group.endpoint_epoch += 1
         return updated  # type: ignore[return-value]
 
     def _answer(self, group: StreamsGroup, before: StreamsMember, member: StreamsMember, req: StreamsHeartbeat,
-                settings: StreamsSettings, configured: ConfiguredTopology | None) -> StreamsHeartbeatResult:
+                settings: StreamsSettings, configured: ConfiguredTopology | None,
+                created: bool) -> StreamsHeartbeatResult:
         # Kafka's order and words: a stale topology, the topology's configuration, a shutdown request.
         statuses: list[tuple[StatusCode, str]] = []
         if group.topology is not None and member.topology_epoch < group.topology.epoch:
@@ -393,8 +391,12 @@ class StreamsGroupCoordinator:
                              "requested a shutdown for the entire application."))
         # Kafka sends the tasks to a joining member and whenever they changed.
         send = req.member_epoch == 0 or member.assigned != before.assigned
+        if send and member.user_endpoint is not None:
+            group.endpoint_epoch += 1  # what Interactive Queries see of the group changed
         result = StreamsHeartbeatResult(member.member_id, member.member_epoch, settings.heartbeat_interval_ms,
-                                        statuses, dict(member.assigned) if send else None, group.endpoint_epoch)
+                                        statuses, dict(member.assigned) if send else None,
+                                        # Kafka: a group created by this very request answers epoch 0.
+                                        0 if created else group.endpoint_epoch)
         if req.endpoint_information_epoch != group.endpoint_epoch:
             result.partitions_by_endpoint = self._partitions_by_endpoint(group)
         if configured is not None:
