@@ -16,6 +16,7 @@ kwire is measured twice: its asyncio core (AsyncProducer/AsyncConsumer, the twin
 and its synchronous facade (Producer/Consumer, the twin of kafka-python).
 
     python benchmarks/bench_clients.py [--messages 200000] [--sizes 100,1024] [--repeat 2] [--json]
+    python benchmarks/bench_clients.py --before /tmp/kwire-before [--rounds 3]   # a change's A/B
 
 Ratios are kwire's msgs/s over each peer's (>1: kwire faster); the best of ``--repeat`` runs of
 each (client, size) counts.  confluent-kafka is C (librdkafka): the ceiling, not a target.
@@ -35,7 +36,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_broker import KwireBroker  # noqa: E402  (same directory)
+import ab_trees  # noqa: E402  (same directory)
+from bench_broker import KwireBroker  # noqa: E402
 
 CLIENTS = ("kwire-async", "kwire-sync", "aiokafka", "kafka-python", "confluent-kafka")
 PARTITIONS = 4
@@ -285,10 +287,11 @@ def worker_main(action: str, client: str, bootstrap: str, topic: str, n: int, si
 
 
 # -- the run ------------------------------------------------------------------------------------
-def run_worker(action: str, client: str, bootstrap: str, topic: str, n: int, size: int) -> float | str:
+def run_worker(action: str, client: str, bootstrap: str, topic: str, n: int, size: int,
+               env: dict[str, str] | None = None) -> float | str:
     cmd = [sys.executable, __file__, "--worker", action, client, bootstrap, topic, str(n), str(size)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     except subprocess.TimeoutExpired:
         return "timed out after 600 s"
     if proc.returncode != 0:
@@ -305,11 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default=",".join(CLIENTS), help="clients to run (default: all)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    ab = parser.add_argument_group("A/B", "--before TREE: kwire's clients of two trees alternated against one broker "
+                                   "(this tree's), instead of the peers")
+    ab_trees.add_arguments(ab, rounds=3, before_required=False)
     args = parser.parse_args(argv)
     if args.worker:
         action, client, bootstrap, topic, n, size = args.worker
         worker_main(action, client, bootstrap, topic, int(n), int(size))
         return 0
+    if args.before is not None:
+        return compare_trees(args)
     sizes = [int(s) for s in args.sizes.split(",")]
     clients = [c for c in args.clients.split(",") if c]
     unknown = sorted(set(clients) - set(CLIENTS))
@@ -354,6 +362,52 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_table(meta, results, sizes, clients)
     return 1 if any("error" in r for r in results.values()) else 0
+
+
+def compare_trees(args: argparse.Namespace) -> int:
+    """kwire's clients from the --before and --after trees, each case's workers alternated.
+
+    One broker (this tree's ``kwire broker``) serves both, so a difference is the clients'; a
+    peer's rate would be the same for both trees, so after/before here is also how kwire's
+    ratio to any peer moved."""
+    sizes = [int(s) for s in args.sizes.split(",")]
+    srcs = ab_trees.trees(args)
+    envs = {tree: ab_trees.tree_env(src, args.malloc) for tree, src in srcs.items()}
+    clients = [c for c in args.clients.split(",") if c.startswith("kwire")] or ["kwire-async", "kwire-sync"]
+    broker = KwireBroker("never")
+    runs = 0
+    rates: ab_trees.Rates = {"before": {}, "after": {}}
+    try:
+        for size in sizes:
+            source = f"bench-consume-{size}"
+            log(f"filling {source} with {args.messages} records of {size} B")
+            filled = run_worker("produce", "confluent-kafka", broker.bootstrap, source, args.messages, size)
+            if isinstance(filled, str):
+                raise SystemExit(f"could not fill {source}: {filled}")
+            for client in clients:
+                for action in ("produce", "consume"):
+                    case = f"{action} {size} B {client}"
+
+                    def measure(tree: str, case: str = case, client: str = client, action: str = action,
+                                size: int = size, source: str = source) -> dict[str, float]:
+                        nonlocal runs
+                        runs += 1
+                        topic = f"ab-{client}-{size}-{runs}" if action == "produce" else source
+                        got = run_worker(action, client, broker.bootstrap, topic, args.messages, size, envs[tree])
+                        if isinstance(got, str):
+                            raise SystemExit(f"{case} ({tree}): {got}")
+                        return {case: args.messages / got}
+
+                    log(f"{case}: {args.rounds} rounds")
+                    for tree, by_case in ab_trees.alternate(measure, args.rounds).items():
+                        rates[tree].update(by_case)
+    finally:
+        broker.stop()
+        broker.cleanup()
+    print(f"kwire's clients, {args.before} (before) against {args.after} (after), one broker, "
+          f"{args.messages} records a run, malloc {args.malloc}")
+    ab_trees.print_table(rates, pick=max, unit=" msg/s")
+    return 0
 
 
 def print_table(meta: dict, results: dict, sizes: list[int], clients: list[str]) -> None:
