@@ -301,3 +301,16 @@ def test_user_endpoints_get_the_partitions_of_every_endpoint():
     assert r.partitions_by_endpoint == {("host-a", 8080): ({"input": set(range(6))}, {})}
     same = env.coord.heartbeat(StreamsHeartbeat("app", "a", r.member_epoch, endpoint_information_epoch=1))
     assert same.partitions_by_endpoint is None
+
+
+def test_what_kafka_4_3_does_not_support_yet_is_refused_first():
+    env = Env()
+    for fields, words in (({"instance_id": "i"}, "Static membership is not yet supported."),
+                          ({"task_offsets": ()}, "TaskOffsets are not supported yet."),
+                          ({"task_end_offsets": ()}, "TaskEndOffsets are not supported yet."),
+                          ({"owned": {("warmup", "0"): frozenset({1})}, "owned_lists_sent": (True, True, True)},
+                           "WarmupTasks are not supported yet.")):
+        with pytest.raises(InvalidRequestError) as refused:
+            env.coord.heartbeat(StreamsHeartbeat("", "", 0, **fields))  # before the empty ids are seen
+        assert refused.value.message == words
+    assert env.coord.list_groups() == []

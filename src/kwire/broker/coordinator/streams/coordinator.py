@@ -2,10 +2,11 @@
 
 Follows Kafka's GroupMetadataManager.streamsGroupHeartbeat:
 
-* Epoch 0 joins with the application's topology (its epoch; the first member's topology, or a
-  newer epoch's, becomes the group's; the same epoch with another topology is refused with
-  STREAMS_INVALID_TOPOLOGY_EPOCH; an older epoch joins but is told STALE_TOPOLOGY).  -1 leaves,
-  -2 leaves for a while (a static member; here it leaves as -1 does).
+* Epoch 0 joins with the application's topology (the first member's becomes the group's; an
+  older epoch joins but is told STALE_TOPOLOGY; any other change is refused: Kafka 4.3 has no
+  topology updates).  -1 leaves.  What Kafka 4.3 does not support yet is refused before anything
+  else with its words: static membership (an instance id, epoch -2), task offsets, warm-up tasks,
+  regular expressions for source topics.
 * Any other epoch must be the member's current one, or its previous one when the tasks it
   reports are all still its own (a lost response), else FENCED_MEMBER_EPOCH; an unknown member
   is UNKNOWN_MEMBER_ID.
@@ -211,9 +212,19 @@ class StreamsGroupCoordinator:
     @staticmethod
     def _validate(req: StreamsHeartbeat) -> StreamsTopology | None:
         """Kafka's throwIfStreamsGroupHeartbeatRequestIsInvalid, in its words; the topology."""
+        # Kafka 4.3's throwIfStreamsGroupHeartbeatRequestIsUsingUnsupportedFeatures, first: static
+        # membership, task offsets and warm-up tasks come after 4.3 (a 4.3 client never sends them).
+        if req.instance_id is not None:
+            raise InvalidRequestError("Static membership is not yet supported.")
+        if req.task_offsets is not None:
+            raise InvalidRequestError("TaskOffsets are not supported yet.")
+        if req.task_end_offsets is not None:
+            raise InvalidRequestError("TaskEndOffsets are not supported yet.")
+        if req.owned is not None and by_kind(req.owned, WARMUP):
+            raise InvalidRequestError("WarmupTasks are not supported yet.")
         topology = None
         if req.topology is not None:
-            topology = StreamsTopology.from_request(req.topology)  # regex: INVALID_REQUEST first, as Kafka
+            topology = StreamsTopology.from_request(req.topology)  # regex sources: unsupported too
         if not req.member_id:
             raise InvalidRequestError("MemberId can't be empty.")
         if not req.group_id:
