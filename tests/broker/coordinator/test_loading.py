@@ -697,6 +697,16 @@ def test_the_hold_ends_after_hold_ms_at_the_latest(data, clients):
         held.state.close()
 
 
+def test_hold_ms_0_starts_the_worker_at_once(data, monkeypatch):
+    monkeypatch.setattr(loader, "HOLD_MS", 0)
+    data_dir, _, _ = data
+    held = Held(data_dir)
+    try:
+        assert not held.loader.holding and not held.timers.pending and len(held.reads()) == 1
+    finally:
+        held.state.close()
+
+
 def test_a_refused_group_request_ends_the_hold_with_its_partition_first(data, monkeypatch):
     """Above the threshold the request is refused (Kafka's answer) and the client waits for the
     worker: the hold ends at once and the worker reads that partition first."""

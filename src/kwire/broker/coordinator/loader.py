@@ -89,9 +89,12 @@ INLINE_BYTES = 32 * 1024
 
 # The worker's hold after start (see the module's doc): every QUIET_MS the loader looks whether
 # requests came; it lets the worker go once requests were answered and none came during the last
-# QUIET_MS, or HOLD_MS after start at the latest (a broker nobody talks to).  A client starting
+# QUIET_MS, or at the look HOLD_MS after start (counted in looks: later only if the loop runs
+# its timers late) when requests never pause or none come (a broker nobody talks to).  A client starting
 # (ApiVersions, Metadata, FindCoordinator, OffsetFetch or JoinGroup) sends its requests less than
 # a few ms apart; a consumer's steady requests (heartbeats, fetches) leave gaps longer than 20 ms.
+# HOLD_MS = 0: no hold (the worker starts at once, as before the fourth session of 2026-11-27;
+# bench_broker_start.py --base-set compares the two).
 QUIET_MS = 20
 HOLD_MS = 250
 
@@ -194,7 +197,7 @@ class CoordinatorLoader:
             return
         self._groups.on_wanted = self.wanted
         self._transactions.on_wanted = self.transactions_wanted
-        if self._call_later is not None and self._requests_seen is not None:
+        if self._call_later is not None and self._requests_seen is not None and HOLD_MS > 0:
             # No worker thread yet, no read: the loop answers its first requests alone.
             self.holding = True
             self._hold_seen = self._requests_seen()
