@@ -99,6 +99,11 @@ def test_group_settings_start_at_kafkas_defaults(tmp_path):
         assert configs["group.initial.rebalance.delay.ms"] == "3000"
         assert (configs["group.min.session.timeout.ms"], configs["group.max.session.timeout.ms"]) == \
             ("6000", "1800000")
+        # A streams group's first assignment waits Kafka's group.streams.initial.rebalance.delay.ms too.
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": info["bootstrap"]})
+        group = confluent_kafka.admin.ConfigResource(confluent_kafka.admin.ResourceType.GROUP, "g")
+        group_configs = admin.describe_configs([group])[group].result(timeout=30)
+        assert group_configs["streams.initial.rebalance.delay.ms"].value == "3000"
     finally:
         assert stop(proc)[0] == 0
     # A config file changes the default, a flag the file.

@@ -75,6 +75,10 @@ class BrokerConfig:
     group_consumer_migration_policy: str = "bidirectional"
     # The server-side assignors members may name (group.consumer.assignors); the first is the default.
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    # KIP-1071 streams groups: Kafka holds a new streams group's first assignment back this long
+    # (group.streams.initial.rebalance.delay.ms, 3000); as the classic delay above, 0 here and
+    # Kafka's 3000 for ``kwire broker``.
+    group_streams_initial_rebalance_delay_ms: int = 0
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     # Transaction coordinator (Kafka's names: transaction.max.timeout.ms, transactional.id.expiration.ms).
     transaction_max_timeout_ms: int = 900_000

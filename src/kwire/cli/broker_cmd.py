@@ -36,7 +36,7 @@ KEY_PASSWORD_ENV = "KWIRE_SSL_KEY_PASSWORD"
 # Where ``kwire broker`` takes Kafka's default and the embedded broker (for tests) a faster one:
 # Kafka waits group.initial.rebalance.delay.ms for more members before a new group's first
 # rebalance; a test suite would wait too.
-KAFKA_DEFAULTS = {"group_initial_rebalance_delay_ms": 3000}
+KAFKA_DEFAULTS = {"group_initial_rebalance_delay_ms": 3000, "group_streams_initial_rebalance_delay_ms": 3000}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

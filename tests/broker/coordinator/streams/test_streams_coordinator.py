@@ -51,10 +51,10 @@ class Clock:
 
 
 class Env:
-    def __init__(self, topics=None, standbys=0):
+    def __init__(self, topics=None, standbys=0, initial_delay=0):
         self.topics = dict(topics) if topics is not None else {"input": 6, "app-store-changelog": 6}
         self.clock = Clock()
-        self.settings = StreamsSettings(45_000, 5_000, standbys)
+        self.settings = StreamsSettings(45_000, 5_000, standbys, initial_delay)
         self.deadlines = []
         self.coord = StreamsGroupCoordinator(self.topics.get, settings=lambda gid: self.settings, now_ms=self.clock,
                                              on_deadline=self.deadlines.append)
@@ -245,7 +245,7 @@ def test_a_new_standby_replicas_config_reassigns_with_standbys():
     a, b = env.join("a"), env.join("b")
     held, epochs = env.settle({"a": a, "b": b})
     assert all(not by_kind(held[m], STANDBY) for m in "ab")
-    env.settings = StreamsSettings(45_000, 5_000, 1)  # streams.num.standby.replicas set on the group
+    env.settings = StreamsSettings(45_000, 5_000, 1, 0)  # streams.num.standby.replicas set on the group
     held, new_epochs = env.settle({m: NS(assignment=held[m], member_epoch=epochs[m]) for m in "ab"})
     assert new_epochs["a"] > epochs["a"]
     for m, other in (("a", "b"), ("b", "a")):
@@ -314,3 +314,20 @@ def test_what_kafka_4_3_does_not_support_yet_is_refused_first():
             env.coord.heartbeat(StreamsHeartbeat("", "", 0, **fields))  # before the empty ids are seen
         assert refused.value.message == words
     assert env.coord.list_groups() == []
+
+
+def test_a_new_groups_first_assignment_waits_for_the_initial_rebalance_delay():
+    env = Env(initial_delay=3_000)
+    delayed = (StatusCode.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial rebalance delay.")
+    a = env.join("a")
+    assert (a.member_epoch, a.assignment, a.statuses) == (1, {}, [delayed])
+    env.clock.now += 500
+    b = env.join("b")
+    assert (b.member_epoch, b.assignment, b.statuses) == (1, {}, [delayed])
+    assert env.coord.group("app").state is StreamsGroupState.ASSIGNING
+    env.clock.now += 2_500  # the delay is over: the next heartbeat assigns every member that joined
+    held, epochs = env.settle({"a": a, "b": b})
+    assert len(actives(held["a"])) == len(actives(held["b"])) == 3
+    assert epochs["a"] == epochs["b"] == env.coord.group("app").group_epoch
+    c = env.join("c")  # the group is not new any more: no delay
+    assert c.statuses == []

@@ -32,7 +32,7 @@ def open_streams_groups(state: BrokerState) -> StreamsGroupCoordinator:
         # The group's streams.* configs over the broker's group.streams.* (Kafka 4.3's defaults).
         cfg = group_configs.get(group_id)
         return StreamsSettings(cfg.streams_session_timeout_ms, cfg.streams_heartbeat_interval_ms,
-                               cfg.streams_num_standby_replicas)
+                               cfg.streams_num_standby_replicas, cfg.streams_initial_rebalance_delay_ms)
 
     def partitions_of(topic: str) -> int | None:
         info = state.topics.get(topic)

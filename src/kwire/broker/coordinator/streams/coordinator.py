@@ -74,11 +74,13 @@ GROUP_TYPE = "streams"
 
 @dataclass(frozen=True, slots=True)
 class StreamsSettings:
-    """A group's streams.* configs: session timeout, heartbeat interval, standby replicas."""
+    """A group's streams.* configs: session timeout, heartbeat interval, standby replicas, and how
+    long a new group's first assignment waits for more members (Kafka's defaults)."""
 
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     num_standby_replicas: int = 0
+    initial_rebalance_delay_ms: int = 3_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +259,7 @@ class StreamsGroupCoordinator:
     def _heartbeat(self, req: StreamsHeartbeat, topology: StreamsTopology | None) -> StreamsHeartbeatResult:
         gid = req.group_id
         group = self.group(gid)
+        was_empty = group is None or not group.members
         if group is None:
             if req.member_epoch != 0:
                 raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
@@ -299,19 +302,29 @@ class StreamsGroupCoordinator:
             bumped = True
         if group.num_standby_replicas not in (None, settings.num_standby_replicas):
             bumped = True
+        now = self._now()
+        if was_empty and req.member_epoch == 0 and settings.initial_rebalance_delay_ms > 0:
+            # Kafka 4.2+: the first member of a new (or emptied) group starts the initial rebalance delay; until
+            # it ends the members reconcile towards an empty target (ASSIGNMENT_DELAYED).
+            group.initial_delay_until = now + settings.initial_rebalance_delay_ms
+        delayed = group.initial_delay_until is not None and now < group.initial_delay_until
         if bumped:
             # Kafka 4.3 gives a new group's first member epoch 2 (its GroupMetadataManagerTest:
             # the first StreamsGroupMetadata record of a group is at epoch 2, the next join 3).
             group.group_epoch += 2 if group.group_epoch == 0 else 1
             logger.info("streams group %s: epoch %d", gid, group.group_epoch)
-        if group.group_epoch > group.assignment_epoch:
+        if group.group_epoch > group.assignment_epoch and not delayed:
+            group.initial_delay_until = None
             self._assign(group, settings)
-        updated = self._reconcile(group, member, req.owned)
-        now = self._now()
+        updated = self._reconcile(group, member, req.owned, delayed)
         self._sessions[(gid, member.member_id)] = now + settings.session_timeout_ms
         self._persist(group)
         self._deadline_moved()
-        return self._answer(group, before, updated, req, settings, configured, created)
+        result = self._answer(group, before, updated, req, settings, configured, created)
+        if delayed:
+            result.statuses.append((StatusCode.ASSIGNMENT_DELAYED,
+                                    "Assignment delayed due to the configured initial rebalance delay."))
+        return result
 
     @staticmethod
     def _take_topology(group: StreamsGroup, topology: StreamsTopology) -> bool:
@@ -368,12 +381,15 @@ class StreamsGroupCoordinator:
         logger.info("streams group %s: target assignment at epoch %d (%d tasks, %d member(s))", group.group_id,
                     group.assignment_epoch, sum(tasks.values()), len(members))
 
-    def _reconcile(self, group: StreamsGroup, member: StreamsMember, owned: TaskAssignment | None) -> StreamsMember:
+    def _reconcile(self, group: StreamsGroup, member: StreamsMember, owned: TaskAssignment | None,
+                   delayed: bool = False) -> StreamsMember:
         configured = group.configured
         keys = {(k, sid) for k in KINDS for sid in configured.tasks} if configured is not None \
-            and configured.ready else set()
-        updated = reconcile(member, target_epoch=group.assignment_epoch,  # type: ignore[arg-type]
-                            target=group.target.get(member.member_id, {}),  # type: ignore[arg-type]
+            and configured.ready and not delayed else set()
+        # During the initial delay Kafka reconciles towards an empty target at epoch max(1, assignment epoch).
+        target_epoch = max(1, group.assignment_epoch) if delayed else group.assignment_epoch
+        updated = reconcile(member, target_epoch=target_epoch,  # type: ignore[arg-type]
+                            target={} if delayed else group.target.get(member.member_id, {}),  # type: ignore[arg-type]
                             owner_of=lambda key, p: group.holder_of(member.process_id or member.member_id, key, p),
                             subscribed_topic_ids=keys, owned=owned)  # type: ignore[arg-type]
         key = (group.group_id, member.member_id)

@@ -44,6 +44,9 @@ class StreamsGroup:
         # The streams.num.standby.replicas the target assignment was computed with (None: none yet):
         # a new value makes the group compute it again.
         self.num_standby_replicas: int | None = None
+        # Until when (clock ms) the first assignment waits for more members
+        # (streams.initial.rebalance.delay.ms; not kept across a restart).
+        self.initial_delay_until: int | None = None
         self.deleted = False
 
     @property

@@ -39,6 +39,7 @@ class StatusCode(IntEnum):
     INCORRECTLY_PARTITIONED_TOPICS = 2
     MISSING_INTERNAL_TOPICS = 3
     SHUTDOWN_APPLICATION = 4
+    ASSIGNMENT_DELAYED = 5        # Kafka 4.2+: the initial rebalance delay holds the first assignment back
 
 
 @dataclass(frozen=True, slots=True)
