@@ -34,10 +34,11 @@ MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS = 1, 3
 
 def topology(epoch=0, source="input", changelog="app-store-changelog", changelog_partitions=0):
     info = SUB.TopicInfo
+    compact = [HB.KeyValue(key="cleanup.policy", value="compact")]  # what Kafka Streams asks of a changelog
     return HB.Topology(epoch=epoch, subtopologies=[SUB(
         subtopology_id="0", source_topics=[source], source_topic_regex=[],
         state_changelog_topics=[info(name=changelog, partitions=changelog_partitions, replication_factor=0,
-                                     topic_configs=[])],
+                                     topic_configs=compact)],
         repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
 
 
@@ -123,6 +124,8 @@ def test_members_split_tasks_revoke_first_leave_and_describe(tmp_path):
                 assert first.heartbeat_interval_ms == 5000
                 await a.beat()
                 assert a.tasks() == set(range(6))
+                changelog = broker.state.topics.get("app-store-changelog")  # created by the broker, as Kafka 4.2+
+                assert (changelog.partitions, changelog.configs) == (6, {"cleanup.policy": "compact"})
                 await b.beat()
                 await settle([a, b])
                 assert len(a.tasks()) == len(b.tasks()) == 3 and a.tasks() | b.tasks() == set(range(6))
