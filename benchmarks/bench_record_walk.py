@@ -12,7 +12,9 @@ Cases, each timed as the best of ``--repeat`` runs of about ``--seconds``:
 - consumer slices: what the client's fetcher does with a fetched batch, ``RecordBatch.reader``
   into ``kwire.client.ConsumerRecord`` and ``take`` 500 records (max.poll.records) at a time;
 - cleaner map: the log cleaner's two compiled walks over one of those batches
-  (``OffsetMap.put_records`` then ``keep_records``, keys hashed and looked up: MD5 included).
+  (``OffsetMap.put_records`` then ``keep_records``, keys hashed and looked up: MD5 included);
+- columns with headers: ``batches_to_arrow`` with the headers column, over 2 batches x 1,000
+  records of three headers each (one null value), in a bytearray as a fetch answer is.
 
     python benchmarks/bench_record_walk.py --trees OLD/src NEW/src [--rounds 4] [--seconds 0.5]
 
@@ -31,7 +33,8 @@ import sys
 import time
 
 CASES = ("columns, compiled walk", "columns, Python walk", "headers + CRC per batch", "records() per record",
-         "records(), Python walk", "consumer slices per record", "cleaner map put+keep per record")
+         "records(), Python walk", "consumer slices per record", "cleaner map put+keep per record",
+         "columns with 3 headers a record")
 
 
 def _best(fn, seconds: float, repeat: int) -> float:
@@ -134,6 +137,17 @@ def measure(seconds: float, repeat: int) -> dict[str, float]:
             offsets.keep_records(buf, start, stop, 1000, 0, True)
 
     out[CASES[6]] = _best(cleaner_map, seconds, repeat) / 2000 * 1e9
+
+    blobs = []
+    for b in range(2):
+        builder = RecordBatchBuilder(base_offset=b * 1000)
+        for i in range(1000):
+            builder.append(b"key-%08d" % i, rng.randbytes(100), 1_700_000_000_000 + i,
+                           [("trace", b"%016x" % i), ("dup", None), ("dup", b"x")])
+        blobs.append(builder.build())
+    with_headers = bytearray(b"".join(blobs))
+    headed = [RecordBatch(with_headers, 0), RecordBatch(with_headers, len(blobs[0]))]
+    out[CASES[7]] = _best(lambda: columns.batches_to_arrow(headed, "t", 0, True), seconds, repeat) / 2000 * 1e9
     return out
 
 

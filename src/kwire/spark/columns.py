@@ -20,7 +20,7 @@ with one compiled pass and a handful of numpy and Arrow calls:
    per-record decoder's rows.
 
 Null (negative length) keys and values come out null.  Records with headers get their headers
-parsed in Python (only those records).  A batch whose fields do not add up (a record overrunning
+parsed in Python (only those records) by the decoder's header reader (``read_headers``).  A batch whose fields do not add up (a record overrunning
 its length, a bad varint) is decoded again with the per-record decoder, whose error names the
 record and field; the columns are never built from bytes that do not parse.
 """
@@ -32,9 +32,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from kwire.protocol.errors import CorruptRecordError
+from kwire.protocol.errors import CorruptRecordError, DecodeError
 from kwire.protocol.records import walk
-from kwire.protocol.records.batch import RecordBatch
+from kwire.protocol.records.batch import RecordBatch, read_headers
 
 from .schema import arrow_schema
 
@@ -46,7 +46,6 @@ except ImportError:  # not built (no C compiler at install), or kwire imported f
 __all__ = ["batches_to_arrow", "has_compiled_reader"]
 
 # A varint that is too long or cut off reads as a length past any buffer, caught by the caller.
-_BAD_LENGTH = 1 << 40
 _INT32_MAX = 2**31 - 1
 _MIN_RECORD_SIZE = walk.MIN_RECORD_SIZE
 
@@ -157,20 +156,6 @@ def _scan(buf, sections: list, n: int) -> tuple:
     return tuple(out)
 
 
-def _varint(buf, pos: int) -> tuple[int, int]:
-    """A zigzag varint32 at ``pos``: (value, position after it)."""
-    raw = shift = 0
-    for i in range(5):
-        if pos + i >= len(buf):
-            break
-        b = buf[pos + i]
-        raw |= (b & 0x7F) << shift
-        if b < 128:
-            return (raw >> 1) ^ -(raw & 1), pos + i + 1
-        shift += 7
-    return _BAD_LENGTH, pos + 5  # too long or cut off: a length past any buffer, caught by the caller
-
-
 def _gather(buf, at: np.ndarray, length: np.ndarray, lo: int, hi: int, *, in_place: bool = False) -> pa.Array:
     """Binary column of the byte strings ``buf[at:at + length]`` of records ``lo..hi-1`` (null for
     a negative length); ``in_place`` (compiled helper only): laid out inside ``buf``."""
@@ -252,25 +237,18 @@ def _headers(buf, count: np.ndarray, at: np.ndarray, ends: np.ndarray, kind: pa.
     if not len(with_headers):
         return pa.nulls(rows, kind)
     column: list = [None] * rows
+    whole = isinstance(buf, bytes)  # else a fetch answer's bytearray or a view: the record is copied out
     for i in with_headers.tolist():
         pos, stop = int(at[i]), int(ends[i])
-        pairs = []
-        for _ in range(int(count[i])):
-            key_len, pos = _varint(buf, pos)
-            if key_len < 0 or pos + key_len > stop:
-                raise CorruptRecordError(f"header key of {key_len} bytes does not fit in its record", what="RecordBatch")
-            key = bytes(buf[pos:pos + key_len]).decode("utf-8")
-            pos += key_len
-            value_len, pos = _varint(buf, pos)
-            if pos + max(value_len, 0) > stop:
-                raise CorruptRecordError(f"header value of {value_len} bytes does not fit in its record",
-                                         what="RecordBatch")
-            value = None if value_len < 0 else bytes(buf[pos:pos + value_len])
-            pos += max(value_len, 0)
-            pairs.append((key, value))
-        if pos != stop:
-            raise CorruptRecordError("a record's headers do not end where the record does", what="RecordBatch")
-        column[i] = pairs
+        try:
+            if whole:
+                column[i] = read_headers(buf, pos, stop, int(count[i]))
+            else:
+                column[i] = read_headers(bytes(buf[pos:stop]), 0, stop - pos, int(count[i]))
+        except UnicodeDecodeError:
+            raise  # a key that is not UTF-8, as the decoder refuses it
+        except (IndexError, ValueError, DecodeError):
+            raise CorruptRecordError("a record's headers do not fit in its length", what="RecordBatch") from None
     return pa.array(column, kind)
 
 

@@ -71,6 +71,7 @@ __all__ = [
     "RecordBatchBuilder",
     "rewrite_base_offset",
     "build_control_batch",
+    "read_headers",
     "HEADER_SIZE",
     "HEADER_STRUCT",
     "DELETE_HORIZON_BIT",
@@ -462,14 +463,14 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
             for ts, od, ka, kl, va, vl, hc, ha, re in zip(*columns, strict=True):
                 append(new(cls, (base_offset + od, base_timestamp + ts, buf[ka:ka + kl] if kl >= 0 else None,
                                  buf[va:va + vl] if vl >= 0 else None,
-                                 _read_headers(buf, ha, re, hc) if hc else [])))
+                                 read_headers(buf, ha, re, hc) if hc else [])))
         else:
             topic, partition, ts_type, epoch = wide
             for ts, od, ka, kl, va, vl, hc, ha, re in zip(*columns, strict=True):
                 # () is a shared, untracked constant: no per-record object for the GC.
                 append(new(cls, (topic, partition, base_offset + od, base_timestamp + ts, ts_type,
                                  buf[ka:ka + kl] if kl >= 0 else None, buf[va:va + vl] if vl >= 0 else None,
-                                 tuple(_read_headers(buf, ha, re, hc)) if hc else (), epoch)))
+                                 tuple(read_headers(buf, ha, re, hc)) if hc else (), epoch)))
     except (IndexError, ValueError, DecodeError):  # headers that do not parse
         bad = len(out)
     if bad >= 0:
@@ -489,8 +490,13 @@ def _decode_records(buf: bytes, pos: int, end: int, count: int, base_offset: int
     return out
 
 
-def _read_headers(buf: bytes, pos: int, rec_end: int, count: int) -> list[tuple[str, bytes | None]]:
-    """The ``count`` headers at ``pos`` (past the count), which must end at ``rec_end``."""
+def read_headers(buf: bytes, pos: int, rec_end: int, count: int) -> list[tuple[str, bytes | None]]:
+    """The ``count`` headers of a record at ``pos`` (the walk's ``headers_at``, past the count),
+    which must end at ``rec_end`` (the record's end): ``(key, value)`` pairs, a null value as None.
+
+    The one reader of record headers: the decoder's records and the Spark source's headers
+    column.  Headers that do not parse raise ValueError (UnicodeDecodeError for a key that is not
+    UTF-8), IndexError or DecodeError (a bad varint)."""
     # Each header takes at least 2 bytes (two 1-byte lengths): bounds a forged count.
     if count < 0 or count > (rec_end - pos) // 2:
         raise ValueError("header count")
