@@ -154,17 +154,18 @@ def handle_streams_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 def _create_internal_topics(ctx: RequestContext, topics) -> str:
     """Create the group's missing internal topics, as Kafka 4.2's broker does after the
-    coordinator named them; what went wrong, for the MISSING_INTERNAL_TOPICS status ('' if nothing)."""
+    coordinator named them; what went wrong, for the MISSING_INTERNAL_TOPICS status ('' if nothing).
+    As Kafka's KafkaApis: CREATE on the cluster, else on every one of the topics, is checked for
+    the whole set first; one refused topic holds them all back."""
     from .topic_admin import create_topic
 
-    may_create_all = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER)
+    missing = [t for t in topics if t.name not in ctx.broker.topics]  # some may exist meanwhile
+    if not ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER):
+        denied = [t.name for t in missing if not ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, t.name)]
+        if denied:
+            return f"Unauthorized to CREATE on topics {', '.join(denied)}."
     problems = []
-    for t in topics:
-        if t.name in ctx.broker.topics:
-            continue  # created meanwhile
-        if not may_create_all and not ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, t.name):
-            problems.append(f"Unauthorized to CREATE on topic {t.name}.")
-            continue
+    for t in missing:
         if t.replication_factor > 1:  # one broker: Kafka's CreateTopics fails the same way
             problems.append(f"Creating topic {t.name} failed: replication factor {t.replication_factor} is larger "
                             "than the 1 available broker.")
