@@ -21,6 +21,7 @@ from kwire.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
+    InconsistentGroupProtocolError,
     StaleMemberEpochError,
     StreamsInvalidTopologyError,
     UnknownMemberIdError,
@@ -253,6 +254,24 @@ def test_list_groups_names_the_type_and_state(broker_with_streams_group):
             C = messages.ConsumerGroupDescribeRequest
             [g] = (await conn.send(C(group_ids=["app"], include_authorized_operations=False))).groups
             assert (g.error_code, g.error_message) == (GroupIdNotFoundError.code, "Group app is not a consumer group.")
+            # A group id is one group type at a time: the other protocols keep off a streams group's id.
+            D = messages.DescribeGroupsRequest
+            [g] = (await conn.send(D(groups=["app"], include_authorized_operations=False), version=5)).groups
+            assert (g.error_code, g.group_state) == (ErrorCode.NONE, "Dead")  # Kafka before DescribeGroups v6
+            [g] = (await conn.send(D(groups=["app"], include_authorized_operations=False), version=6)).groups
+            assert (g.error_code, g.error_message) == (GroupIdNotFoundError.code, "Group app is not a classic group.")
+            J = messages.JoinGroupRequest
+            joined = await conn.send(J(group_id="app", session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                                       member_id="", group_instance_id=None, protocol_type="consumer",
+                                       protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"")]))
+            assert joined.error_code == InconsistentGroupProtocolError.code
+            CH = messages.ConsumerGroupHeartbeatRequest
+            hb = await conn.send(CH(group_id="app", member_id="x", member_epoch=0, rebalance_timeout_ms=1000,
+                                    subscribed_topic_names=["input"], topic_partitions=[]))
+            assert hb.error_code == GroupIdNotFoundError.code
+            SH = messages.ShareGroupHeartbeatRequest
+            share = await conn.send(SH(group_id="app", member_id="y", member_epoch=0, subscribed_topic_names=["input"]))
+            assert share.error_code == GroupIdNotFoundError.code
         finally:
             conn.close()
 
