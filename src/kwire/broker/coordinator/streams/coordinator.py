@@ -430,10 +430,11 @@ class StreamsGroupCoordinator:
             result.to_create = configured.to_create
         return result
 
-    @staticmethod
-    def _partitions_by_endpoint(group: StreamsGroup) -> dict:
+    def _partitions_by_endpoint(self, group: StreamsGroup) -> dict:
         """For Interactive Queries: each user endpoint's partitions of its active and standby
-        tasks' source topics (a task p reads partition p of its subtopology's sources)."""
+        tasks' source and repartition source topics (task p reads partition p), as Kafka's
+        EndpointToPartitionsManager (a topic with fewer partitions than the tasks gets the first
+        task ids, by its count)."""
         out: dict[tuple[str, int], tuple[dict[str, set[int]], dict[str, set[int]]]] = {}
         topology = group.topology
         if topology is None:
@@ -447,8 +448,9 @@ class StreamsGroupCoordinator:
                     sub = topology.subtopology(sid)
                     if sub is None:
                         continue
-                    for topic in list(sub.source_topics) + [t.name for t in sub.repartition_source_topics]:
-                        into.setdefault(topic, set()).update(ps)
+                    for topic in {*sub.source_topics, *(t.name for t in sub.repartition_source_topics)}:
+                        count = self._partitions_of(topic) or 0
+                        into.setdefault(topic, set()).update(sorted(ps)[:count] if count < len(ps) else ps)
         return out
 
     # ------------------------------------------------------------------ leaving and timeouts
