@@ -13,14 +13,15 @@ Follows Kafka's GroupMetadataManager.streamsGroupHeartbeat:
 * The topology is resolved against the topics (``topology.configure``) on each heartbeat; while
   source topics are missing or topics are wrongly partitioned the group is NotReady and assigns
   no tasks, and the member is told why in the response's Status list.  Missing internal topics
-  (repartition, changelog) are returned for the broker to create (``HeartbeatResult.to_create``),
+  (repartition, changelog) are returned for the broker to create (``StreamsHeartbeatResult.to_create``),
   as Kafka 4.2's coordinator has its broker create them.
 * A join, a leave, a new topology, changed partition counts, a member's new process id, rack or
   client tags, or a new ``streams.num.standby.replicas`` bump the group epoch; the heartbeat that
-  sees the group epoch ahead of the target computes it with the sticky task assignor.
+  sees the group epoch ahead of the target computes it with the sticky task assignor, unless the
+  first member of a new group started ``streams.initial.rebalance.delay.ms`` (ASSIGNMENT_DELAYED).
 * Members reconcile towards their targets with the KIP-848 rule (``consumer.reconciliation``):
-  tasks to give up are revoked first, an active task goes to a member only once no other member
-  holds it.
+  tasks to give up are revoked first, a task goes to a member only once released
+  (``StreamsGroup.holder_of``, Kafka's isUnreleasedTask).
 * A member without a heartbeat for ``streams.session.timeout.ms`` is removed, and one that does
   not revoke tasks within its rebalance timeout too; deadlines run on the injected ``now_ms``.
 
