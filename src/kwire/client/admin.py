@@ -508,7 +508,9 @@ class AsyncAdmin:
 
     async def _coordinators(self, batch: _Batch[str, Any], groups: list[str]) -> dict[int | None, list[str]]:
         """The pending groups by coordinator node; a group whose lookup failed retriably waits."""
-        found = await asyncio.gather(*(self._cluster.coordinator(g) for g in groups), return_exceptions=True)
+        # One lookup each: a retriable failure is retried by the call's rounds, within its timeout.
+        found = await asyncio.gather(*(self._cluster.coordinator(g, retry=False) for g in groups),
+                                     return_exceptions=True)
         by_node: dict[int | None, list[str]] = {}
         for group_id, node in zip(groups, found, strict=True):
             if isinstance(node, BaseException):
@@ -1038,7 +1040,7 @@ class AsyncAdmin:
         wanted = None if partitions is None else sorted({TopicPartition(*tp) for tp in partitions})
 
         async def attempt() -> dict[TopicPartition, OffsetAndMetadata | None]:
-            node = await self._cluster.coordinator(group_id)
+            node = await self._cluster.coordinator(group_id, retry=False)  # (retried by this call's retrying)
             try:
                 return await self._offset_fetch(node, group_id, wanted)
             except KafkaError as exc:

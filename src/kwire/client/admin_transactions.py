@@ -114,7 +114,7 @@ async def describe_transactions(admin: AsyncAdmin, transactional_ids: Iterable[s
         by_node: dict[int | None, list[str]] = {}
         for key in keys:
             try:
-                node = await cluster.coordinator(key, TRANSACTION_COORDINATOR)
+                node = await cluster.coordinator(key, TRANSACTION_COORDINATOR, retry=False)  # (the rounds retry)
             except Exception as exc:  # noqa: BLE001 - a failed lookup fails (or retries) only this id
                 batch.fail(key, exc)
                 continue

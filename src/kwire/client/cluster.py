@@ -252,11 +252,18 @@ class Cluster:
         return await self.refresh_metadata(topics, allow_auto_create=allow_auto_create)
 
     # -- coordinators -----------------------------------------------------------------------------
-    async def coordinator(self, key: str, key_type: int = GROUP_COORDINATOR) -> int:
-        """The node id of the coordinator for a group (or transaction) id, looked up once and kept."""
+    async def coordinator(self, key: str, key_type: int = GROUP_COORDINATOR, *, retry: bool = True) -> int:
+        """The node id of the coordinator for a group (or transaction) id, looked up once and kept.
+
+        ``retry=False``: one FindCoordinator, its retriable errors (COORDINATOR_NOT_AVAILABLE,
+        COORDINATOR_LOAD_IN_PROGRESS) raised for the caller to retry: the admin client does, in
+        its one retry policy bounded by the call's timeout, as Kafka's Admin (a lookup is part of
+        the call there, not a wait of its own)."""
         cached = self._coordinators.get((key_type, key))
         if cached is not None and cached in self._nodes:
             return cached
+        if not retry:
+            return await self._find_coordinator(key, key_type)
         return await retrying(lambda: self._find_coordinator(key, key_type), timeout=self.request_timeout,
                               backoff=self.retry_backoff, what=f"FindCoordinator for {key!r}")
 
