@@ -392,3 +392,32 @@ def test_offsets_of_a_streams_group_check_member_epochs(broker_with_streams_grou
             conn.close()
 
     run(scenario())
+
+
+def test_a_member_that_stops_heartbeating_is_removed_and_its_tasks_move(tmp_path):
+    """The session timeout over real sockets: the broker's streams clock is moved past Kafka's
+    45 s (as the share-group tests move theirs), never slept through."""
+    async def scenario():
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                await create_topics(conn, input=4, **{"app-store-changelog": 4})
+                a, b = Member(conn, "a"), Member(conn, "b")
+                await a.beat()
+                await b.beat()
+                await settle([a, b])
+                assert len(a.tasks()) == 2
+                coordinator = broker.state.streams_groups
+                real = coordinator.now_ms
+                coordinator.now_ms = lambda: real() + 46_000  # 46 s on: b never heartbeats again
+                await a.beat()  # a does, and keeps its session
+                gone = coordinator.expire()
+                assert gone == [("app", "b")]
+                await settle([a])
+                assert a.tasks() == {0, 1, 2, 3}
+                [group] = await describe(conn, "app")
+                assert [m.member_id for m in group.members] == ["a"] and group.group_state == "Stable"
+            finally:
+                conn.close()
+
+    run(scenario())

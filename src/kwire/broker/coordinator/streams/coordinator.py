@@ -147,7 +147,8 @@ class StreamsGroupCoordinator:
                  records: Any = None, load_group: Callable[[str], Any] | None = None):
         self._partitions_of = partitions_of
         self._settings = settings
-        self._now = now_ms or _monotonic_ms
+        # The clock of sessions and delays (ms): public, so a test may move a running broker's on.
+        self.now_ms = now_ms or _monotonic_ms
         self._other_type = other_group_type or (lambda _gid: None)
         self._on_deadline = on_deadline
         self._records = records
@@ -169,7 +170,7 @@ class StreamsGroupCoordinator:
             # Resolved again now, so the first heartbeat sees no change unless the topics changed.
             if group.topology is not None:
                 group.configured = configure(group.topology, self._partitions_of)
-            now = self._now()
+            now = self.now_ms()
             for m in group:
                 # Sessions start again at load: members heartbeat to a restarted broker.
                 self._sessions[(group_id, m.member_id)] = now + self._settings(group_id).session_timeout_ms
@@ -303,7 +304,7 @@ class StreamsGroupCoordinator:
             bumped = True
         if group.num_standby_replicas not in (None, settings.num_standby_replicas):
             bumped = True
-        now = self._now()
+        now = self.now_ms()
         if was_empty and req.member_epoch == 0 and settings.initial_rebalance_delay_ms > 0:
             # Kafka 4.2+: the first member of a new (or emptied) group starts the initial rebalance delay; until
             # it ends the members reconcile towards an empty target (ASSIGNMENT_DELAYED).
@@ -397,7 +398,7 @@ class StreamsGroupCoordinator:
         if updated != member:
             group.members[member.member_id] = updated  # type: ignore[assignment]
             if updated.state is MemberState.UNREVOKED_PARTITIONS:
-                self._rebalances[key] = (self._now() + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
+                self._rebalances[key] = (self.now_ms() + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
             else:
                 self._rebalances.pop(key, None)
         return updated  # type: ignore[return-value]
@@ -479,7 +480,7 @@ class StreamsGroupCoordinator:
 
     def expire(self) -> list[tuple[str, str]]:
         """Remove the members whose session or rebalance deadline passed; (group, member) of each."""
-        now = self._now()
+        now = self.now_ms()
         gone = [key for key, deadline in self._sessions.items() if deadline <= now]
         for key, (deadline, epoch) in list(self._rebalances.items()):
             group = self._groups.get(key[0])
