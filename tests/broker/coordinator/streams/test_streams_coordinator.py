@@ -331,3 +331,14 @@ def test_a_new_groups_first_assignment_waits_for_the_initial_rebalance_delay():
     assert epochs["a"] == epochs["b"] == env.coord.group("app").group_epoch
     c = env.join("c")  # the group is not new any more: no delay
     assert c.statuses == []
+
+
+def test_reported_tasks_must_be_tasks_of_the_topology():
+    env = Env()
+    a = env.join("a")
+    with pytest.raises(InvalidRequestError, match="Subtopology 9 does not exist in the topology."):
+        env.beat("a", a.member_epoch, {(ACTIVE, "9"): frozenset({0})})
+    with pytest.raises(InvalidRequestError, match="Task 6 for subtopology 0 is invalid. Number of tasks for this "
+                                                  "subtopology: 6"):
+        env.beat("a", a.member_epoch, {(ACTIVE, "0"): frozenset({6})})
+    assert env.beat("a", a.member_epoch, dict(a.assignment)).member_epoch == a.member_epoch

@@ -274,6 +274,7 @@ class StreamsGroupCoordinator:
             member = group.members[req.member_id]
         else:
             member = self._known_member(group, req)
+            self._check_owned_tasks(group, req.owned)
         before = member
         member = member.replace(
             process_id=req.process_id if req.process_id is not None else member.process_id,
@@ -327,6 +328,22 @@ class StreamsGroupCoordinator:
             result.statuses.append((StatusCode.ASSIGNMENT_DELAYED,
                                     "Assignment delayed due to the configured initial rebalance delay."))
         return result
+
+    @staticmethod
+    def _check_owned_tasks(group: StreamsGroup, owned: TaskAssignment | None) -> None:
+        """Kafka's throwIfRequestContainsInvalidTasks: with the topology configured, the tasks a
+        member reports must be tasks of it (checked before anything changes)."""
+        configured = group.configured
+        if owned is None or configured is None or not configured.ready:
+            return
+        for (_kind, sid), partitions in sorted(owned.items()):
+            if sid not in configured.tasks:
+                raise InvalidRequestError(f"Subtopology {sid} does not exist in the topology.")
+            count = configured.tasks[sid]
+            for p in sorted(partitions):
+                if not 0 <= p < count:
+                    raise InvalidRequestError(f"Task {p} for subtopology {sid} is invalid. Number of tasks for this "
+                                              f"subtopology: {count}")
 
     @staticmethod
     def _take_topology(group: StreamsGroup, topology: StreamsTopology) -> bool:
