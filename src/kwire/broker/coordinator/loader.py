@@ -45,17 +45,18 @@ after a restart came later than before there were internal topics (benchmarks/RE
 2026-11-27 fourth session, H2).  The hold adds no work before those answers: it looks every
 ``QUIET_MS`` whether requests came, and lets the worker go once a look finds that requests were
 answered and none came since the one before (the clients' start is over), at once when a client is
-refused COORDINATOR_LOAD_IN_PROGRESS (the client waits for the worker: holding would only keep it
-waiting), when ``release()`` is called (``EmbeddedBroker.wait_loaded``), and at the latest
-``HOLD_MS`` after start.  Requests for a small partition are served inside the request meanwhile,
+refused COORDINATOR_LOAD_IN_PROGRESS for a partition (it waits for the worker: holding would only
+keep it waiting; a refused ListGroups, which names none, at the next look), when ``release()`` is
+called (``EmbeddedBroker.wait_loaded``), and at the latest about ``HOLD_MS`` after start.  Requests for a small partition are served inside the request meanwhile,
 as before; those of larger ones are refused, as Kafka's, and end the hold.
 
 A partition that fails to load is logged and stays loading (its requests keep getting the
 retriable error) rather than being served empty.
 
-Tests give an ``executor`` and a ``schedule`` they run by hand and a ``post`` that runs at once,
-and a ``call_later`` whose timers they fire (or none: no hold), to hold the load at any point (``schedule`` runs what follows a load on the loop: the transaction
-state's install and the end, on a turn of their own rather than inside the request).
+Tests give an ``executor`` and a ``schedule`` they run by hand, a ``post`` that runs at once, and
+a ``call_later`` whose timers they fire (or none: no hold), to hold the load at any point
+(``schedule`` runs what follows a load on the loop: the transaction state's install and the end,
+on a turn of their own rather than inside the request).
 """
 
 from __future__ import annotations
