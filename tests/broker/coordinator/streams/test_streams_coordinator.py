@@ -342,3 +342,10 @@ def test_reported_tasks_must_be_tasks_of_the_topology():
                                                   "subtopology: 6"):
         env.beat("a", a.member_epoch, {(ACTIVE, "0"): frozenset({6})})
     assert env.beat("a", a.member_epoch, dict(a.assignment)).member_epoch == a.member_epoch
+
+
+def test_a_heartbeat_for_a_group_that_does_not_exist():
+    env = Env()
+    for epoch in (3, -1):
+        with pytest.raises(GroupIdNotFoundError, match="Streams group nope not found."):
+            env.beat("a", epoch, group="nope")

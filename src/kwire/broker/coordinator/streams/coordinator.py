@@ -263,8 +263,8 @@ class StreamsGroupCoordinator:
         group = self.group(gid)
         was_empty = group is None or not group.members
         if group is None:
-            if req.member_epoch != 0:
-                raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
+            if req.member_epoch != 0:  # Kafka's getStreamsGroupOrThrow
+                raise GroupIdNotFoundError(f"Streams group {gid} not found.")
             group = StreamsGroup(gid)
         settings = self._settings(gid)
         bumped = False
@@ -477,8 +477,10 @@ class StreamsGroupCoordinator:
     def _leave(self, req: StreamsHeartbeat) -> StreamsHeartbeatResult:
         gid = req.group_id
         group = self.group(gid)
-        member = group.members.get(req.member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None:
+            raise GroupIdNotFoundError(f"Streams group {gid} not found.")
+        member = group.members.get(req.member_id)
+        if member is None:
             raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
         self._remove(group, member.member_id, "left")
         self._persist(group)
