@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-# The (topic, partition) pair is the consumer protocol's, in the protocol layer; re-exported here
+# The (topic, partition) pair is the protocol layer's (the consumer protocol's); re-exported here
 # as the client's public type.
-from kwire.protocol.consumer_protocol import TopicPartition
+from kwire.protocol.topic_partition import TopicPartition
 
 __all__ = ["ConsumerRecord", "OffsetAndMetadata", "RecordMetadata", "TopicPartition"]
 

@@ -10,8 +10,8 @@ the fields we read are ignored, and a negative version is refused.
 
 It lives in ``kwire.protocol`` because more than the client reads these bytes: the traffic analyzer
 decodes a SyncGroup's assignment too, and it depends on the protocol layer, not on the client.
-``TopicPartition`` is defined here, as the pair the wire carries, and is the client's public
-``kwire.TopicPartition`` (``kwire.client.types`` re-exports it).
+``TopicPartition`` (``topic_partition``), the pair the wire carries, is re-exported here; it is the
+client's public ``kwire.TopicPartition`` (``kwire.client.types`` re-exports it too).
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from . import messages
 from .errors import DecodeError, EncodeError
+from .topic_partition import TopicPartition
 
 __all__ = [
     "Assignment",
@@ -34,16 +35,6 @@ __all__ = [
     "encode_assignment",
     "encode_subscription",
 ]
-
-
-class TopicPartition(NamedTuple):
-    """A topic's partition: the (topic, partition index) pair the consumer protocol lists."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 _VERSION = struct.Struct(">h")
