@@ -546,7 +546,7 @@ def test_what_loads_inside_requests_is_bounded_until_the_loops_next_turn(data, m
     data_dir, groups, _ = data
     state = BrokerState(load_config(None, data_dir=data_dir), load_coordinators=False)
     first, second = _not_in_the_worker(state, groups)
-    sizes = [loader._log_bytes(data_dir / f"__consumer_offsets-{state.coordinator.store.partition_of(g)}")
+    sizes = [loader._load_cost(data_dir / f"__consumer_offsets-{state.coordinator.store.partition_of(g)}")
              for g in (first, second)]
     monkeypatch.setattr(loader, "INLINE_BYTES", max(sizes) + min(sizes) - 1)  # one fits, not both
     executor = _start_loading(state)
@@ -759,6 +759,27 @@ def test_a_transaction_request_during_the_hold(data, where):
             assert error == LOADING and not held.loader.holding and len(held.reads()) == 1
         held.executor.run_all()
         assert held.loader.done.is_set() and not held.loader.holding and not held.timers.armed()
+    finally:
+        held.state.close()
+
+
+def test_a_rest_of_many_small_partitions_waits_for_the_worker(data, monkeypatch):
+    """Each partition counts PARTITION_COST_BYTES besides its bytes (opening it costs the loop
+    about as much as 4 KiB of commits): a transaction request needing the rest of several small
+    partitions is refused and the worker reads them, while one small partition asked for still
+    loads inside its request."""
+    monkeypatch.setattr(loader, "PARTITION_COST_BYTES", loader.INLINE_BYTES // 3)  # 3 do not fit, 1 does
+    data_dir, groups, _ = data
+    held = Held(data_dir)
+    try:
+        assert len(held.state.coordinator.loading_partitions) == 4
+        held.requests += 1
+        assert init(held.state, "tx")[0] == LOADING
+        assert held.loader.inline_loads == 0 and not held.loader.holding and len(held.reads()) == 1
+        asked = _not_in_the_worker(held.state, groups)[0]
+        assert _fetch(held.state, asked)[0] == NONE and held.loader.inline_loads == 1
+        held.executor.run_all()
+        assert held.loader.done.is_set() and init(held.state, "tx")[0] == NONE
     finally:
         held.state.close()
 

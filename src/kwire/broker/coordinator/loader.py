@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from ..transactions import TransactionCoordinator
     from .coordinator import GroupCoordinator
 
-__all__ = ["HOLD_MS", "INLINE_BYTES", "QUIET_MS", "CoordinatorLoader", "Executor"]
+__all__ = ["HOLD_MS", "INLINE_BYTES", "PARTITION_COST_BYTES", "QUIET_MS", "CoordinatorLoader", "Executor"]
 
 logger = logging.getLogger("kwire.broker.coordinator.loader")
 
@@ -87,6 +87,13 @@ logger = logging.getLogger("kwire.broker.coordinator.loader")
 # load in the process, which builds the record codecs); 256 KiB cost ~30 ms.  A test suite's
 # groups take a few KiB per partition.
 INLINE_BYTES = 32 * 1024
+# Opening a partition (its segment, indexes and producer snapshot) before its replay costs the
+# loop about as much as 4 KiB of commits: measured (2026-11-27 fourth session, H2, a loaded VM),
+# the first transactional request after a 50-group restart loaded the 45 partitions left, a few
+# hundred bytes each, inside the request: 44-66 ms of CPU.  Each partition counts this much
+# besides its bytes, so one small partition still loads inside its request but a rest of many
+# waits for the worker (the request refused, as Kafka's).
+PARTITION_COST_BYTES = 4 * 1024
 
 # The worker's hold after start (see the module's doc): every QUIET_MS the loader looks whether
 # requests came; it lets the worker go once requests were answered and none came during the last
@@ -117,15 +124,23 @@ def _log_bytes(directory: Path) -> int:
         return 0
 
 
-def _topic_bytes(data_dir: Path, topic: str) -> int:
-    """The bytes of the segments of every partition of ``topic`` in ``data_dir``."""
+def _load_cost(directory: Path) -> int:
+    """What loading a partition costs the loop, counted in bytes of log against the inline
+    budget: its segments' bytes and ``PARTITION_COST_BYTES`` for opening it (a missing one: 0)."""
+    if not directory.is_dir():
+        return 0
+    return _log_bytes(directory) + PARTITION_COST_BYTES
+
+
+def _topic_cost(data_dir: Path, topic: str) -> int:
+    """``_load_cost`` of every partition of ``topic`` in ``data_dir``."""
     prefix = f"{topic}-"
     try:
         with os.scandir(data_dir) as entries:
             dirs = [e.path for e in entries if e.name.startswith(prefix)]
     except FileNotFoundError:
         return 0
-    return sum(_log_bytes(Path(d)) for d in dirs)
+    return sum(_load_cost(Path(d)) for d in dirs)
 
 
 class CoordinatorLoader:
@@ -241,7 +256,7 @@ class CoordinatorLoader:
         if self._closed or partition not in self._remaining:
             return
         if self._data_dir is not None and self._take_turn_bytes(
-                _log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{partition}")):
+                _load_cost(self._data_dir / f"{OFFSETS_TOPIC}-{partition}")):
             self._remaining.remove(partition)
             self._load_inline(partition)
             return
@@ -282,8 +297,10 @@ class CoordinatorLoader:
         is left, loaded here if small in all (``_after_load`` installs it)."""
         if not self._txn_to_read or self._data_dir is None:
             return
-        left = sum(_log_bytes(self._data_dir / f"{OFFSETS_TOPIC}-{p}") for p in self._remaining)
-        if not self._take_turn_bytes(left + _topic_bytes(self._data_dir, TRANSACTION_STATE_TOPIC)):
+        if len(self._remaining) * PARTITION_COST_BYTES > self._inline_bytes - self._turn_bytes:
+            return  # too many partitions: not even their directories are listed
+        left = sum(_load_cost(self._data_dir / f"{OFFSETS_TOPIC}-{p}") for p in self._remaining)
+        if not self._take_turn_bytes(left + _topic_cost(self._data_dir, TRANSACTION_STATE_TOPIC)):
             return
         self._txn_wanted = False
         while self._remaining:
