@@ -11,8 +11,9 @@ Layout: ``network`` (connections, frames) -> ``dispatch`` (header, versions, err
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from ..lazy_exports import LazyExports
 
 __all__ = ["Broker", "BrokerConfig", "ConfigError", "EmbeddedBroker", "load_config"]
 
@@ -24,18 +25,13 @@ if TYPE_CHECKING:
 # Imported on first use (PEP 562): the server pulls in every handler, the storage and both
 # coordinators (about 0.15 s), which a command that only reads an ACL file or a config, or a
 # test that imports ``kwire.broker.storage``, does not need.
-_HOMES = {"Broker": ".server", "BrokerConfig": ".config", "ConfigError": ".config", "EmbeddedBroker": ".embedded",
-          "load_config": ".config"}
+_exports = LazyExports(__name__, {"Broker": "server", "BrokerConfig": "config", "ConfigError": "config",
+                                  "EmbeddedBroker": "embedded", "load_config": "config"}, globals())
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+def __getattr__(name: str) -> Any:
+    return _exports.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return _exports.names()
