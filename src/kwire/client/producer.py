@@ -89,6 +89,7 @@ from .producer_bulk import BulkDelivery
 from .producer_core import (
     CODECS,
     TopicRoute,
+    accumulator_for,
     append_run_step,
     bulk_groups,
     bulk_keys,
@@ -218,11 +219,7 @@ class AsyncProducer:
             await cluster.close()
             raise
         idempotence = self._idem = IdempotenceState(transactional=self._txn is not None) if self._idempotent else None
-        assert config.delivery_timeout_ms is not None  # ProducerConfig derives it when not set
-        self._accumulator = RecordAccumulator(
-            batch_size=max(1, config.batch_size), linger=config.linger_ms / 1000,
-            delivery_timeout=config.delivery_timeout_ms / 1000, buffer_memory=config.buffer_memory,
-            compression=self._compression, batch_records=config.batch_num_messages)
+        self._accumulator = accumulator_for(config)
         self._sender = Sender(cluster, self._accumulator, config, deliver=self._complete_batch,
                               idempotence=idempotence, legacy=self._legacy, topics=lambda: self._topics,
                               max_produce_version=self._max_produce_version, transactions=self._txn)

@@ -36,7 +36,7 @@ from kwire.protocol.errors import ProtocolError
 from kwire.protocol.records.bulk import encode_headers
 from kwire.protocol.schema import api_name
 
-from .accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator
+from .accumulator import BATCH_OVERHEAD, ProducerBatch
 from .backoff import Backoff
 from .config import ProducerConfig
 from .errors import (
@@ -53,8 +53,8 @@ from .metadata import BrokerInfo, ClusterMetadata, metadata_request
 from .partitioner import Partitioner
 from .producer_bulk import BulkDelivery
 from .producer_core import (
-    CODECS,
     TopicRoute,
+    accumulator_for,
     append_run_step,
     bulk_groups,
     bulk_keys,
@@ -254,7 +254,6 @@ class BlockingProducer(SenderCore):
         if why is not None:
             raise NotBlockingCapable(why)
         self.config = config
-        assert config.delivery_timeout_ms is not None  # ProducerConfig derives it when not set
         self._request_timeout = config.request_timeout_ms / 1000
         self._max_block = config.max_block_ms / 1000
         self._max_request_size = config.max_request_size
@@ -275,11 +274,7 @@ class BlockingProducer(SenderCore):
         self._to_connect: set[int] = set()   # nodes the last round wanted a connection to
         self._producer_id_due = False        # the last round wanted a producer id
         self._idempotent = bool(config.enable_idempotence)
-        accumulator = RecordAccumulator(
-            batch_size=max(1, config.batch_size), linger=config.linger_ms / 1000,
-            delivery_timeout=config.delivery_timeout_ms / 1000, buffer_memory=config.buffer_memory,
-            compression=CODECS[config.compression_type], batch_records=config.batch_num_messages)
-        super().__init__(accumulator, config, deliver=self._complete_batch,
+        super().__init__(accumulator_for(config), config, deliver=self._complete_batch,
                          idempotence=IdempotenceState() if self._idempotent else None, legacy=False,
                          metadata=lambda: self._snapshot,
                          backoff=Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms))

@@ -23,12 +23,13 @@ from .producer_errors import RecordTooLargeError
 from .types import TopicPartition
 
 if TYPE_CHECKING:
+    from .config import ProducerConfig
     from .metadata import ClusterMetadata
     from .partitioner import Partitioner
     from .producer_bulk import BulkDelivery
     from .transactions import TransactionManager
 
-__all__ = ["CODECS", "TopicRoute", "append_run_step", "bulk_groups", "bulk_keys", "bytes_column", "checked_timestamp",
+__all__ = ["CODECS", "TopicRoute", "accumulator_for", "append_run_step", "bulk_groups", "bulk_keys", "bytes_column", "checked_timestamp",
            "complete_bulk", "record_fields", "too_large", "topic_metadata_error"]
 
 CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -122,6 +123,16 @@ class TopicRoute:
         self.partitions = [TopicPartition(topic, p) for p in range(count)]
 
 
+
+
+def accumulator_for(config: ProducerConfig) -> RecordAccumulator:
+    """The accumulator a producer with ``config`` batches into (batch.size, linger.ms,
+    delivery.timeout.ms, buffer.memory, compression.type, batch.num.messages)."""
+    assert config.delivery_timeout_ms is not None  # ProducerConfig derives it when not set
+    return RecordAccumulator(
+        batch_size=max(1, config.batch_size), linger=config.linger_ms / 1000,
+        delivery_timeout=config.delivery_timeout_ms / 1000, buffer_memory=config.buffer_memory,
+        compression=CODECS[config.compression_type], batch_records=config.batch_num_messages)
 
 
 def too_large(size: int, max_request_size: int, buffer_memory: int) -> RecordTooLargeError:
