@@ -8,6 +8,8 @@ import os
 import random
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -393,3 +395,19 @@ def test_a_worker_is_waited_on_past_fd_setsize(tmp_path, worker):
         for fd in held:
             os.close(fd)
         log.close()
+
+
+def test_a_worker_whose_broker_closed_on_unread_answers_exits_quietly():
+    """The broker stopping mid-clean closes its end with the worker's answers unread: the worker's
+    next read is a connection reset, which ends it with status 0 and no traceback (a CLI run of
+    `kwire broker` stopped during a clean printed one)."""
+    script = (
+        "import os, socket, sys\n"
+        "from kwire.broker.storage import cleaner_worker\n"
+        "worker, broker = socket.socketpair()\n"
+        "worker.sendall(b'an answer the broker never reads')\n"
+        "broker.close()\n"
+        "sys.exit(cleaner_worker.main(['worker', str(worker.detach()), str(os.getppid())]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")

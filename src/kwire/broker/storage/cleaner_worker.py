@@ -250,6 +250,15 @@ def _die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return _serve(argv)
+    except ConnectionError:
+        # The broker closed its end (it stopped, or gave up on this clean): nothing to answer,
+        # and not an error worth a traceback in the broker's log.
+        return 0
+
+
+def _serve(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     parent = int(argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the broker decides when we stop
