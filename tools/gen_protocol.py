@@ -236,10 +236,11 @@ def build(shared: Path, extra_dir: Path = EXTRA) -> dict:
         if "apiKey" in (n or o):
             entry["apiKey"] = (n or o)["apiKey"]
         messages[name] = entry
-    # Coordinator records the shared set lacks (KIP-1071's StreamsGroup*, Kafka 4.1+) come from kwire's extra set.
-    record_files = sorted((shared / "coordinator-records").glob("*.json")) + \
-        sorted((extra_dir / "coordinator-records").glob("*.json"))
-    for path in record_files:
+    # Coordinator records the shared set lacks (KIP-1071's StreamsGroup*, Kafka 4.1+) come from kwire's extra set,
+    # and a file there of a shared file's name takes its place (a record Kafka 4.3 grew, e.g. KIP-1251's epochs).
+    record_files = {p.name: p for p in sorted((shared / "coordinator-records").glob("*.json"))}
+    record_files.update({p.name: p for p in sorted((extra_dir / "coordinator-records").glob("*.json"))})
+    for path in record_files.values():
         d = load_definition(path)
         if d["type"] != "data" or d["name"] in messages:
             raise SystemExit(f"gen_protocol: {path.name}: not a new data message")

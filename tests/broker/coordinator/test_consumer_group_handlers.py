@@ -160,6 +160,37 @@ def test_members_and_assignments_survive_a_restart(tmp_path):
     broker.close()
 
 
+def test_an_older_epochs_commit_of_kept_partitions_holds_across_a_restart(tmp_path):
+    """KIP-1251: the epoch each partition was assigned at is written with the member's assignment
+    (Kafka 4.3's tagged AssignmentEpochs), so after a restart a member still sending the epoch
+    before its last bump commits the partitions it kept, and only those."""
+    broker = Broker(tmp_path)
+    broker.topics.add("t", 4)
+    t = broker.topics.get("t").topic_id
+
+    async def first():
+        await join_consumer(broker, "a")
+        await join_consumer(broker, "b")
+        a = await heartbeat(broker, "a", 1, owned={t: [0, 1, 2, 3]})
+        kept = assigned(a)[t]
+        assert (await heartbeat(broker, "a", 1, owned={t: kept})).member_epoch == 2
+        return kept
+
+    kept = run(first())
+    gone = sorted({0, 1, 2, 3} - set(kept))
+    broker = broker.reopen()
+    member = broker.consumer_groups.group("g").members["a"]
+    assert {p: member.assignment_epoch(t, p) for p in kept} == {p: 1 for p in kept}
+
+    async def second():
+        assert await commit(broker, "g", {("t", kept[0]): 7}, generation=1, member_id="a") == {("t", kept[0]): NONE}
+        assert await commit(broker, "g", {("t", gone[0]): 7}, generation=1, member_id="a") == \
+            {("t", gone[0]): StaleMemberEpochError.code}
+
+    run(second())
+    broker.close()
+
+
 def test_record_types_are_kafkas(tmp_path):
     broker = Broker(tmp_path)
     broker.topics.add("t", 1)

@@ -68,12 +68,13 @@ class ConsumerGroupCurrentMemberAssignmentValue(Data):
     class TopicPartitions(Struct):
         """An element of ``ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions``."""
 
-        __slots__ = ("topic_id", "partitions", "unknown_tags")
-        _attrs = ("topic_id", "partitions")
-        _values = attrgetter("topic_id", "partitions")
+        __slots__ = ("topic_id", "partitions", "assignment_epochs", "unknown_tags")
+        _attrs = ("topic_id", "partitions", "assignment_epochs")
+        _values = attrgetter("topic_id", "partitions", "assignment_epochs")
 
         topic_id: uuid.UUID  # TopicId: versions 0
         partitions: list[int]  # Partitions: versions 0
+        assignment_epochs: list[int] | None  # AssignmentEpochs: versions 0, nullable 0, tagged 0 (tag 0)
         unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
 
         def __init__(
@@ -81,10 +82,12 @@ class ConsumerGroupCurrentMemberAssignmentValue(Data):
             *,
             topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[int] = MISSING,
+            assignment_epochs: list[int] | None = MISSING,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.topic_id = topic_id
             self.partitions = [] if partitions is MISSING else partitions
+            self.assignment_epochs = [] if assignment_epochs is MISSING else assignment_epochs
             self.unknown_tags = unknown_tags
 
     member_epoch: int  # MemberEpoch: versions 0

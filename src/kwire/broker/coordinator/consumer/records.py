@@ -50,6 +50,26 @@ def _parts(rows) -> dict[uuid.UUID, frozenset[int]]:
     return {r.topic_id: frozenset(r.partitions) for r in rows or () if r.partitions}
 
 
+def _held(cls, parts, member: ConsumerMember) -> list:
+    """A member's partitions with Kafka 4.3's tagged AssignmentEpochs (KIP-1251), aligned with them."""
+    rows = _tps(cls, parts)
+    for row in rows:
+        row.assignment_epochs = [member.assignment_epoch(row.topic_id, p) for p in row.partitions]
+    return rows
+
+
+def _epochs(*row_lists) -> dict[tuple[uuid.UUID, int], int]:
+    """The assignment epochs a record carries; none for one a coordinator before KIP-1251 wrote
+    (its partitions then count as assigned at the member's epoch, the strict answer)."""
+    out: dict[tuple[uuid.UUID, int], int] = {}
+    for rows in row_lists:
+        for r in rows or ():
+            epochs = r.assignment_epochs or ()
+            if len(epochs) == len(r.partitions or ()):
+                out.update(((r.topic_id, p), e) for p, e in zip(r.partitions, epochs, strict=True))
+    return out
+
+
 def group_epoch_record(group: ConsumerGroup) -> Record:
     return (encode_key(m.ConsumerGroupMetadataKey(group_id=group.group_id)),
             encode_value(m.ConsumerGroupMetadataValue(epoch=group.group_epoch), 0))
@@ -100,8 +120,8 @@ def current_assignment_record(group_id: str, member: ConsumerMember | None, memb
         return key, None
     V = m.ConsumerGroupCurrentMemberAssignmentValue
     value = V(member_epoch=member.member_epoch, previous_member_epoch=member.previous_member_epoch,
-              state=int(member.state), assigned_partitions=_tps(V.TopicPartitions, member.assigned),
-              partitions_pending_revocation=_tps(V.TopicPartitions, member.pending_revocation))
+              state=int(member.state), assigned_partitions=_held(V.TopicPartitions, member.assigned, member),
+              partitions_pending_revocation=_held(V.TopicPartitions, member.pending_revocation, member))
     return key, encode_value(value, 0)
 
 
@@ -213,6 +233,8 @@ def rebuild(group_id: str, records: Any) -> ConsumerGroup | None:
             previous_member_epoch=cur.previous_member_epoch if cur is not None else 0, state=state,
             assigned=_parts(cur.assigned_partitions) if cur is not None else {},
             pending_revocation=_parts(cur.partitions_pending_revocation) if cur is not None else {},
+            assignment_epochs=_epochs(cur.assigned_partitions, cur.partitions_pending_revocation)
+            if cur is not None else {},
             classic=classic_meta))
     for member_id in list(group.target):
         if member_id not in group.members:
