@@ -25,6 +25,7 @@ from kwire.protocol.errors import (
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
+    UnsupportedVersionError,
 )
 
 SESSION, INTERVAL, REBALANCE = 45_000, 5_000, 30_000
@@ -261,6 +262,9 @@ def test_offset_commit_and_fetch_check_the_member_epoch(cg, topics):
     assert cg.check_offset_commit("g", "a", 1) == 0
     assert cg.check_offset_commit("g", "a", 0, partitions=[("t", 0)]) == StaleMemberEpochError.code
     assert cg.check_offset_commit("g", "a", 2, partitions=[("t", 0)]) == StaleMemberEpochError.code  # newer
+    # Kafka: a member of the consumer protocol commits with OffsetCommit v9+ (its epoch is no generation).
+    assert cg.check_offset_commit("g", "a", 1, api_version=8) == UnsupportedVersionError.code
+    assert cg.check_offset_commit("g", "a", 1, api_version=8, transactional=True) == 0
     assert cg.check_offset_commit("g", "zz", 1) == UnknownMemberIdError.code
     assert cg.check_offset_commit("g", "", -1) == UnknownMemberIdError.code  # members: not from outside
     assert cg.check_offset_fetch("g", "a", 1) == 0 and cg.check_offset_fetch("g", None, -1) == 0

@@ -300,7 +300,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     # A KIP-848 group checks the member epoch; its offsets are then stored as any group's.
     consumer_error = None if group_denied else broker.consumer_groups.check_offset_commit(
         request.group_id or "", (request.member_id or "") if v >= 1 else "",
-        request.generation_id_or_member_epoch if v >= 1 else -1,
+        request.generation_id_or_member_epoch if v >= 1 else -1, api_version=v,
         partitions=[(e.topic, e.partition) for e in entries])
     if not group_denied and is_share_group(broker, request.group_id or ""):
         consumer_error = GroupIdNotFoundError.code  # Kafka: a share group has no committed offsets
@@ -308,7 +308,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         # A KIP-1071 streams group checks its member epochs the same way (StreamsGroup.validateOffsetCommit).
         consumer_error = broker.streams_groups.check_offset_commit(
             request.group_id or "", (request.member_id or "") if v >= 1 else "",
-            request.generation_id_or_member_epoch if v >= 1 else -1)
+            request.generation_id_or_member_epoch if v >= 1 else -1, api_version=v)
     if group_denied:
         errors = []
     elif consumer_error:

@@ -21,6 +21,7 @@ from kwire.protocol.errors import (
     InvalidRequestError,
     StreamsInvalidTopologyError,
     UnknownMemberIdError,
+    UnsupportedVersionError,
 )
 
 
@@ -227,6 +228,9 @@ def test_offset_commits_check_the_member_epoch_and_delete_waits_for_an_empty_gro
     a = env.join("a")
     assert env.coord.check_offset_commit("app", "a", a.member_epoch) == 0
     assert env.coord.check_offset_commit("app", "a", a.member_epoch - 1) != 0
+    # Kafka: a member of the streams protocol commits with OffsetCommit v9+.
+    assert env.coord.check_offset_commit("app", "a", a.member_epoch, api_version=8) == UnsupportedVersionError.code
+    assert env.coord.check_offset_commit("app", "a", a.member_epoch, api_version=8, transactional=True) == 0
     assert env.coord.check_offset_commit("app", "x", 1) != 0
     assert env.coord.check_offset_commit("other", "a", 1) is None
     assert env.coord.delete_group("app") != 0

@@ -48,6 +48,7 @@ from kwire.protocol.errors import (
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
+    UnsupportedVersionError,
 )
 
 from ...topics import is_internal
@@ -511,7 +512,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
     # ------------------------------------------------------------------ offsets
 
     def check_offset_commit(self, group_id: str, member_id: str, member_epoch: int, *,
-                            transactional: bool = False,
+                            transactional: bool = False, api_version: int = 9,
                             partitions: Collection[tuple[str, int]] = ()) -> int | None:
         """None (not a consumer group), 0 or the error of an OffsetCommit (TxnOffsetCommit) to a
         consumer group, as Kafka 4.3's ConsumerGroup.validateOffsetCommit: a commit from outside
@@ -519,7 +520,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
         epoch commits anything; a newer one is refused; an older one (KIP-1251: the heartbeat that
         bumped it has not reached the client yet) commits ``partitions`` (topic name, partition)
         only if the member still holds each of them since an epoch no later than the one sent.
-        One partition failing refuses the whole commit, as Kafka's validator does."""
+        One partition failing refuses the whole commit, as Kafka's validator does.  A member of the
+        consumer protocol must commit with OffsetCommit v9+ (UNSUPPORTED_VERSION, as Kafka)."""
         group = self.group(group_id)
         if group is None:
             return None
@@ -530,6 +532,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
         member = group.members.get(member_id)
         if member is None:
             return UnknownMemberIdError.code
+        if not transactional and member.classic is None and api_version < 9:
+            return UnsupportedVersionError.code  # its epoch only fits v9's MemberEpoch, not a generation
         if member_epoch == member.member_epoch:
             return 0
         # A classic member's epoch is its generation: it must match (ILLEGAL_GENERATION, as in a classic group).

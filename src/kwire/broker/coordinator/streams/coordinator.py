@@ -45,6 +45,7 @@ from kwire.protocol.errors import (
     NonEmptyGroupError,
     StaleMemberEpochError,
     UnknownMemberIdError,
+    UnsupportedVersionError,
 )
 
 from ..consumer.reconciliation import reconcile
@@ -531,7 +532,7 @@ class StreamsGroupCoordinator:
     # ------------------------------------------------------------------ offsets
 
     def check_offset_commit(self, group_id: str, member_id: str, member_epoch: int, *,
-                            transactional: bool = False) -> int | None:
+                            transactional: bool = False, api_version: int = 9) -> int | None:
         """None (not a streams group), 0 or the error of an OffsetCommit to a streams group (Kafka's
         StreamsGroup.validateOffsetCommit): from outside the group (epoch < 0) only while it is
         empty, else the member must exist and send its current epoch."""
@@ -545,6 +546,8 @@ class StreamsGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return UnknownMemberIdError.code
+        if not transactional and api_version < 9:
+            return UnsupportedVersionError.code  # Kafka: members of the streams protocol commit with v9+
         if member_epoch != member.member_epoch:
             return IllegalGenerationError.code if transactional else StaleMemberEpochError.code
         return 0
