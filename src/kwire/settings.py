@@ -20,7 +20,6 @@ import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -48,11 +47,22 @@ class SettingType:
     optional: bool = False  # the annotation allows None
 
 
-# What the messages call each kind ("port must be an integer, got 'x'").
+# What the messages call each kind ("port must be an integer, got 'x'"); Path's below.
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-               Path: "a path string", tuple: "a list of strings"}
-_KINDS = tuple(_TYPE_WORDS)
+               tuple: "a list of strings"}
 _INTEGER = re.compile(r"[+-]?\d+")  # what Java's Integer.parseInt takes: no "1_000", no "1e3"
+
+
+def _is_path(kind: Any) -> bool:
+    """Whether ``kind`` is pathlib.Path.  Only a module that imported pathlib can annotate a
+    setting with Path, so pathlib is not imported here: with urllib.parse and ipaddress it is a
+    few ms of the start-up of every client command line, whose settings have no paths (issue 24)."""
+    pathlib = sys.modules.get("pathlib")
+    return pathlib is not None and kind is pathlib.Path
+
+
+def _words(kind: type) -> str:
+    return "a path string" if _is_path(kind) else _TYPE_WORDS[kind]
 
 
 def value_type(hint: Any) -> SettingType:
@@ -67,7 +77,7 @@ def value_type(hint: Any) -> SettingType:
     kind = typing.get_origin(hint) or hint
     if kind is list:  # read as a tuple: configs are frozen, their lists too
         kind = tuple
-    if kind not in _KINDS:
+    if kind not in _TYPE_WORDS and not _is_path(kind):
         raise TypeError(f"settings of type {hint!r} are not supported")
     return SettingType(kind, optional)
 
@@ -115,17 +125,18 @@ def coerce(name: str, value: Any, kind: type, *, parse_text: bool = False) -> An
     """
     if kind is tuple:
         return _coerce_list(name, value)
-    if parse_text and isinstance(value, str) and kind is not str and kind is not Path:
+    path = _is_path(kind)
+    if parse_text and isinstance(value, str) and kind is not str and not path:
         return _parse(name, value, kind)
-    if kind is Path:
-        if isinstance(value, (str, Path)):
-            return Path(value)
+    if path:
+        if isinstance(value, (str, kind)):
+            return kind(value)
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     elif isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
         return value
-    raise ConfigError(f"{name} must be {_TYPE_WORDS[kind]}, got {value!r}")
+    raise ConfigError(f"{name} must be {_words(kind)}, got {value!r}")
 
 
 def _parse(name: str, text: str, kind: type) -> Any:
@@ -139,7 +150,7 @@ def _parse(name: str, text: str, kind: type) -> Any:
             return float(word)
         except ValueError:
             pass
-    raise ConfigError(f"{name} must be {_TYPE_WORDS[kind]}, got {text!r}")
+    raise ConfigError(f"{name} must be {_words(kind)}, got {text!r}")
 
 
 def _coerce_list(name: str, value: Any) -> tuple[str, ...]:

@@ -6,7 +6,6 @@ the command line, and the command line without loading the analyzer.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
@@ -28,7 +27,12 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, file: 
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
     is_terminal = getattr(out, "isatty", lambda: False)()
-    total = shutil.get_terminal_size((120, 24)).columns if is_terminal else sum(widths) + 2 * len(widths)
+    if is_terminal:
+        import shutil  # only on a terminal: with bz2 and lzma a few ms of a command's start-up
+
+        total = shutil.get_terminal_size((120, 24)).columns
+    else:
+        total = sum(widths) + 2 * len(widths)
     while sum(widths) + 2 * (len(widths) - 1) > total and max(widths) > 12:
         widest = widths.index(max(widths))
         widths[widest] -= 1

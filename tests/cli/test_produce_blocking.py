@@ -53,6 +53,22 @@ def test_a_plain_produce_imports_no_asyncio(broker):
     assert asyncio_side(modules) == set()
 
 
+# Standard-library modules a plain produce into a pipe has no use for: pathlib with urllib.parse
+# and ipaddress (a .properties path or a bracketed IPv6 address imports them when there is one),
+# shutil with bz2 and lzma (argparse's help formatter and a table measure the terminal only when
+# they write help, or to a terminal).  Each was a few ms of every command line's start-up.
+START_UP_UNUSED = {"pathlib", "urllib.parse", "ipaddress", "shutil", "bz2", "lzma"}
+
+
+def test_a_plain_produce_imports_no_path_or_terminal_modules(broker, tmp_path):
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes(b"one\ntwo\n")
+    for argv in (["a", "b"], ["-f", str(lines)]):
+        modules = loaded_by("produce", "blocking-imports", "-b", broker.bootstrap, *argv)
+        assert "kwire.client.producer_blocking" in modules, argv
+        assert START_UP_UNUSED & modules == set(), argv
+
+
 def test_transactions_take_the_asyncio_producer(broker):
     # A transactional producer must init_transactions first: the asyncio Producer says so, as before.
     modules_error = subprocess.run(

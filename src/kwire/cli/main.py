@@ -22,7 +22,7 @@ if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") =
 import argparse  # noqa: E402 - after the handler, which should cover every import
 import importlib  # noqa: E402
 from collections.abc import Iterable  # noqa: E402
-from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 from kwire import __version__  # noqa: E402
 
@@ -37,14 +37,48 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help formatter, measuring the terminal only when it writes text (help, usage,
+    an error).  argparse makes a formatter for every add_argument (to check the metavar), and
+    the stock one measures the terminal through shutil at once: shutil (with bz2 and lzma) was a
+    few ms of every command line's start-up, which only --help and errors need (issue 24)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        self._measure = width is None
+        self._asked_help_position = max_help_position
+        super().__init__(prog, indent_increment, max_help_position, 80 if width is None else width)
+
+    def format_help(self) -> str:
+        if self._measure:  # what HelpFormatter.__init__ does with width=None
+            import shutil
+
+            self._measure = False
+            self._width = shutil.get_terminal_size().columns - 2
+            self._max_help_position = min(self._asked_help_position,
+                                          max(self._width - 20, self._indent_increment * 2))
+        return super().format_help()
+
+
+class KwireArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose help formatter measures the terminal only when it writes (see
+    _HelpFormatter); the subcommands' parsers are of this class too (argparse makes them of
+    their parent's class)."""
+
+    def __init__(self, *args: Any, formatter_class: type[argparse.HelpFormatter] = _HelpFormatter,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
 def build_parser(only: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The ``kwire`` parser with every command, or with just the commands in ``only``."""
-    parser = argparse.ArgumentParser(
+    parser = KwireArgumentParser(
         prog="kwire",
         description="Kafka's wire protocol in Python: codec, client, broker, analyzer.",
     )
     parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # prog given: argparse would format the usage to find it (measuring the terminal).
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=parser.prog)
     sub.required = True
     wanted = COMMANDS if only is None else [name for name in COMMANDS if name in set(only)]
     for name in wanted:
@@ -74,8 +108,11 @@ def _accelerator_file_exists() -> bool:
 
     import kwire
 
-    records = Path(kwire.__file__).parent / "protocol" / "records"
-    return any((records / f"_layout{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+    # os.path, not pathlib: pathlib (with urllib.parse and ipaddress) is not otherwise imported
+    # by a client command line.
+    records = os.path.join(os.path.dirname(kwire.__file__), "protocol", "records")
+    return any(os.path.isfile(os.path.join(records, f"_layout{suffix}"))
+               for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 class _VersionAction(argparse.Action):

@@ -38,15 +38,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..settings import ConfigError, check_choice, check_range, coerce, did_you_mean, setting_types
 from .partitioner import PARTITIONERS
+
+if TYPE_CHECKING:
+    from pathlib import Path  # load_properties imports it when called: pathlib (with urllib.parse
+    # and ipaddress) is a few ms of every client command line's start-up (issue 24)
 
 __all__ = [
     "ASSIGNORS",
@@ -122,11 +124,29 @@ def _kafka_name(name: str) -> str:
 C = TypeVar("C", bound="CommonConfig")
 
 
-@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
+class _Signature:
+    """``inspect.signature`` of a config class (help(), editors): its settings with their
+    defaults, as @dataclass's generated __init__ showed them; made only when asked for."""
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        import inspect
+
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([inspect.Parameter(f.name, kind, default=f.default, annotation=f.type)
+                                  for f in dataclasses.fields(owner)], return_annotation=None)
+
+
+# __init__, repr, == and hash are CommonConfig's own (written once over the fields, below), not
+# generated for each class by @dataclass: compiling an __init__ of ~60 parameters for each of
+# four classes was half of this module's import, which every client command line pays (issue
+# 24).  The fields stay dataclass fields (kwire.settings reads them; dataclasses.fields and
+# replace work as before) and the classes frozen dataclasses (a subclass may be one too).
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class CommonConfig:
     """The settings every client takes."""
 
     ROLE: ClassVar[str] = "client"
+    __signature__ = _Signature()
     # Fields that are None when not given and derived on construction (see the module docstring).
     _DERIVED: ClassVar[tuple[str, ...]] = ()
 
@@ -180,6 +200,29 @@ class CommonConfig:
     client_rack: str = ""
 
     # -- construction -----------------------------------------------------------------------------
+    def __init__(self, *args: Any, **settings: Any) -> None:
+        """The settings by field name (``linger_ms=5``; positionally in field order, as a
+        dataclass takes them), each parsed and checked; the others at their defaults."""
+        fields = _fields(type(self))
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__qualname__}() takes {len(fields)} settings, {len(args)} were given")
+        for name, value in zip(fields, args, strict=False):  # fewer args than fields: the rest by name
+            if name in settings:
+                raise TypeError(f"{type(self).__qualname__}() got multiple values for {name!r}")
+            settings[name] = value
+        unknown = [name for name in settings if name not in fields]
+        if unknown:
+            raise TypeError(f"{type(self).__qualname__}() got an unexpected keyword argument {unknown[0]!r}")
+        for name, f in fields.items():
+            if name in settings:
+                value = settings[name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            else:  # a default_factory (no config field has neither)
+                value = f.default_factory()  # type: ignore[operator]
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
         given = {name for name in self._DERIVED if getattr(self, name) is not None}
         object.__setattr__(self, "_given", frozenset(given))
@@ -296,8 +339,11 @@ class CommonConfig:
         return [parse_host_port(address) for address in self.bootstrap_servers]
 
 
-@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class ProducerConfig(CommonConfig):
+    """A producer's settings (Kafka's ProducerConfig): the common ones and batching, acks,
+    idempotence, delivery timeout, partitioner, transactions."""
+
     ROLE: ClassVar[str] = "producer"
     _DERIVED: ClassVar[tuple[str, ...]] = ("enable_idempotence", "delivery_timeout_ms")
 
@@ -372,8 +418,11 @@ class ProducerConfig(CommonConfig):
                               f"got {self.delivery_timeout_ms}")
 
 
-@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class ConsumerConfig(CommonConfig):
+    """A consumer's settings (Kafka's ConsumerConfig): the common ones and the group, offsets,
+    fetching and isolation."""
+
     ROLE: ClassVar[str] = "consumer"
     _DERIVED: ClassVar[tuple[str, ...]] = ("enable_auto_commit",)
 
@@ -440,8 +489,10 @@ class ConsumerConfig(CommonConfig):
         return "cooperative" if protocols == {"cooperative"} else "eager"
 
 
-@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: CommonConfig's
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class AdminConfig(CommonConfig):
+    """An admin client's settings (Kafka's AdminClientConfig): the common ones."""
+
     ROLE: ClassVar[str] = "admin"
 
     # Java's AdminClientConfig default is 5 minutes, not the producer's and consumer's 9.
@@ -471,6 +522,8 @@ def parse_host_port(address: str) -> tuple[str, int]:
         host, bracket, rest = text[1:].partition("]")
         if not bracket:
             raise ValueError(f"{address!r} has no ']' after its IPv6 address")
+        import ipaddress  # only for a bracketed address (see the TYPE_CHECKING import of Path)
+
         try:
             ipaddress.IPv6Address(host)
         except ValueError:
@@ -570,19 +623,20 @@ _JAAS_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
     "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
 }
-_JAAS_LINE = re.compile(r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
-                        r"(?P<options>(?:\s+[\w.-]+\s*=\s*(?:\"(?:[^\"\\]|\\.)*\"|[^\s;\"]+))*)\s*;\s*", re.S)
-_JAAS_OPTION = re.compile(r"([\w.-]+)\s*=\s*(?:\"((?:[^\"\\]|\\.)*)\"|([^\s;\"]+))", re.S)
+# A JAAS line and its options, compiled when a sasl.jaas.config is first read (not at every import).
+_JAAS_LINE = (r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
+              r"(?P<options>(?:\s+[\w.-]+\s*=\s*(?:\"(?:[^\"\\]|\\.)*\"|[^\s;\"]+))*)\s*;\s*")
+_JAAS_OPTION = r"([\w.-]+)\s*=\s*(?:\"((?:[^\"\\]|\\.)*)\"|([^\s;\"]+))"
 
 
 def _parse_jaas(text: str) -> tuple[str, dict[str, str]]:
     """(login module, options) of a one-module JAAS line.  Errors never quote the text: it holds a password."""
-    match = _JAAS_LINE.fullmatch(text)
+    match = re.fullmatch(_JAAS_LINE, text, re.S)
     if match is None:
         raise ConfigError('sasl.jaas.config is not a JAAS line like org.apache.kafka.common.security.scram.'
                           'ScramLoginModule required username="alice" password="...";')
     options = {}
-    for m in _JAAS_OPTION.finditer(match["options"]):
+    for m in re.finditer(_JAAS_OPTION, match["options"], re.S):
         quoted, bare = m[2], m[3]
         options[m[1]] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
     return match["module"], options
@@ -715,6 +769,8 @@ def _unsupported(kafka_name: str) -> tuple[str | None, str] | None:
 # -- .properties files -------------------------------------------------------------------------
 def load_properties(path: str | Path) -> dict[str, str]:
     """The settings of a Java-style .properties file (UTF-8), in file order; see ``parse_properties``."""
+    from pathlib import Path
+
     path = Path(path)
     try:
         text = path.read_text("utf-8")
@@ -735,7 +791,7 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     """
     found: dict[str, str] = {}
     line_of: dict[str, int] = {}
-    lines = _LINE_BREAK.split(text)  # not str.splitlines: it also breaks at \f, a blank here
+    lines = re.split(_LINE_BREAK, text)  # not str.splitlines: it also breaks at \f, a blank here
     i = 0
     while i < len(lines):
         number, logical = i + 1, lines[i].lstrip(" \t\f")
@@ -755,7 +811,7 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     return found
 
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_LINE_BREAK = r"\r\n|\r|\n"  # compiled (and cached by re) when a properties file is read
 
 
 def _continued(line: str) -> bool:
