@@ -329,6 +329,62 @@ def test_a_restart_keeps_the_group_its_epochs_and_tasks(tmp_path):
     run(after(a, b, group))
 
 
+async def commit_input(conn, member_id, epoch, partition):
+    """An OffsetCommit v9 of one ``input`` partition; its error code."""
+    R = messages.OffsetCommitRequest
+    part = R.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+        partition_index=partition, committed_offset=7, committed_metadata="", committed_leader_epoch=-1)
+    resp = await conn.send(R(group_id="app", generation_id_or_member_epoch=epoch, member_id=member_id,
+                             group_instance_id=None, retention_time_ms=-1,
+                             topics=[R.OffsetCommitRequestTopic(name="input", partitions=[part])]), version=9)
+    return resp.topics[0].partitions[0].error_code
+
+
+def test_an_older_epochs_commit_of_kept_tasks_holds_across_a_restart(tmp_path):
+    """KIP-1251 (Kafka 4.3): each active task's assignment epoch is written with the member's
+    assignment (StreamsGroupCurrentMemberAssignmentValue's tagged AssignmentEpochs), so after a
+    restart a member still sending the epoch before its last bump commits the partitions of the
+    tasks it kept, and only those."""
+    async def before():
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                await create_topics(conn, input=4, **{"app-store-changelog": 4})
+                a, b = Member(conn, "a"), Member(conn, "b")
+                await a.beat()
+                first = a.epoch
+                assert a.tasks() == {0, 1, 2, 3}
+                await b.beat()
+                await a.beat()  # revokes first, at the same epoch
+                kept = a.tasks()
+                assert a.epoch == first and 0 < len(kept) < 4
+                await a.beat()  # revoked: on to the next epoch, the kept tasks keep theirs
+                assert a.epoch > first
+                return first, kept
+            finally:
+                conn.close()
+
+    async def after(first, kept):
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                gone = sorted({0, 1, 2, 3} - kept)
+                code = await commit_input(conn, "a", first, min(kept))
+                for _ in range(50):  # the coordinator may still be loading __consumer_offsets: Kafka's retry
+                    if code != CoordinatorLoadInProgressError.code:
+                        break
+                    await asyncio.sleep(0.1)
+                    code = await commit_input(conn, "a", first, min(kept))
+                assert code == ErrorCode.NONE
+                assert await commit_input(conn, "a", first, gone[0]) == StaleMemberEpochError.code
+                assert await commit_input(conn, "a", first - 1, min(kept)) == StaleMemberEpochError.code
+            finally:
+                conn.close()
+
+    first, kept = run(before())
+    run(after(first, kept))
+
+
 def test_streams_version_0_turns_the_protocol_off(tmp_path):
     """As Kafka 4.3 with streams.version lowered to 0: both requests answer UNSUPPORTED_VERSION."""
     async def scenario():
@@ -352,15 +408,8 @@ def test_streams_version_0_turns_the_protocol_off(tmp_path):
 def test_offsets_of_a_streams_group_check_member_epochs(broker_with_streams_group):
     """OffsetCommit / OffsetFetch v9 with a streams member's epoch (Kafka's StreamsGroup
     validateOffsetCommit / validateOffsetFetch); its source topics' offsets are in use."""
-    R = messages.OffsetCommitRequest
-
     async def commit(conn, member_id, epoch):
-        part = R.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-            partition_index=0, committed_offset=7, committed_metadata="", committed_leader_epoch=-1)
-        resp = await conn.send(R(group_id="app", generation_id_or_member_epoch=epoch, member_id=member_id,
-                                 group_instance_id=None, retention_time_ms=-1,
-                                 topics=[R.OffsetCommitRequestTopic(name="input", partitions=[part])]), version=9)
-        return resp.topics[0].partitions[0].error_code
+        return await commit_input(conn, member_id, epoch, 0)
 
     async def scenario():
         conn = await connect(broker_with_streams_group.bootstrap)

@@ -308,7 +308,8 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         # A KIP-1071 streams group checks its member epochs the same way (StreamsGroup.validateOffsetCommit).
         consumer_error = broker.streams_groups.check_offset_commit(
             request.group_id or "", (request.member_id or "") if v >= 1 else "",
-            request.generation_id_or_member_epoch if v >= 1 else -1, api_version=v)
+            request.generation_id_or_member_epoch if v >= 1 else -1, api_version=v,
+            partitions=[(e.topic, e.partition) for e in entries])
     if group_denied:
         errors = []
     elif consumer_error:

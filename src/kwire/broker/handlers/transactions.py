@@ -242,7 +242,7 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         if not code and consumer_code is None:  # a KIP-1071 streams group (exactly-once Streams) likewise
             consumer_code = broker.streams_groups.check_offset_commit(
                 group_id, (request.member_id or "") if v >= 3 else "", request.generation_id if v >= 3 else -1,
-                transactional=True)
+                transactional=True, partitions=[(e.topic, e.partition) for e in entries])
         if code or consumer_code:
             errors = [code or consumer_code] * len(entries)
         elif consumer_code is not None:

@@ -1703,12 +1703,13 @@ class StreamsGroupCurrentMemberAssignmentValue(Data):
     class TaskIds(Struct):
         """An element of ``StreamsGroupCurrentMemberAssignmentValue.active_tasks``."""
 
-        __slots__ = ("subtopology_id", "partitions", "unknown_tags")
-        _attrs = ("subtopology_id", "partitions")
-        _values = attrgetter("subtopology_id", "partitions")
+        __slots__ = ("subtopology_id", "partitions", "assignment_epochs", "unknown_tags")
+        _attrs = ("subtopology_id", "partitions", "assignment_epochs")
+        _values = attrgetter("subtopology_id", "partitions", "assignment_epochs")
 
         subtopology_id: str  # SubtopologyId: versions 0
         partitions: list[int]  # Partitions: versions 0
+        assignment_epochs: list[int] | None  # AssignmentEpochs: versions 0, nullable 0, tagged 0 (tag 0)
         unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
 
         def __init__(
@@ -1716,10 +1717,12 @@ class StreamsGroupCurrentMemberAssignmentValue(Data):
             *,
             subtopology_id: str = "",
             partitions: list[int] = MISSING,
+            assignment_epochs: list[int] | None = None,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.subtopology_id = subtopology_id
             self.partitions = [] if partitions is MISSING else partitions
+            self.assignment_epochs = assignment_epochs
             self.unknown_tags = unknown_tags
 
     member_epoch: int  # MemberEpoch: versions 0

@@ -18,7 +18,9 @@ from kwire.broker.coordinator.streams.member import ACTIVE, STANDBY, by_kind
 from kwire.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
+    IllegalGenerationError,
     InvalidRequestError,
+    StaleMemberEpochError,
     StreamsInvalidTopologyError,
     UnknownMemberIdError,
     UnsupportedVersionError,
@@ -227,7 +229,7 @@ def test_offset_commits_check_the_member_epoch_and_delete_waits_for_an_empty_gro
     env = Env()
     a = env.join("a")
     assert env.coord.check_offset_commit("app", "a", a.member_epoch) == 0
-    assert env.coord.check_offset_commit("app", "a", a.member_epoch - 1) != 0
+    assert env.coord.check_offset_commit("app", "a", a.member_epoch - 1, partitions=[("input", 0)]) != 0
     # Kafka: a member of the streams protocol commits with OffsetCommit v9+.
     assert env.coord.check_offset_commit("app", "a", a.member_epoch, api_version=8) == UnsupportedVersionError.code
     assert env.coord.check_offset_commit("app", "a", a.member_epoch, api_version=8, transactional=True) == 0
@@ -237,6 +239,67 @@ def test_offset_commits_check_the_member_epoch_and_delete_waits_for_an_empty_gro
     env.beat("a", -1)
     assert env.coord.list_groups()[0].state == "Empty"
     assert env.coord.delete_group("app") == 0 and env.coord.list_groups() == []
+
+
+def test_an_older_epochs_commit_holds_for_the_active_tasks_held_since_then():
+    """KIP-1251 (Kafka 4.3's StreamsGroup.validateOffsetCommit): a member whose epoch a heartbeat
+    bumped may still commit, with the epoch before, the partitions of the active tasks it has held
+    since then, of source and repartition source topics alike; not those it gave up or got later."""
+    env = Env(topics={"input": 2, "app-rep": 2})
+    topo = topology(sink="app-rep", repartition="app-rep", changelog=None)
+    topic_of = {"0": "input", "1": "app-rep"}
+    a = env.join("a", topo=topo)
+    assert a.member_epoch == 2 and len(actives(a.assignment)) == 4
+    env.join("b", topo=topo)
+    r = env.beat("a", 2, dict(a.assignment))  # revokes first, at epoch 2
+    assert r.member_epoch == 2
+    kept = sorted(actives(r.assignment))
+    gone = sorted(actives(a.assignment) - set(kept))
+    assert len(kept) == len(gone) == 2
+    check = env.coord.check_offset_commit
+
+    def parts(tasks):
+        return [(topic_of[sid], p) for sid, p in tasks]
+
+    # Pending revocation still counts as held: epoch 2 is the current one anyway, and is checked below too.
+    assert check("app", "a", 2, partitions=parts(gone)) == 0
+    r = env.beat("a", 2, dict(r.assignment))  # revoked: on to epoch 3, the kept tasks keep epoch 2
+    assert r.member_epoch == 3
+    assert {t: env.coord.group("app").members["a"].assignment_epoch((ACTIVE, t[0]), t[1]) for t in kept} == \
+        dict.fromkeys(kept, 2)
+    assert check("app", "a", 2, partitions=parts(kept)) == 0
+    assert check("app", "a", 2, partitions=parts(kept), transactional=True) == 0
+    # One task it gave up refuses the whole commit; TxnOffsetCommit answers ILLEGAL_GENERATION.
+    assert check("app", "a", 2, partitions=parts(kept + gone[:1])) == StaleMemberEpochError.code
+    assert check("app", "a", 2, partitions=parts(gone[:1]), transactional=True) == IllegalGenerationError.code
+    assert check("app", "a", 1, partitions=parts(kept)) == StaleMemberEpochError.code  # older than the tasks
+    assert check("app", "a", 4, partitions=parts(kept)) == StaleMemberEpochError.code  # newer than the member
+    # A topic the topology does not read (a changelog, a sink, any other) is no task's.
+    assert check("app", "a", 2, partitions=[("other", 0)]) == StaleMemberEpochError.code
+    # b got its tasks at epoch 3: an epoch-2 commit of them is a zombie's.
+    b = env.beat("b", 3, {})
+    assert sorted(actives(b.assignment)) == gone
+    assert check("app", "b", 3, partitions=parts(gone)) == 0
+    assert check("app", "b", 2, partitions=parts(gone)) == StaleMemberEpochError.code
+
+
+def test_a_standby_task_commits_nothing_with_an_older_epoch():
+    """Kafka's TasksTupleWithEpochs dates active tasks only: an older epoch's commit of a
+    standby task's partition is refused even when the standby is held since then."""
+    env = Env(standbys=1, topics={"input": 2, "app-store-changelog": 2})
+    a, b = env.join("a", process="p1"), env.join("b", process="p2")
+    held, epochs = env.settle({"a": a, "b": b})
+    env.join("c", process="p3")  # epoch 4: a and b move on, keeping what they hold
+    held, new_epochs = env.settle({m: NS(assignment=held[m], member_epoch=epochs[m]) for m in "ab"})
+    member = env.coord.group("app").members["b"]
+    standby = [(s, p) for s, ps in by_kind(member.assigned, STANDBY).items() for p in ps
+               if member.assignment_epoch((STANDBY, s), p) <= epochs["b"]]
+    kept = [(s, p) for s, p in actives(member.assigned) if member.assignment_epoch((ACTIVE, s), p) <= epochs["b"]]
+    assert new_epochs["b"] > epochs["b"] and standby and kept
+    check = env.coord.check_offset_commit
+    assert check("app", "b", epochs["b"], partitions=[("input", p) for _, p in kept]) == 0
+    assert check("app", "b", epochs["b"], partitions=[("input", p) for _, p in standby]) == \
+        StaleMemberEpochError.code
 
 
 def test_owned_tasks_of_a_heartbeat():

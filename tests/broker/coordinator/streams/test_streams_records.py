@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from kwire.broker.coordinator.store import StoredGroup
+from kwire.broker.coordinator.streams.member import ACTIVE, STANDBY
 from kwire.broker.coordinator.streams.records import StreamsGroupRecords
-from kwire.protocol.coordinator_records import OFFSETS_TOPIC, decode_key, decode_value
+from kwire.protocol import messages
+from kwire.protocol.coordinator_records import OFFSETS_TOPIC, decode_key, decode_value, encode_key, encode_value
 
 from .test_streams_coordinator import Env
 
@@ -50,9 +52,18 @@ def test_a_group_written_and_replayed_is_the_same_group():
     assert (loaded.group_epoch, loaded.assignment_epoch, loaded.num_standby_replicas) == \
         (live.group_epoch, live.assignment_epoch, 1)
     assert loaded.topology == live.topology
-    # The per-task assignment epochs are bookkeeping of the live coordinator, not records.
-    assert {k: dataclasses.replace(v, assignment_epochs={}) for k, v in live.members.items()} == loaded.members
+    # Active tasks come back with the epochs they were given at (KIP-1251's tagged AssignmentEpochs);
+    # standby tasks are written without (Kafka's TasksTupleWithEpochs), so they read as the member's epoch.
+    for member_id, member in live.members.items():
+        again = loaded.members[member_id]
+        assert dataclasses.replace(member, assignment_epochs={}) == dataclasses.replace(again, assignment_epochs={})
+        assert {k: e for k, e in member.assignment_epochs.items() if k[0][0] == ACTIVE} == again.assignment_epochs
     assert loaded.target == live.target
+    current = [v for k, v in store.groups["app"].streams.values()
+               if isinstance(k, messages.StreamsGroupCurrentMemberAssignmentKey)]
+    assert len(current) == 2 and all(v.standby_tasks for v in current)
+    assert all(t.assignment_epochs is None for v in current for t in v.standby_tasks)
+    assert all(len(t.assignment_epochs) == len(t.partitions) for v in current for t in v.active_tasks)
     # A member leaving tombstones its records; deleting the group tombstones the rest.
     env.beat("b", -1)
     store.replay()
@@ -62,3 +73,35 @@ def test_a_group_written_and_replayed_is_the_same_group():
     assert env.coord.delete_group("app") == 0
     store.replay()
     assert store.groups == {}
+
+
+def test_a_record_without_assignment_epochs_reads_its_active_tasks_at_the_member_epoch():
+    """A StreamsGroupCurrentMemberAssignment written before KIP-1251 (or with epochs not one per
+    partition) dates every active task at the record's member epoch, as Kafka's
+    TasksTupleWithEpochs.fromCurrentAssignmentRecord; one with them keeps each task's own."""
+    env = Env()
+    store = FakeStore()
+    env.coord._records = StreamsGroupRecords(store)
+    env.join("a")
+    store.replay()
+    C = messages.StreamsGroupCurrentMemberAssignmentValue
+    key = encode_key(messages.StreamsGroupCurrentMemberAssignmentKey(group_id="app", member_id="a"))
+    [value] = [v for batch in store.batches for k, v in batch if k == key][-1:]
+    written = decode_value(decode_key(key, OFFSETS_TOPIC), value)
+    assert [(t.subtopology_id, t.partitions, t.assignment_epochs) for t in written.active_tasks] == \
+        [("0", list(range(6)), [2] * 6)]
+    assert all(t.assignment_epochs is None for t in written.standby_tasks)
+
+    def reload(rows):
+        v = C(member_epoch=7, previous_member_epoch=6, state=0, active_tasks=rows, standby_tasks=[],
+              warmup_tasks=[], active_tasks_pending_revocation=[], standby_tasks_pending_revocation=[],
+              warmup_tasks_pending_revocation=[])
+        store.batches.append([(key, encode_value(v, 0))])
+        store.replay()
+        [group] = StreamsGroupRecords(store).load("app")
+        m = group.members["a"]
+        return [m.assignment_epoch((ACTIVE, "0"), p) for p in (0, 1)], m.assignment_epoch((STANDBY, "0"), 0)
+
+    assert reload([C.TaskIds(subtopology_id="0", partitions=[0, 1], assignment_epochs=[3, 5])]) == ([3, 5], None)
+    assert reload([C.TaskIds(subtopology_id="0", partitions=[0, 1], assignment_epochs=None)]) == ([7, 7], None)
+    assert reload([C.TaskIds(subtopology_id="0", partitions=[0, 1], assignment_epochs=[3])]) == ([7, 7], None)

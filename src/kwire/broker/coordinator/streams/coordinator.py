@@ -26,7 +26,8 @@ Follows Kafka's GroupMetadataManager.streamsGroupHeartbeat:
   not revoke tasks within its rebalance timeout too; deadlines run on the injected ``now_ms``.
 
 Offsets are the classic coordinator's (as for consumer groups): ``check_offset_commit`` /
-``check_offset_fetch`` check the member epochs of OffsetCommit / OffsetFetch.
+``check_offset_fetch`` check the member epochs of OffsetCommit / OffsetFetch; an older epoch's
+commit holds for the partitions of active tasks held since then (KIP-1251, Kafka 4.3).
 """
 
 from __future__ import annotations
@@ -532,10 +533,18 @@ class StreamsGroupCoordinator:
     # ------------------------------------------------------------------ offsets
 
     def check_offset_commit(self, group_id: str, member_id: str, member_epoch: int, *,
-                            transactional: bool = False, api_version: int = 9) -> int | None:
-        """None (not a streams group), 0 or the error of an OffsetCommit to a streams group (Kafka's
-        StreamsGroup.validateOffsetCommit): from outside the group (epoch < 0) only while it is
-        empty, else the member must exist and send its current epoch."""
+                            transactional: bool = False, api_version: int = 9,
+                            partitions: Collection[tuple[str, int]] = ()) -> int | None:
+        """None (not a streams group), 0 or the error of an OffsetCommit (TxnOffsetCommit) to a
+        streams group, as Kafka 4.3's StreamsGroup.validateOffsetCommit: from outside the group
+        (epoch < 0) only while it is empty, else the member must exist.  Its current epoch
+        commits anything; a newer one is refused; an older one (KIP-1251: the heartbeat that
+        bumped it has not reached the client yet) commits ``partitions`` (topic name, partition)
+        only if each is a partition of a source or repartition source topic whose subtopology's
+        task the member holds active (assigned or pending revocation) since an epoch no later
+        than the one sent (Kafka's createAssignmentEpochValidator).  One partition failing
+        refuses the whole commit: STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for TxnOffsetCommit
+        as Kafka's commitTransactionalOffset answers it."""
         group = self.group(group_id)
         if group is None:
             return None
@@ -548,9 +557,26 @@ class StreamsGroupCoordinator:
             return UnknownMemberIdError.code
         if not transactional and api_version < 9:
             return UnsupportedVersionError.code  # Kafka: members of the streams protocol commit with v9+
-        if member_epoch != member.member_epoch:
+        if member_epoch == member.member_epoch:
+            return 0
+        if member_epoch > member.member_epoch or not self._active_since(group, member, member_epoch, partitions):
             return IllegalGenerationError.code if transactional else StaleMemberEpochError.code
         return 0
+
+    @staticmethod
+    def _active_since(group: StreamsGroup, member: StreamsMember, epoch: int,
+                      partitions: Collection[tuple[str, int]]) -> bool:
+        """KIP-1251's check of an older epoch's commit: every partition is one of an active task
+        of the member with an assignment epoch <= ``epoch`` (standby and warm-up tasks commit nothing)."""
+        if group.topology is None:
+            return False  # Kafka: 'Topology is not available for offset commit validation.'
+        subtopology_of = group.topology.source_topic_map()
+        for name, partition in partitions:
+            sid = subtopology_of.get(name)
+            since = None if sid is None else member.assignment_epoch((ACTIVE, sid), partition)
+            if since is None or since > epoch:
+                return False
+        return True
 
     def check_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """0 or the error of an OffsetFetch naming a member of a streams group (v9+)."""

@@ -64,8 +64,10 @@ class StreamsMember:
     state: MemberState = MemberState.STABLE
     assigned: TaskAssignment = field(default_factory=dict)
     pending_revocation: TaskAssignment = field(default_factory=dict)
-    # The member epoch each task was given at, kept by the shared reconciliation (KIP-1251's
-    # bookkeeping for consumer groups; a streams commit checks the exact epoch, see the coordinator).
+    # KIP-1251 (Kafka 4.3): the member epoch each task was given at, kept by the shared
+    # reconciliation (a kept task keeps its epoch, a new one gets the target epoch).  Those of
+    # active tasks date an older epoch's offset commit and are persisted (Kafka's
+    # TasksTupleWithEpochs); standby and warm-up tasks commit nothing and are persisted without.
     assignment_epochs: Mapping[tuple[tuple[str, str], int], int] = field(default_factory=dict)
 
     def replace(self, **changes) -> StreamsMember:
@@ -75,7 +77,8 @@ class StreamsMember:
 
     def assignment_epoch(self, key: tuple[str, str], partition: int) -> int | None:
         """The epoch the member was given the task at (None: it holds it neither assigned nor
-        pending revocation); the reconciliation reads it."""
+        pending revocation; without an entry, the member's epoch, as Kafka reads a record
+        written before KIP-1251)."""
         if partition not in self.assigned.get(key, ()) and partition not in self.pending_revocation.get(key, ()):
             return None
         return self.assignment_epochs.get((key, partition), self.member_epoch)

@@ -10,7 +10,8 @@ per change so a crash never leaves half of one):
 * ``StreamsGroupTargetAssignmentMember`` (per member) and ``...TargetAssignmentMetadata`` -> the
   target assignment and its epoch;
 * ``StreamsGroupCurrentMemberAssignment`` (per member) -> its epochs, state, tasks and the tasks
-  it has still to revoke.
+  it has still to revoke, each active task with the epoch it was given at (KIP-1251's tagged
+  AssignmentEpochs, Kafka 4.3).
 
 ``write`` compares the group's records with those it wrote last and appends only the changed
 ones, with tombstones for what went away (a member that left, a deleted group).  Loading takes
@@ -28,7 +29,7 @@ from kwire.protocol import messages
 from kwire.protocol.coordinator_records import encode_key, encode_value
 
 from .group import StreamsGroup
-from .member import KINDS, MemberState, StreamsMember, TaskAssignment, by_kind
+from .member import ACTIVE, KINDS, MemberState, StreamsMember, TaskAssignment, by_kind
 from .topology import StreamsTopology, Subtopology, TopicSpec
 
 if TYPE_CHECKING:
@@ -45,6 +46,28 @@ NUM_STANDBY_REPLICAS = "num.standby.replicas"
 
 def _task_ids(cls, tasks: Mapping[str, frozenset[int]]) -> list:
     return [cls(subtopology_id=sid, partitions=sorted(ps)) for sid, ps in sorted(tasks.items()) if ps]
+
+
+def _active_ids(cls, tasks: Mapping[str, frozenset[int]], member: StreamsMember) -> list:
+    """A member's active tasks with Kafka 4.3's tagged AssignmentEpochs (KIP-1251), aligned with
+    the partitions (Kafka's TasksTupleWithEpochs: only active tasks carry epochs)."""
+    rows = _task_ids(cls, tasks)
+    for row in rows:
+        row.assignment_epochs = [member.assignment_epoch((ACTIVE, row.subtopology_id), p) for p in row.partitions]
+    return rows
+
+
+def _epochs(*row_lists) -> dict[tuple[tuple[str, str], int], int]:
+    """The active tasks' assignment epochs a record carries.  A record a coordinator before
+    KIP-1251 wrote has none (or, damaged, not one per partition): its tasks then count as
+    assigned at the member's epoch, as Kafka's TasksTupleWithEpochs.fromCurrentAssignmentRecord."""
+    out: dict[tuple[tuple[str, str], int], int] = {}
+    for rows in row_lists:
+        for r in rows or ():
+            epochs = r.assignment_epochs or ()
+            if len(epochs) == len(r.partitions or ()):
+                out.update((((ACTIVE, r.subtopology_id), p), e) for p, e in zip(r.partitions, epochs, strict=True))
+    return out
 
 
 def _tasks(kind: str, rows) -> dict[tuple[str, str], frozenset[int]]:
@@ -84,6 +107,9 @@ def group_records(group: StreamsGroup) -> dict[bytes, bytes]:
         current = {f"{k}_tasks": _task_ids(C.TaskIds, by_kind(member.assigned, k)) for k in KINDS}
         current.update({f"{k}_tasks_pending_revocation": _task_ids(C.TaskIds, by_kind(member.pending_revocation, k))
                         for k in KINDS})
+        current["active_tasks"] = _active_ids(C.TaskIds, by_kind(member.assigned, ACTIVE), member)
+        current["active_tasks_pending_revocation"] = _active_ids(
+            C.TaskIds, by_kind(member.pending_revocation, ACTIVE), member)
         out[encode_key(m.StreamsGroupCurrentMemberAssignmentKey(group_id=gid, member_id=member.member_id))] = \
             encode_value(C(member_epoch=member.member_epoch, previous_member_epoch=member.previous_member_epoch,
                            state=int(member.state), **current), 0)
@@ -207,7 +233,8 @@ def rebuild(group_id: str, records: Any) -> StreamsGroup | None:
             previous_member_epoch=cur.previous_member_epoch if cur is not None else 0, state=state,
             assigned=_assignment(cur.active_tasks, cur.standby_tasks, cur.warmup_tasks) if cur is not None else {},
             pending_revocation=_assignment(cur.active_tasks_pending_revocation, cur.standby_tasks_pending_revocation,
-                                           cur.warmup_tasks_pending_revocation) if cur is not None else {})
+                                           cur.warmup_tasks_pending_revocation) if cur is not None else {},
+            assignment_epochs=_epochs(cur.active_tasks, cur.active_tasks_pending_revocation) if cur is not None else {})
     for member_id in list(group.target):
         if member_id not in group.members:
             del group.target[member_id]

@@ -80,6 +80,15 @@ class StreamsTopology:
     def subtopology(self, subtopology_id: str) -> Subtopology | None:
         return next((s for s in self.subtopologies if s.subtopology_id == subtopology_id), None)
 
+    def source_topic_map(self) -> dict[str, str]:
+        """Topic name -> id of the subtopology reading it, for its source and its repartition
+        source topics (Kafka's StreamsTopology.sourceTopicMap): whose task a committed partition is."""
+        out: dict[str, str] = {}
+        for s in self.subtopologies:
+            for name in (*s.source_topics, *(t.name for t in s.repartition_source_topics)):
+                out[name] = s.subtopology_id
+        return out
+
     @classmethod
     def from_request(cls, topology) -> StreamsTopology:
         """The topology of a StreamsGroupHeartbeatRequest, checked as Kafka checks it (the
