@@ -386,7 +386,8 @@ def test_an_older_epochs_commit_of_kept_tasks_holds_across_a_restart(tmp_path):
 
 
 def test_streams_version_0_turns_the_protocol_off(tmp_path):
-    """As Kafka 4.3 with streams.version lowered to 0: both requests answer UNSUPPORTED_VERSION."""
+    """As Kafka 4.3 with streams.version lowered to 0: both requests answer UNSUPPORTED_VERSION,
+    and ApiVersions still advertises them (Kafka 4.3 gates no API key by a feature)."""
     async def scenario():
         async with EmbeddedBroker(tmp_path / "data") as broker:
             conn = await connect(broker.bootstrap)
@@ -399,6 +400,17 @@ def test_streams_version_0_turns_the_protocol_off(tmp_path):
                 assert resp.error_code == UnsupportedVersionError.code
                 [group] = await describe(conn, "app")
                 assert group.error_code == UnsupportedVersionError.code
+                # Kafka 4.3's ApiVersions is not gated by features (DefaultApiVersionManager lists every
+                # API of the broker listener; only telemetry and unstable versions are left out): both
+                # keys stay advertised at level 0, answering UNSUPPORTED_VERSION as above.
+                versions = await conn.send(messages.ApiVersionsRequest(
+                    client_software_name="kwire-test", client_software_version="0"), version=4)
+                keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+                assert keys[ApiKey.STREAMS_GROUP_HEARTBEAT] == (0, 0) and keys[ApiKey.STREAMS_GROUP_DESCRIBE] == (0, 0)
+                # A feature finalized at 0 is no finalized feature (Kafka drops level 0); still supported.
+                assert "streams.version" not in {f.name for f in versions.finalized_features}
+                assert {f.name: (f.min_version, f.max_version) for f in versions.supported_features}[
+                    "streams.version"] == (0, 1)
             finally:
                 conn.close()
 
