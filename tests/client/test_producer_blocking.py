@@ -206,3 +206,37 @@ def test_no_asyncio_is_imported(broker):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+def test_a_frame_in_pieces_is_written_whole_across_partial_writes():
+    # _write_all gather-writes a Produce frame's pieces (the batches by reference); a socket
+    # that takes them a part at a time gets the rest from where each write stopped.
+    import socket
+
+    from kwire.client.producer_blocking import _write_all
+
+    pieces = [b"head", bytes(range(256)) * 4096, b"mid", bytearray(b"x" * 3_000_001), memoryview(b"tail")]
+    expected = b"".join(pieces)
+    writer, reader = socket.socketpair()
+    writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    # With a timeout the socket is non-blocking underneath: each sendmsg takes what fits (a few
+    # KB here) and returns, so the writes stop mid-piece hundreds of times.
+    writer.settimeout(30)
+    got = bytearray()
+
+    def read() -> None:
+        while len(got) < len(expected):
+            chunk = reader.recv(7919)
+            if not chunk:
+                break
+            got.extend(chunk)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        _write_all(writer, pieces)
+        thread.join(30)
+    finally:
+        writer.close()
+        reader.close()
+    assert not thread.is_alive() and bytes(got) == expected

@@ -63,3 +63,28 @@ def test_plain_encode_reads_spliced_values_in():
 def test_without_splices_one_piece():
     resp = _fetch_response(_batch(1), b"")
     assert encode_response_parts(resp, 12, 1) == [encode_response(resp, 12, 1)]
+
+
+# -- a client's Produce request in pieces (gather-written with socket.sendmsg) -------------------
+def _produce_request(records_a, records_b):
+    R = messages.ProduceRequest
+    T, P = R.TopicProduceData, R.TopicProduceData.PartitionProduceData
+    return R(acks=-1, timeout_ms=30_000, topic_data=[
+        T(name="t", partition_data=[P(index=0, records=records_a), P(index=1, records=records_b)])])
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+def test_request_parts_hold_the_large_batches_themselves_and_equal_the_copied_frame(version):
+    from kwire.protocol.frames import encode_request, encode_request_parts
+
+    large, small = _batch(400), _batch(2)
+    assert len(large) >= 4096 > len(small)
+    request = _produce_request(large, small)
+    parts = encode_request_parts(request, version, 9, "me")
+    assert b"".join(parts) == encode_request(request, version, 9, "me")
+    # The large batch is the caller's own object, not a copy; the small one was copied in.
+    assert sum(p is large for p in parts) == 1 and not any(p is small for p in parts)
+    assert [type(p) for p in parts] == [bytes, bytes, bytes]
+    # Without a large value: one piece, as encode_request's frame.
+    assert encode_request_parts(_produce_request(small, small), version, 9) == \
+        [encode_request(_produce_request(small, small), version, 9)]

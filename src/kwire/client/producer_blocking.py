@@ -33,8 +33,10 @@ from typing import Any
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.connection import ClientConnection, FrameError, ResponseReceived, UnawaitedResponse
 from kwire.protocol.errors import ProtocolError
+from kwire.protocol.primitives import Buffer
 from kwire.protocol.records.bulk import encode_headers
 from kwire.protocol.schema import api_name
+from kwire.protocol.splice import SplicedBytes
 
 from .accumulator import BATCH_OVERHEAD, ProducerBatch
 from .backoff import Backoff
@@ -154,10 +156,12 @@ class _Connection:
 
     def send(self, request: messages.Request[Any], version: int, pending: _Pending | None) -> None:
         """Write the request (``pending``: its answer is awaited; None: acks=0, none is)."""
-        frame = self.wire.send_request(request, version, expect_response=pending is not None, context=pending)
+        # In pieces, the record batches by reference: a Produce request's megabytes are written
+        # from the batches themselves instead of being copied into one frame (twice).
+        parts = self.wire.send_request_parts(request, version, expect_response=pending is not None, context=pending)
         assert self.sock is not None  # (callers send on usable connections)
         try:
-            self.sock.sendall(frame)
+            _write_all(self.sock, parts)
         except OSError as exc:
             self.close(BrokerConnectionError(f"connection to {self.where} lost: {exc.strerror or exc}"))
 
@@ -232,6 +236,32 @@ class _Connection:
         error = reason or BrokerConnectionError(f"connection to {self.where} closed")
         for out in self.wire.forget_outstanding():
             out.context.answer(error)
+
+
+# At most this many pieces per sendmsg: Linux's IOV_MAX (a Produce request to many partitions
+# has two pieces per partition).
+_IOV_MAX = 1024
+
+
+def _write_all(sock: socket.socket, parts: Sequence[Buffer | SplicedBytes]) -> None:
+    """``sendall`` of a frame in pieces: gather-written (``socket.sendmsg``), resumed where a
+    partial write stopped."""
+    views = [memoryview(p.read() if isinstance(p, SplicedBytes) else p).cast("B") for p in parts]
+    views = [v for v in views if v.nbytes]
+    if not hasattr(sock, "sendmsg"):  # (Windows)
+        sock.sendall(b"".join(views))
+        return
+    i = 0
+    while i < len(views):
+        sent = sock.sendmsg(views[i:i + _IOV_MAX])
+        while sent:
+            size = views[i].nbytes
+            if sent >= size:
+                sent -= size
+                i += 1
+            else:
+                views[i] = views[i][sent:]
+                sent = 0
 
 
 def _decode(event: ResponseReceived) -> Any:

@@ -155,6 +155,7 @@ class _Writer:
             "_UUID": uuid.UUID,
             "_str": str,
             "_bytes": bytes,
+            "_bytearray": bytearray,
             "_mv": memoryview,
             "_splice": splice_records,
         }
@@ -456,8 +457,9 @@ class _Writer:
             out.append(f"{ind}    {dst} += _p16(len({data}))")
         else:
             out.append(f"{ind}    {dst} += _p32(len({data}))")
-        if t == "records":  # may be a SplicedBytes placeholder (zero-copy Fetch): see splice.py
-            out.append(f"{ind}    if {data}.__class__ is _bytes:")
+        if t == "records":  # may be a SplicedBytes placeholder (zero-copy Fetch), or be kept out of a
+            # GatherBuffer (a Produce request's batches, gather-written): see splice.py
+            out.append(f"{ind}    if {data}.__class__ is _bytes and {dst}.__class__ is _bytearray:")
             out.append(f"{ind}        {dst} += {data}")
             out.append(f"{ind}    else:")
             out.append(f"{ind}        _splice({dst}, {data})")

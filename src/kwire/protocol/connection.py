@@ -51,6 +51,7 @@ from .frames import (
     decode_request_header,
     decode_response,
     encode_request,
+    encode_request_parts,
     encode_response_parts,
 )
 from .framing import DEFAULT_MAX_FRAME_SIZE, FrameSplitter
@@ -494,11 +495,29 @@ class ClientConnection(_Framing):
                      context: Any = None) -> bytes:
         """The frame of ``request`` at ``version`` with the next correlation id.  ``expect_response``
         None: all but a Produce with acks=0; ``context`` comes back with the response."""
+        cid = self._next_request()
+        frame = encode_request(request, version, cid, self.client_id)
+        self._sent(request, version, cid, expect_response, context)
+        return frame
+
+    def send_request_parts(self, request: Request[Response], version: int, *, expect_response: bool | None = None,
+                           context: Any = None) -> list[Buffer | SplicedBytes]:
+        """``send_request``'s frame in pieces (``frames.encode_request_parts``): its large records
+        values by reference, for a transport that gather-writes them (``socket.sendmsg``)."""
+        cid = self._next_request()
+        parts = encode_request_parts(request, version, cid, self.client_id)
+        self._sent(request, version, cid, expect_response, context)
+        return parts
+
+    def _next_request(self) -> int:
         if self._token_out:
             raise RuntimeError("a request while a bare SASL token waits for its answer")
         self._raw = False  # a Kafka request again: the SASL v0 exchange is over
         self._next_correlation = cid = (self._next_correlation + 1) & 0x7FFFFFFF
-        frame = encode_request(request, version, cid, self.client_id)
+        return cid
+
+    def _sent(self, request: Request[Response], version: int, cid: int, expect_response: bool | None,
+              context: Any) -> None:
         key = request.API_KEY
         if expect_response is None:
             # The api key names the class: a PRODUCE request is a ProduceRequest (no isinstance per send).
@@ -509,7 +528,6 @@ class ClientConnection(_Framing):
             self._unawaited[cid] = None
             if len(self._unawaited) > UNAWAITED_KEPT:
                 del self._unawaited[next(iter(self._unawaited))]
-        return frame
 
     def send_sasl_token(self, token: bytes) -> bytes:
         """The bare frame of a SASL token (after SaslHandshake v0; nothing else in flight)."""

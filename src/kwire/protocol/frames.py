@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from functools import lru_cache
+from typing import cast
 
 from .compiler import Codec
 from .errors import DecodeError, ProtocolError, UnknownApiVersionError
@@ -22,12 +23,12 @@ from .generated.headers import RequestHeader, ResponseHeader
 from .message_base import Request, Response, request_class, response_class
 from .primitives import Buffer  # a frame body as the splitter or a socket hands it over
 from .schema import REQUEST_NAMES
-from .splice import SpliceBuffer, SplicedBytes
+from .splice import GatherBuffer, SpliceBuffer, SplicedBytes
 
 __all__ = [
     "RequestHeader", "ResponseHeader", "correlation_id_of_response", "decode_request", "decode_request_header",
-    "decode_response", "encode_request", "encode_response", "encode_response_parts", "request_header_version",
-    "response_header_version",
+    "decode_response", "encode_request", "encode_request_parts", "encode_response", "encode_response_parts",
+    "request_header_version", "response_header_version",
 ]
 
 # The names these api keys had here before ApiKey (kept for existing imports).
@@ -64,17 +65,35 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 def encode_request(request: Request[Response], version: int, correlation_id: int, client_id: str | None = "kwire") -> bytes:
     """A complete request frame: size, header, body."""
+    out = bytearray(4)
+    _encode_request_into(out, request, version, correlation_id, client_id)
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def encode_request_parts(request: Request[Response], version: int, correlation_id: int,
+                         client_id: str | None = "kwire") -> list[Buffer | SplicedBytes]:
+    """A request frame in pieces: the encoded fields around its large records values, which are
+    the caller's own objects, not copies (``socket.sendmsg(parts)`` writes the frame, and a
+    megabyte of record batches is not copied twice as by ``encode_request``).  The size prefix
+    counts them; without records the frame is one piece."""
+    out = GatherBuffer()
+    out += b"\0\0\0\0"
+    _encode_request_into(out, request, version, correlation_id, client_id)
+    _SIZE.pack_into(out, 0, out.total_size - 4)
+    return out.parts() if out.splices else [bytes(out)]
+
+
+def _encode_request_into(out: bytearray, request: Request[Response], version: int, correlation_id: int,
+                         client_id: str | None) -> None:
     body = type(request).codec(version)
     hv = request_header_version(request.API_KEY, version)
     header = RequestHeader(request_api_key=request.API_KEY, request_api_version=version,
                            correlation_id=correlation_id)
     if hv > 0:  # header v0 (ControlledShutdown v0) has no client id
         header.client_id = client_id
-    out = bytearray(4)
     RequestHeader.codec(hv).encode(header, out)
     body.encode(request, out)
-    _SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
 
 
 # Every request a broker serves asks for these two; bounded, since the key and version come
@@ -145,7 +164,8 @@ def encode_response_parts(response: Response, version: int, correlation_id: int)
     _response_header_codec(response.API_KEY, version).encode(ResponseHeader(correlation_id=correlation_id), out)
     type(response).codec(version).encode(response, out)
     _SIZE.pack_into(out, 0, out.total_size - 4)
-    return out.parts() if out.splices else [bytes(out)]
+    # (a SpliceBuffer keeps only SplicedBytes out: its other pieces are bytes)
+    return cast("list[bytes | SplicedBytes]", out.parts()) if out.splices else [bytes(out)]
 
 
 def decode_response(frame: Buffer, api_key: int, version: int, *, strict: bool = True,

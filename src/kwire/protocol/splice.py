@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 
 from .primitives import Buffer
 
-__all__ = ["SplicedBytes", "SpliceBuffer", "splice_records"]
+__all__ = ["GatherBuffer", "SplicedBytes", "SpliceBuffer", "splice_records"]
 
 
 class SplicedBytes(ABC):
@@ -34,17 +34,20 @@ class SplicedBytes(ABC):
 class SpliceBuffer(bytearray):
     """An encode buffer that records ``SplicedBytes`` positions instead of copying them in."""
 
+    # Records values held in memory are copied in (a GatherBuffer keeps the large ones out).
+    gather_from: int | None = None
+
     def __init__(self) -> None:
         super().__init__()
-        self.splices: list[tuple[int, SplicedBytes]] = []
+        self.splices: list[tuple[int, SplicedBytes | Buffer]] = []
 
     @property
     def total_size(self) -> int:
         return len(self) + sum(len(s) for _, s in self.splices)
 
-    def parts(self) -> list[bytes | SplicedBytes]:
+    def parts(self) -> list[Buffer | SplicedBytes]:
         """The buffer cut around its splices, in order: bytes, spliced, bytes, ..."""
-        out: list[bytes | SplicedBytes] = []
+        out: list[Buffer | SplicedBytes] = []
         start = 0
         view = memoryview(self)
         for pos, spliced in self.splices:
@@ -58,6 +61,15 @@ class SpliceBuffer(bytearray):
         return out
 
 
+class GatherBuffer(SpliceBuffer):
+    """A SpliceBuffer that also leaves records held in memory (of ``gather_from`` bytes or more)
+    out of the buffer, by reference: a client writes a Produce request's record batches beside
+    its encoded fields with one ``socket.sendmsg`` (gather-write) instead of copying each
+    megabyte into the frame, and again into the frame's bytes."""
+
+    gather_from = 4096  # smaller ones are cheaper copied than sent as a piece of their own
+
+
 def splice_records(out: bytearray, value: Buffer | SplicedBytes) -> None:
     """Append a records value (already length-prefixed by the caller) to ``out``."""
     if isinstance(value, SplicedBytes):
@@ -66,5 +78,9 @@ def splice_records(out: bytearray, value: Buffer | SplicedBytes) -> None:
             splices.append((len(out), value))
         else:
             out += value.read()
+        return
+    gather_from = getattr(out, "gather_from", None)
+    if gather_from is not None and len(value) >= gather_from:
+        out.splices.append((len(out), value))  # type: ignore[attr-defined]  # (a SpliceBuffer)
     else:
         out += value
