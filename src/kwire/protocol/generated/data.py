@@ -1933,14 +1933,20 @@ class StreamsGroupMetadataKey(Data):
 class StreamsGroupMetadataValue(Data):
     """Kafka's StreamsGroupMetadataValue, versions 0-0, flexible versions 0."""
 
-    __slots__ = ("epoch", "metadata_hash", "validated_topology_epoch", "assignment_configs", "unknown_tags")
+    __slots__ = (
+        "epoch",
+        "metadata_hash",
+        "validated_topology_epoch",
+        "last_assignment_configs",
+        "unknown_tags",
+    )
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
-    _attrs = ("epoch", "metadata_hash", "validated_topology_epoch", "assignment_configs")
-    _values = attrgetter("epoch", "metadata_hash", "validated_topology_epoch", "assignment_configs")
+    _attrs = ("epoch", "metadata_hash", "validated_topology_epoch", "last_assignment_configs")
+    _values = attrgetter("epoch", "metadata_hash", "validated_topology_epoch", "last_assignment_configs")
 
-    class AssignmentConfig(Struct):
-        """An element of ``StreamsGroupMetadataValue.assignment_configs``."""
+    class LastAssignmentConfig(Struct):
+        """An element of ``StreamsGroupMetadataValue.last_assignment_configs``."""
 
         __slots__ = ("key", "value", "unknown_tags")
         _attrs = ("key", "value")
@@ -1964,7 +1970,7 @@ class StreamsGroupMetadataValue(Data):
     epoch: int  # Epoch: versions 0
     metadata_hash: int  # MetadataHash: versions 0
     validated_topology_epoch: int  # ValidatedTopologyEpoch: versions 0, tagged 0 (tag 0)
-    assignment_configs: list[StreamsGroupMetadataValue.AssignmentConfig]  # AssignmentConfigs: versions 0
+    last_assignment_configs: list[StreamsGroupMetadataValue.LastAssignmentConfig] | None  # LastAssignmentConfigs: versions 0, nullable 0, tagged 0 (tag 1)
     unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
 
     def __init__(
@@ -1973,13 +1979,13 @@ class StreamsGroupMetadataValue(Data):
         epoch: int = 0,
         metadata_hash: int = 0,
         validated_topology_epoch: int = -1,
-        assignment_configs: list[StreamsGroupMetadataValue.AssignmentConfig] = MISSING,
+        last_assignment_configs: list[StreamsGroupMetadataValue.LastAssignmentConfig] | None = None,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.epoch = epoch
         self.metadata_hash = metadata_hash
         self.validated_topology_epoch = validated_topology_epoch
-        self.assignment_configs = [] if assignment_configs is MISSING else assignment_configs
+        self.last_assignment_configs = last_assignment_configs
         self.unknown_tags = unknown_tags
 
 
@@ -2083,22 +2089,25 @@ class StreamsGroupTargetAssignmentMetadataKey(Data):
 class StreamsGroupTargetAssignmentMetadataValue(Data):
     """Kafka's StreamsGroupTargetAssignmentMetadataValue, versions 0-0, flexible versions 0."""
 
-    __slots__ = ("assignment_epoch", "unknown_tags")
+    __slots__ = ("assignment_epoch", "assignment_timestamp", "unknown_tags")
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
-    _attrs = ("assignment_epoch",)
-    _values = attrgetter("assignment_epoch")
+    _attrs = ("assignment_epoch", "assignment_timestamp")
+    _values = attrgetter("assignment_epoch", "assignment_timestamp")
 
     assignment_epoch: int  # AssignmentEpoch: versions 0
+    assignment_timestamp: int  # AssignmentTimestamp: versions 0, tagged 0 (tag 0)
     unknown_tags: dict[int, bytes] | None  # tagged fields this schema does not name
 
     def __init__(
         self,
         *,
         assignment_epoch: int = 0,
+        assignment_timestamp: int = 0,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.assignment_epoch = assignment_epoch
+        self.assignment_timestamp = assignment_timestamp
         self.unknown_tags = unknown_tags
 
 

@@ -105,3 +105,29 @@ def test_a_record_without_assignment_epochs_reads_its_active_tasks_at_the_member
     assert reload([C.TaskIds(subtopology_id="0", partitions=[0, 1], assignment_epochs=[3, 5])]) == ([3, 5], None)
     assert reload([C.TaskIds(subtopology_id="0", partitions=[0, 1], assignment_epochs=None)]) == ([7, 7], None)
     assert reload([C.TaskIds(subtopology_id="0", partitions=[0, 1], assignment_epochs=[3])]) == ([7, 7], None)
+
+
+def test_record_layouts_are_kafka_4_3s():
+    """Bytes of Kafka 4.3's StreamsGroup* values where their tagged fields matter: the metadata's
+    LastAssignmentConfigs is tag 1 (nullable, null by default), after ValidatedTopologyEpoch's
+    tag 0 (default -1); the target assignment metadata's AssignmentTimestamp is tag 0 (default 0,
+    KAFKA-20266); an active task's AssignmentEpochs is TaskIds' tag 0 (KIP-1251)."""
+    V = messages.StreamsGroupMetadataValue
+    plain = V(epoch=7, metadata_hash=0x0102030405060708, validated_topology_epoch=-1, last_assignment_configs=None)
+    assert plain.encode(0).hex() == "00000007" "0102030405060708" "00"
+    name = b"num.standby.replicas".hex()
+    configs = V(epoch=7, metadata_hash=0x0102030405060708, validated_topology_epoch=3,
+                last_assignment_configs=[V.LastAssignmentConfig(key="num.standby.replicas", value="1")])
+    assert configs.encode(0).hex() == \
+        "00000007" "0102030405060708" "02" "000400000003" "0119" "0215" + name + "023100"
+    assert V.decode(plain.encode(0), 0).last_assignment_configs is None
+    T = messages.StreamsGroupTargetAssignmentMetadataValue
+    assert T(assignment_epoch=12).encode(0).hex() == "0000000c00"
+    assert T(assignment_epoch=12, assignment_timestamp=5).encode(0).hex() == "0000000c" "010008" "0000000000000005"
+    C = messages.StreamsGroupCurrentMemberAssignmentValue
+    row = C.TaskIds(subtopology_id="0", partitions=[1], assignment_epochs=[4])
+    value = C(member_epoch=4, previous_member_epoch=3, state=0, active_tasks=[row], standby_tasks=[],
+              warmup_tasks=[], active_tasks_pending_revocation=[], standby_tasks_pending_revocation=[],
+              warmup_tasks_pending_revocation=[])
+    assert value.encode(0).hex() == "00000004" "00000003" "00" \
+        "02" "0230" "0200000001" "01" "0005" "0200000004" "0101010101" "00"

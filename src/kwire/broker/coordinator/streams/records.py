@@ -86,12 +86,13 @@ def group_records(group: StreamsGroup) -> dict[bytes, bytes]:
     """Every record of the group's present state, key bytes -> value bytes."""
     gid = group.group_id
     out: dict[bytes, bytes] = {}
-    configs = [m.StreamsGroupMetadataValue.AssignmentConfig(key=NUM_STANDBY_REPLICAS, value=str(group.num_standby_replicas))
+    C = m.StreamsGroupMetadataValue.LastAssignmentConfig
+    configs = [C(key=NUM_STANDBY_REPLICAS, value=str(group.num_standby_replicas))
                ] if group.num_standby_replicas is not None else []
     out[encode_key(m.StreamsGroupMetadataKey(group_id=gid))] = encode_value(m.StreamsGroupMetadataValue(
         epoch=group.group_epoch, metadata_hash=_metadata_hash(group),
         validated_topology_epoch=group.topology.epoch if group.configured is not None and group.configured.ready
-        and group.topology is not None else -1, assignment_configs=configs), 0)
+        and group.topology is not None else -1, last_assignment_configs=configs), 0)
     if group.topology is not None:
         out[encode_key(m.StreamsGroupTopologyKey(group_id=gid))] = encode_value(_topology_value(group.topology), 0)
     out[encode_key(m.StreamsGroupTargetAssignmentMetadataKey(group_id=gid))] = encode_value(
@@ -198,7 +199,7 @@ def rebuild(group_id: str, records: Any) -> StreamsGroup | None:
             continue
         if isinstance(key, m.StreamsGroupMetadataKey):
             group.group_epoch = value.epoch
-            group.num_standby_replicas = next((int(c.value) for c in value.assignment_configs
+            group.num_standby_replicas = next((int(c.value) for c in value.last_assignment_configs or ()
                                                if c.key == NUM_STANDBY_REPLICAS and c.value.isdigit()), None)
             found = True
         elif isinstance(key, m.StreamsGroupTopologyKey):
