@@ -53,11 +53,12 @@ def test_a_plain_produce_imports_no_asyncio(broker):
     assert asyncio_side(modules) == set()
 
 
-# Standard-library modules a plain produce into a pipe has no use for: pathlib with urllib.parse
-# and ipaddress (a .properties path or a bracketed IPv6 address imports them when there is one),
-# shutil with bz2 and lzma (argparse's help formatter and a table measure the terminal only when
-# they write help, or to a terminal).  Each was a few ms of every command line's start-up.
-START_UP_UNUSED = {"pathlib", "urllib.parse", "ipaddress", "shutil", "bz2", "lzma"}
+# Modules a plain produce into a pipe has no use for: pathlib with urllib.parse and ipaddress (a
+# .properties path or a bracketed IPv6 address imports them when there is one), shutil with bz2
+# and lzma (argparse's help formatter and a table measure the terminal only when they write help,
+# or to a terminal), the transactions of a producer that has none.  Each was a few ms of every
+# command line's start-up.
+START_UP_UNUSED = {"pathlib", "urllib.parse", "ipaddress", "shutil", "bz2", "lzma", "kwire.client.transactions"}
 
 
 def test_a_plain_produce_imports_no_path_or_terminal_modules(broker, tmp_path):

@@ -28,7 +28,7 @@ import selectors
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kwire.protocol import ApiKey, messages
 from kwire.protocol.connection import ClientConnection, FrameError, ResponseReceived, UnawaitedResponse
@@ -67,7 +67,6 @@ from .producer_core import (
 )
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
 from .sender_core import FIRST_BATCH_PRODUCE_VERSION, SenderCore
-from .transactions import TransactionManager
 from .versions import (
     API_VERSIONS_ATTEMPTS,
     VersionRange,
@@ -77,6 +76,9 @@ from .versions import (
     first_api_versions,
     read_api_versions,
 )
+
+if TYPE_CHECKING:
+    from .transactions import TransactionManager  # (the blocking producer has no transactions)
 
 __all__ = ["BlockingProducer", "NotBlockingCapable", "blocking_capable"]
 

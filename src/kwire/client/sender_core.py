@@ -56,18 +56,16 @@ from .errors import (
 from .idempotence import MAX_IN_FLIGHT_PER_PARTITION, IdempotenceState
 from .lazy_log import LazyLogger
 from .producer_errors import DeliveryTimeoutError, ProducerFencedError
-from .transactions import (
-    TransactionAbortedError,
-    TransactionAbortRequiredError,
-    TransactionManager,
-    TxnState,
-)
 from .types import TopicPartition
 
+# kwire.client.transactions is imported where a transaction is (a producer with a
+# transactional.id has loaded it already): kwire produce's blocking producer never has one, and
+# its import (a dataclass, an enum, the exceptions) was a few ms of that command's start-up.
 if TYPE_CHECKING:
     from .backoff import Backoff
     from .config import ProducerConfig
     from .metadata import ClusterMetadata
+    from .transactions import TransactionManager
 
 __all__ = ["FIRST_BATCH_PRODUCE_VERSION", "TOPIC_ID_PRODUCE_VERSION", "SenderCore", "VersionSource"]
 
@@ -437,13 +435,18 @@ class SenderCore:
             return
         if self._idem is not None:
             self._idem.failed(batch, maybe_written=maybe_written)
-        if self._txn is not None and not isinstance(error, (TransactionAbortedError, TransactionAbortRequiredError)):
-            self._txn.fail(error)
+        if self._txn is not None:
+            from .transactions import TransactionAbortedError, TransactionAbortRequiredError
+
+            if not isinstance(error, (TransactionAbortedError, TransactionAbortRequiredError)):
+                self._txn.fail(error)
         self._acc.complete(batch)
         self._deliver(batch, -1, -1, error)
 
     def _fail_queued(self, txn: TransactionManager) -> None:
         """Fail the batches not sent (queued, or back for a retry) of a failing or aborted transaction."""
+        from .transactions import TransactionAbortedError, TransactionAbortRequiredError, TxnState
+
         if not any(self._acc.queues.values()):
             return
         if txn.state is TxnState.ABORTING:
