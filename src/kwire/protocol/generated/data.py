@@ -82,12 +82,12 @@ class ConsumerGroupCurrentMemberAssignmentValue(Data):
             *,
             topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[int] = MISSING,
-            assignment_epochs: list[int] | None = MISSING,
+            assignment_epochs: list[int] | None = None,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.topic_id = topic_id
             self.partitions = [] if partitions is MISSING else partitions
-            self.assignment_epochs = [] if assignment_epochs is MISSING else assignment_epochs
+            self.assignment_epochs = assignment_epochs
             self.unknown_tags = unknown_tags
 
     member_epoch: int  # MemberEpoch: versions 0
