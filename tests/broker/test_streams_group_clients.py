@@ -21,6 +21,7 @@ from kwire.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
+    IllegalGenerationError,
     InconsistentGroupProtocolError,
     StaleMemberEpochError,
     StreamsInvalidTopologyError,
@@ -383,6 +384,52 @@ def test_an_older_epochs_commit_of_kept_tasks_holds_across_a_restart(tmp_path):
 
     first, kept = run(before())
     run(after(first, kept))
+
+
+def test_an_older_epochs_transactional_commit_holds_for_kept_tasks_only(tmp_path):
+    """TxnOffsetCommit (exactly-once Streams) with the epoch before the member's last bump:
+    the partitions of the tasks it kept commit, one it gave up is ILLEGAL_GENERATION, as Kafka's
+    commitTransactionalOffset answers KIP-1251's STALE_MEMBER_EPOCH."""
+    async def scenario():
+        async with EmbeddedBroker(tmp_path / "data") as broker:
+            conn = await connect(broker.bootstrap)
+            try:
+                await create_topics(conn, input=4, **{"app-store-changelog": 4})
+                a, b = Member(conn, "a"), Member(conn, "b")
+                await a.beat()
+                first = a.epoch
+                await b.beat()
+                await a.beat()  # revokes first
+                kept = a.tasks()
+                await a.beat()  # on to the next epoch
+                assert a.epoch > first and 0 < len(kept) < 4
+                gone = sorted({0, 1, 2, 3} - kept)
+                init = await conn.send(messages.InitProducerIdRequest(
+                    transactional_id="eos", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
+                assert init.error_code == ErrorCode.NONE
+                pid, pepoch = init.producer_id, init.producer_epoch
+                added = await conn.send(messages.AddOffsetsToTxnRequest(
+                    transactional_id="eos", producer_id=pid, producer_epoch=pepoch, group_id="app"))
+                assert added.error_code == ErrorCode.NONE
+                T = messages.TxnOffsetCommitRequest
+
+                async def txn_commit(partition):
+                    part = T.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                        partition_index=partition, committed_offset=3, committed_leader_epoch=-1,
+                        committed_metadata="")
+                    resp = await conn.send(T(transactional_id="eos", group_id="app", producer_id=pid,
+                                             producer_epoch=pepoch, generation_id=first, member_id="a",
+                                             group_instance_id=None,
+                                             topics=[T.TxnOffsetCommitRequestTopic(name="input", partitions=[part])]),
+                                           version=4)
+                    return resp.topics[0].partitions[0].error_code
+
+                assert await txn_commit(min(kept)) == ErrorCode.NONE
+                assert await txn_commit(gone[0]) == IllegalGenerationError.code
+            finally:
+                conn.close()
+
+    run(scenario())
 
 
 def test_streams_version_0_turns_the_protocol_off(tmp_path):
