@@ -77,7 +77,7 @@ class ClassicMembers:
                 classic=ClassicMetadata(m.session_timeout_ms, tuple(m.protocols)))
             group.put_member(member)
             group.target[m.member_id] = assigned
-            self._sessions[(group_id, m.member_id)] = now + m.session_timeout_ms
+            self._deadlines.start_session((group_id, m.member_id), now + m.session_timeout_ms)
             changes.member_metadata.add(m.member_id)
             changes.current_assignment.add(m.member_id)
             changes.target_members.add(m.member_id)
@@ -108,8 +108,7 @@ class ClassicMembers:
                    for m in members]
         gid = group.group_id
         for m in members:
-            self._sessions.pop((gid, m.member_id), None)
-            self._rebalances.pop((gid, m.member_id), None)
+            self._deadlines.forget((gid, m.member_id))
         if self._records is not None:
             try:
                 self._records.delete_group(group, members=[m.member_id for m in members])
@@ -124,7 +123,7 @@ class ClassicMembers:
         self._adopt_classic(gid, generation, protocol, classic)
         self._logger.info("group %s: the last consumer-protocol member left; downgraded to a classic group at "
                           "generation %d with %d member(s)", gid, generation, len(classic))
-        self._deadline_moved()
+        self._deadlines.moved()
 
     def _ids_of(self: ConsumerGroupCoordinator, by_name: dict[str, list[int]]) -> dict[uuid.UUID, frozenset[int]]:
         out = {}
@@ -204,7 +203,7 @@ class ClassicMembers:
             return group, None, UnknownMemberIdError.code
         if generation != member.member_epoch:
             return group, member, IllegalGenerationError.code
-        self._sessions[(group_id, member_id)] = self._now() + member.classic.session_timeout_ms
+        self._deadlines.start_session((group_id, member_id), self._now() + member.classic.session_timeout_ms)
         return group, member, ErrorCode.NONE
 
     def classic_sync(self: ConsumerGroupCoordinator, group_id: str, generation: int, member_id: str,
@@ -247,6 +246,6 @@ class ClassicMembers:
         if group is not None:
             self._persist(group, changes)
             self._maybe_downgrade(group)
-            self._deadline_moved()
+            self._deadlines.moved()
         return ErrorCode.NONE, codes
 

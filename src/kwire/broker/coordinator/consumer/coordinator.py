@@ -57,6 +57,7 @@ from . import assignment as asg
 from .assignors import ASSIGNORS, MemberSpec
 from .classic_members import MIGRATION_POLICIES, ClassicMembers
 from .classic_protocol import encode_assignment, encode_subscription
+from .deadlines import MemberDeadlines
 from .group import ConsumerGroup
 from .member import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerMember, MemberState
 from .model import HeartbeatRequest, HeartbeatResult
@@ -117,11 +118,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
         self._now = now_ms or _monotonic_ms
         self._classic_active = classic_group_active or (lambda _gid: False)
         self._records = records
-        self._on_deadline = on_deadline
         self._groups: dict[str, ConsumerGroup] = {}
-        # member key (group id, member id) -> deadline (ms) of its session / of its revocation.
-        self._sessions: dict[tuple[str, str], int] = {}
-        self._rebalances: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, epoch)
+        self._deadlines = MemberDeadlines(on_deadline)
         # Group ids taken from what the store replayed: the store's partitions may load after
         # the broker starts (coordinator.loader), so groups are taken when first looked up.
         self._taken: set[str] = set()
@@ -147,9 +145,9 @@ class ConsumerGroupCoordinator(ClassicMembers):
             now = self._now()
             for m in group:
                 # Sessions start again at load: members heartbeat to a restarted broker.
-                self._sessions[(group_id, m.member_id)] = now + self._session_timeout(group_id, m)
+                self._deadlines.start_session((group_id, m.member_id), now + self._session_timeout(group_id, m))
             logger.info("group %s: loaded at epoch %d with %d member(s)", group_id, group.group_epoch, len(group))
-            self._deadline_moved()
+            self._deadlines.moved()
 
     def timeouts_of(self, group_id: str) -> Timeouts:
         """The session timeout and heartbeat interval the group's members get now."""
@@ -303,12 +301,12 @@ class ConsumerGroupCoordinator(ClassicMembers):
             group.put_member(updated)
             changes.current_assignment.add(member.member_id)
             if updated.state is MemberState.UNREVOKED_PARTITIONS:
-                self._rebalances[key] = (now + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
+                self._deadlines.await_revocation(key, now + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
             else:
-                self._rebalances.pop(key, None)
-        self._sessions[key] = now + session_timeout_ms
+                self._deadlines.revocation_done(key)
+        self._deadlines.start_session(key, now + session_timeout_ms)
         self._persist(group, changes)
-        self._deadline_moved()
+        self._deadlines.moved()
         return updated
 
     def _join(self, group: ConsumerGroup, req: HeartbeatRequest, changes: _Changes) -> tuple[ConsumerMember, bool]:
@@ -385,14 +383,14 @@ class ConsumerGroupCoordinator(ClassicMembers):
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             # The instance keeps its place (and its partitions) until its session ends.
             group.put_member(member.with_epoch(LEAVE_GROUP_STATIC_MEMBER_EPOCH).replace(pending_revocation={}))
-            self._rebalances.pop((gid, member.member_id), None)
+            self._deadlines.revocation_done((gid, member.member_id))
             changes.current_assignment.add(member.member_id)
             logger.info("group %s: static member %s (%s) leaves for now", gid, member.member_id, member.instance_id)
         else:
             self._remove(group, member.member_id, changes, "left")
         self._persist(group, changes)
         self._maybe_downgrade(group)
-        self._deadline_moved()
+        self._deadlines.moved()
         return HeartbeatResult(member.member_id, req.member_epoch, interval, None)
 
     # ------------------------------------------------------------------ assignment
@@ -462,8 +460,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
     def _forget_member(self, group: ConsumerGroup, member_id: str, changes: _Changes) -> None:
         """Remove a member's state without bumping the epoch (the caller does what follows)."""
         group.remove_member(member_id)
-        self._sessions.pop((group.group_id, member_id), None)
-        self._rebalances.pop((group.group_id, member_id), None)
+        self._deadlines.forget((group.group_id, member_id))
         changes.removed.add(member_id)
 
     def _remove(self, group: ConsumerGroup, member_id: str, changes: _Changes, why: str) -> None:
@@ -475,39 +472,25 @@ class ConsumerGroupCoordinator(ClassicMembers):
 
     def expire(self) -> list[tuple[str, str]]:
         """Remove the members whose session or rebalance deadline passed; (group, member) of each."""
-        now = self._now()
-        gone: list[tuple[str, str]] = []
-        for key, deadline in list(self._sessions.items()):
-            if deadline <= now:
-                gone.append(key)
-        for key, (deadline, epoch) in list(self._rebalances.items()):
-            group = self._groups.get(key[0])
-            member = group.members.get(key[1]) if group is not None else None
-            if member is None or member.state is not MemberState.UNREVOKED_PARTITIONS or member.member_epoch != epoch:
-                self._rebalances.pop(key, None)
-            elif deadline <= now and key not in gone:
-                gone.append(key)
-        for gid, member_id in gone:
+        due = self._deadlines.due(self._now(), self._member_of)
+        for (gid, member_id), why in due:
             group = self._groups.get(gid)
             if group is None or member_id not in group.members:
-                self._sessions.pop((gid, member_id), None)
+                self._deadlines.forget((gid, member_id))
                 continue
             changes = _Changes()
-            why = "timed out revoking its partitions" if self._sessions.get((gid, member_id), now + 1) > now \
-                else "session timed out"
             self._remove(group, member_id, changes, f"fenced: {why}")
             self._persist(group, changes)
             self._maybe_downgrade(group)
-        self._deadline_moved()
-        return gone
+        self._deadlines.moved()
+        return [key for key, _ in due]
+
+    def _member_of(self, key: tuple[str, str]) -> ConsumerMember | None:
+        group = self._groups.get(key[0])
+        return group.members.get(key[1]) if group is not None else None
 
     def next_deadline(self) -> int | None:
-        deadlines = list(self._sessions.values()) + [d for d, _ in self._rebalances.values()]
-        return min(deadlines) if deadlines else None
-
-    def _deadline_moved(self) -> None:
-        if self._on_deadline is not None:
-            self._on_deadline(self.next_deadline())
+        return self._deadlines.next_deadline()
 
     # ------------------------------------------------------------------ offsets
 
@@ -607,9 +590,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
 
     def close(self) -> None:
         """Stop the deadline timer (the broker's ``on_deadline`` may have one to close)."""
-        close = getattr(self._on_deadline, "close", None)
-        if close is not None:
-            close()
+        self._deadlines.close()
 
     def groups_loaded(self, group_ids: list[str]) -> None:
         """Their ``__consumer_offsets`` partition was loaded: take the consumer groups among them,

@@ -49,6 +49,7 @@ from kwire.protocol.errors import (
     UnsupportedVersionError,
 )
 
+from ..consumer.deadlines import MemberDeadlines
 from ..consumer.reconciliation import reconcile
 from ..model import GroupListing
 from .assignor import AssignmentMember, assign_tasks
@@ -152,14 +153,12 @@ class StreamsGroupCoordinator:
         # The clock of sessions and delays (ms): public, so a test may move a running broker's on.
         self.now_ms = now_ms or _monotonic_ms
         self._other_type = other_group_type or (lambda _gid: None)
-        self._on_deadline = on_deadline
         self._records = records
         # Told a group id before it is first looked up: its __consumer_offsets partition may still be loading.
         self._load_group = load_group
         self._groups: dict[str, StreamsGroup] = {}
         self._taken: set[str] = set()
-        self._sessions: dict[tuple[str, str], int] = {}
-        self._rebalances: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
+        self._deadlines = MemberDeadlines(on_deadline)
 
     # ------------------------------------------------------------------ lookups
 
@@ -175,10 +174,10 @@ class StreamsGroupCoordinator:
             now = self.now_ms()
             for m in group:
                 # Sessions start again at load: members heartbeat to a restarted broker.
-                self._sessions[(group_id, m.member_id)] = now + self._settings(group_id).session_timeout_ms
+                self._deadlines.start_session((group_id, m.member_id), now + self._settings(group_id).session_timeout_ms)
             logger.info("streams group %s: loaded at epoch %d with %d member(s)", group_id, group.group_epoch,
                         len(group))
-            self._deadline_moved()
+            self._deadlines.moved()
 
     def group(self, group_id: str) -> StreamsGroup | None:
         """The streams group of that id, if there is one (read it, don't change it)."""
@@ -322,9 +321,9 @@ class StreamsGroupCoordinator:
             group.initial_delay_until = None
             self._assign(group, settings)
         updated = self._reconcile(group, member, req.owned, delayed)
-        self._sessions[(gid, member.member_id)] = now + settings.session_timeout_ms
+        self._deadlines.start_session((gid, member.member_id), now + settings.session_timeout_ms)
         self._persist(group)
-        self._deadline_moved()
+        self._deadlines.moved()
         result = self._answer(group, before, updated, req, settings, configured, created)
         if delayed:
             result.statuses.append((StatusCode.ASSIGNMENT_DELAYED,
@@ -369,7 +368,7 @@ class StreamsGroupCoordinator:
         old = group.members.pop(req.member_id, None)
         if old is not None:
             group.target.pop(req.member_id, None)
-            self._rebalances.pop((group.group_id, req.member_id), None)
+            self._deadlines.revocation_done((group.group_id, req.member_id))
         group.members[req.member_id] = StreamsMember(req.member_id, process_id=req.process_id or "")
         logger.info("streams group %s: member %s joins", group.group_id, req.member_id)
         return True
@@ -417,9 +416,10 @@ class StreamsGroupCoordinator:
         if updated != member:
             group.members[member.member_id] = updated  # type: ignore[assignment]
             if updated.state is MemberState.UNREVOKED_PARTITIONS:
-                self._rebalances[key] = (self.now_ms() + max(updated.rebalance_timeout_ms, 0), updated.member_epoch)
+                self._deadlines.await_revocation(key, self.now_ms() + max(updated.rebalance_timeout_ms, 0),
+                                                 updated.member_epoch)
             else:
-                self._rebalances.pop(key, None)
+                self._deadlines.revocation_done(key)
         return updated  # type: ignore[return-value]
 
     def _answer(self, group: StreamsGroup, before: StreamsMember, member: StreamsMember, req: StreamsHeartbeat,
@@ -486,14 +486,13 @@ class StreamsGroupCoordinator:
             raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
         self._remove(group, member.member_id, "left")
         self._persist(group)
-        self._deadline_moved()
+        self._deadlines.moved()
         return StreamsHeartbeatResult(member.member_id, req.member_epoch, self._settings(gid).heartbeat_interval_ms)
 
     def _remove(self, group: StreamsGroup, member_id: str, why: str) -> None:
         group.members.pop(member_id, None)
         group.target.pop(member_id, None)
-        self._sessions.pop((group.group_id, member_id), None)
-        self._rebalances.pop((group.group_id, member_id), None)
+        self._deadlines.forget((group.group_id, member_id))
         if group.shutdown_requested_by is not None and not group.members:
             group.shutdown_requested_by = None  # Kafka clears the request once the group is empty
         group.group_epoch += 1
@@ -501,34 +500,23 @@ class StreamsGroupCoordinator:
 
     def expire(self) -> list[tuple[str, str]]:
         """Remove the members whose session or rebalance deadline passed; (group, member) of each."""
-        now = self.now_ms()
-        gone = [key for key, deadline in self._sessions.items() if deadline <= now]
-        for key, (deadline, epoch) in list(self._rebalances.items()):
-            group = self._groups.get(key[0])
-            member = group.members.get(key[1]) if group is not None else None
-            if member is None or member.state is not MemberState.UNREVOKED_PARTITIONS or member.member_epoch != epoch:
-                self._rebalances.pop(key, None)
-            elif deadline <= now and key not in gone:
-                gone.append(key)
-        for gid, member_id in gone:
+        due = self._deadlines.due(self.now_ms(), self._member_of)
+        for (gid, member_id), why in due:
             group = self._groups.get(gid)
             if group is None or member_id not in group.members:
-                self._sessions.pop((gid, member_id), None)
+                self._deadlines.forget((gid, member_id))
                 continue
-            timed_out = self._sessions.get((gid, member_id), now + 1) <= now
-            self._remove(group, member_id, "fenced: " + ("session timed out" if timed_out
-                                                          else "timed out revoking its tasks"))
+            self._remove(group, member_id, f"fenced: {why}")
             self._persist(group)
-        self._deadline_moved()
-        return gone
+        self._deadlines.moved()
+        return [key for key, _ in due]
+
+    def _member_of(self, key: tuple[str, str]) -> StreamsMember | None:
+        group = self._groups.get(key[0])
+        return group.members.get(key[1]) if group is not None else None
 
     def next_deadline(self) -> int | None:
-        deadlines = list(self._sessions.values()) + [d for d, _ in self._rebalances.values()]
-        return min(deadlines) if deadlines else None
-
-    def _deadline_moved(self) -> None:
-        if self._on_deadline is not None:
-            self._on_deadline(self.next_deadline())
+        return self._deadlines.next_deadline()
 
     # ------------------------------------------------------------------ offsets
 
@@ -629,9 +617,7 @@ class StreamsGroupCoordinator:
         return gone
 
     def close(self) -> None:
-        close = getattr(self._on_deadline, "close", None)
-        if close is not None:
-            close()
+        self._deadlines.close()
 
     def _persist(self, group: StreamsGroup) -> None:
         if self._records is None:
