@@ -9,9 +9,14 @@ only need the codec (``kwire.protocol``).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# typing is not imported here: the kwire command turns the garbage collector off for its start-up
+# (kwire.cli.start_up) once kwire.cli.main runs, and typing (imported by what it imports next)
+# is cheaper after that.  Type checkers read the block below as typing.TYPE_CHECKING.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     # The names of __all__ as type checkers and editors see them (at run time each loads on first
     # use); the rest of kwire.client's exports are typed in kwire.client.
     from .broker import EmbeddedBroker as EmbeddedBroker

@@ -70,6 +70,27 @@ def test_a_plain_produce_imports_no_path_or_terminal_modules(broker, tmp_path):
         assert START_UP_UNUSED & modules == set(), argv
 
 
+def test_the_collector_is_back_on_once_the_producer_is_made(broker):
+    # kwire produce's start-up (kwire.cli.start_up) lasts until its producer's imports are done:
+    # records read from a pipe for hours are produced with the garbage collector on.
+    code = ("import gc, io, contextlib, sys\n"
+            "sys.argv = ['/usr/bin/kwire']\n"
+            "from kwire.cli.main import main\n"
+            "from kwire.client import producer_blocking\n"
+            "made = producer_blocking.BlockingProducer.__init__\n"
+            "def check(self, *a, **k):\n"
+            "    made(self, *a, **k)\n"
+            "    print('while making:', gc.isenabled(), file=sys.stderr)\n"
+            "producer_blocking.BlockingProducer.__init__ = check\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    code = main(['produce', 'gc-back-on', 'x', '-b', {broker.bootstrap!r}])\n"
+            "print('after:', gc.isenabled(), file=sys.stderr)\n"
+            "sys.exit(code)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.split("\n")[:2] == ["while making: False", "after: True"]
+
+
 def test_transactions_take_the_asyncio_producer(broker):
     # A transactional producer must init_transactions first: the asyncio Producer says so, as before.
     modules_error = subprocess.run(

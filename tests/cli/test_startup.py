@@ -83,3 +83,22 @@ def test_the_lazy_names_still_load():
     assert ScramClient.__module__ == "kwire.security.scram" and callable(client_context) and callable(plain_token)
     for codec in (compression.Compression.SNAPPY, compression.Compression.LZ4, compression.Compression.ZSTD):
         assert compression.decompress(codec, compression.compress(codec, b"kwire" * 100)) == b"kwire" * 100
+
+
+def test_the_command_starts_without_the_garbage_collector_and_turns_it_back_on():
+    # kwire.cli.start_up: the kwire command (argv[0] "kwire") imports its command with the cyclic
+    # collector off, and turns it on (start-up's objects frozen) before the command runs; kwire
+    # produce once its producer's imports are done too.  A program that imports kwire.cli.main
+    # keeps its collector.
+    code = ("import gc, io, contextlib, sys\n"
+            "sys.argv = ['/usr/bin/kwire']\n"
+            "from kwire.cli.main import main\n"
+            "print(gc.isenabled())\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['protocol', 'list'])\n"
+            "print(gc.isenabled(), gc.get_freeze_count() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "True", "True"]
+    program = subprocess.run([sys.executable, "-c", "import gc\nimport kwire.cli.main\nprint(gc.isenabled())"],
+                             capture_output=True, text=True, timeout=60, check=True)
+    assert program.stdout.split() == ["True"]

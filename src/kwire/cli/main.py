@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
+
+# Only when this process is the kwire command (``python -m kwire.cli.main``, or the ``kwire``
+# script importing this module to call main): a program importing it keeps its own garbage
+# collector (kwire.cli.start_up: the command's imports run without it, from here; signal's
+# enums are the first thing it would collect after) and its own SIGINT handler.
+_THE_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "kwire"
+if _THE_COMMAND:
+    from kwire.cli import start_up
+
+    start_up.pause()
+
+import signal  # noqa: E402
 
 
 def _interrupted_while_starting(_signum: int, _frame: object) -> None:
@@ -14,9 +25,7 @@ def _interrupted_while_starting(_signum: int, _frame: object) -> None:
     os._exit(130)
 
 
-# Only when this process is the kwire command (``python -m kwire.cli.main``, or the ``kwire``
-# script importing this module to call main): a program importing it keeps its own handler.
-if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "kwire":
+if _THE_COMMAND:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import argparse  # noqa: E402 - after the handler, which should cover every import
@@ -25,6 +34,7 @@ from collections.abc import Iterable  # noqa: E402
 from typing import Any  # noqa: E402
 
 from kwire import __version__  # noqa: E402
+from kwire.cli import start_up  # noqa: E402
 
 # command -> the module that registers it: register(subparsers) adds that one command, whose
 # parser sets ``func`` to a handler taking the parsed arguments and returning an exit code.
@@ -169,6 +179,8 @@ def _run(argv: list[str]) -> int:
         getattr(args, trailing).extend(extra)
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if not getattr(args, "start_up_in_handler", False):
+        start_up.over()  # (a command whose handler imports its client says when itself)
     return int(args.func(args) or 0)
 
 

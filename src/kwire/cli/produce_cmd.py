@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
+from . import start_up
 from .arg_types import delimiter
 from .client_options import add_client_options, client_command, client_settings
 from .output import print_json, print_table
@@ -64,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--acks", choices=tuple(ACKS), help="acknowledgements to wait for (default: all)")
     p.add_argument("-v", "--verbose", action="store_true", help="print each record's partition and offset")
     add_client_options(p)
-    p.set_defaults(func=client_command(run), trailing_positionals="values")
+    # The producer's imports are start-up too (kwire.cli.start_up): run() says when they are done.
+    p.set_defaults(func=client_command(run), trailing_positionals="values", start_up_in_handler=True)
 
 
 def _header(text: str) -> tuple[str, bytes]:
@@ -230,7 +232,10 @@ def run(args: argparse.Namespace) -> int:
     left = 0
     deliveries: list = []
     bad_line: _BadLine | None = None
-    producer = _producer(settings)
+    try:
+        producer = _producer(settings)
+    finally:
+        start_up.over()  # its imports are done (and a failure to connect ends the command anyway)
     try:
         try:
             for values, keys in _batches(args, producer):
