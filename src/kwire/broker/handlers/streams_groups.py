@@ -32,7 +32,7 @@ from ..coordinator.streams import StatusCode, StreamsHeartbeat
 from ..coordinator.streams.coordinator import owned_tasks
 from ..coordinator.streams.member import ACTIVE, STANDBY, WARMUP, by_kind
 from .authorized_ops import authorized_operations
-from .common import error_of
+from .common import NO_AUTHORIZED_OPERATIONS, error_of
 from .features import features_of
 from .groups import kafka_client_host
 from .registry import handler
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["handle_streams_group_describe", "handle_streams_group_heartbeat"]
 
 logger = logging.getLogger("kwire.broker.coordinator.streams")
-
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def _streams_enabled(ctx: RequestContext) -> bool:
