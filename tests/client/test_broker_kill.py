@@ -116,8 +116,9 @@ def test_producer_and_consumer_ride_out_kill_9(tmp_path):
     assert set(seen.values()) == set(stored)
     assert len(resumed_at) == KILLS
     assert any(resume["first"] for resume in resumed_at), "no read after a kill was noted"
-    # Each restarted coordinator had forgotten the member: it joined again and read its offsets.
-    assert assignments.count >= 1 + KILLS
+    # The restarted coordinator loads the stored generation back (as Kafka does), so the member may
+    # carry on without rejoining; it rejoins when a kill lost its newest generation.
+    assert assignments.count >= 1
     for resume in resumed_at:
         for partition, first in resume["first"].items():
             assert first >= resume["committed"].get(partition, 0), (partition, first, resume)

@@ -13,7 +13,7 @@ from kwire.broker.coordinator.store import JOURNAL_NAME
 from kwire.broker.topics import META_DIR
 from kwire.protocol import errors, messages
 
-from . import Broker, call, commit, describe, fetch, heartbeat, join, join_new, run, stable_group
+from . import SESSION_MS, Broker, call, commit, describe, fetch, heartbeat, join, join_new, run, stable_group
 
 NONE = 0
 
@@ -40,12 +40,22 @@ async def _check_state(broker: Broker, generation: int, member_id: str) -> None:
     assert await fetch(broker, "g", None) == {("t", 0): (12, -1, "", NONE), ("t", 1): (11, 3, "meta", NONE)}
     assert await fetch(broker, "solo", {"u": [0]}) == {("u", 0): (7, -1, "", NONE)}
     group = await describe(broker, "g")
-    # Members are not restored: the group is Empty and they must rejoin.
-    assert (group.group_state, group.protocol_type, group.members) == ("Empty", "consumer", [])
+    # Kafka's load: the stored generation comes back Stable with its members and their assignments,
+    # so a client that outlived the restart carries on without a rebalance.
+    assert (group.group_state, group.protocol_type, group.protocol_data) == ("Stable", "consumer", "range")
+    assert {m.member_id: bytes(m.member_assignment) for m in group.members} == {
+        m.member_id: f"assignment-{m.member_id}".encode() for m in group.members}
+    assert member_id in {m.member_id for m in group.members} and len(group.members) == 2
+    assert await heartbeat(broker, "g", generation, member_id) == NONE
+    assert await commit(broker, "g", {("t", 1): 13}, generation=generation, member_id=member_id, version=8) == {
+        ("t", 1): NONE}
+    # Members that do not come back are expired by their sessions, started at the load.
+    broker.clock.advance(SESSION_MS + 1)
+    assert (await describe(broker, "g")).group_state == "Empty"
     assert await heartbeat(broker, "g", generation, member_id) == errors.UnknownMemberIdError.code
     # The generation continues where it was.
     rejoined = await join_new(broker, "g")
-    assert rejoined.generation_id == generation + 1
+    assert rejoined.generation_id > generation
 
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])
@@ -183,11 +193,21 @@ def test_a_restarted_empty_group_keeps_when_it_emptied(tmp_path):
     reopened = broker.reopen()
     group = reopened.coordinator.group("g")
     assert (group.state.value, group.generation_id, group.state_timestamp_ms) == ("Empty", 2, emptied_at)
-    # A group that had members when the broker stopped counts as empty from the restart on.
-    run(join_new(reopened, "g"))
+    # A stored generation with members comes back Stable; when its member, gone with the old
+    # broker, is expired by its session, the group counts as empty from then on.
+    (b,) = run(stable_group(reopened, "g", 1))
     reopened.clock.advance(1000)
     restarted = reopened.reopen(clean=False)
-    assert restarted.coordinator.group("g").state_timestamp_ms == restarted.clock.now_ms
+    loaded_at = restarted.clock.now_ms
+
+    async def expire_the_member():
+        assert await heartbeat(restarted, "g", b.generation_id, b.member_id) == NONE
+        restarted.clock.advance(SESSION_MS + 1)
+        return await heartbeat(restarted, "g", b.generation_id, b.member_id)
+
+    assert run(expire_the_member()) == errors.UnknownMemberIdError.code
+    group = restarted.coordinator.group("g")
+    assert (group.state.value, group.state_timestamp_ms) == ("Empty", loaded_at + SESSION_MS)
     assert run(join(restarted, "g", "c-gone")).error_code == errors.UnknownMemberIdError.code
 
 

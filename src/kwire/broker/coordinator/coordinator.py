@@ -146,6 +146,8 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         self._groups: dict[str, Group] = {}
         # Groups in their initial delayed join -> ms the delay may still be extended by.
         self._initial_delay_left: dict[str, int] = {}
+        # (group, member id) of members restored by a load whose session timers are not running yet.
+        self._unarmed_sessions: list[tuple[Group, str]] = []
         self._timers = Timers(on_bind=self._on_loop, clock=clock if isinstance(clock, ManualClock) else None)
         self._closed = False
         # KIP-848 groups keep their offsets here too; their coordinator says which topics their
@@ -170,6 +172,7 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         if self._groups:
             logger.info("loaded %d group(s) with %d committed offset(s)", len(self._groups),
                         sum(len(g.offsets) for g in self._groups.values()))
+        self._arm_restored_sessions()
 
     def _restore(self, group_id: str, stored: StoredGroup, now: int) -> None:
         """A group as its partition's replay left it."""
@@ -178,17 +181,42 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         if record is not None:
             group.generation_id = record.generation_id
             group.protocol_type = record.protocol_type
-            if record.state == GroupState.EMPTY.value:
+            if record.state == GroupState.EMPTY.value or not record.members:
                 group.state_timestamp_ms = record.state_timestamp_ms
-            elif record.members:
-                logger.info("group %s: the %d member(s) of generation %d must rejoin after the restart",
-                            group_id, len(record.members), record.generation_id)
+            else:
+                self._restore_generation(group, record)
         elif stored.offsets:
             # Offsets alone: a group that only stores offsets; their age counts from their commits.
             group.state_timestamp_ms = None
         group.offsets = dict(stored.offsets)
         group.pending_txn_offsets = {pid: dict(staged) for pid, staged in stored.pending.items()}
         self._groups[group_id] = group
+
+    def _restore_generation(self, group: Group, record: GroupRecord) -> None:
+        """The stored generation's members, back as they were (Kafka's ClassicGroup.fromRecord and
+        GroupMetadataManager.onLoaded): the group is Stable, each member supports just the
+        generation's protocol with the subscription stored for it, keeps its assignment, and gets
+        a fresh session timeout, so a client that outlived the restart carries on without a
+        rebalance and one that did not is expired by its session."""
+        protocol = record.protocol_name or ""
+        members = [Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                          m.session_timeout_ms, record.protocol_type or "", [(protocol, m.metadata)], m.assignment)
+                   for m in record.members]
+        group.restore_stable(members, record.protocol_name, record.leader_id, record.state_timestamp_ms)
+        self._unarmed_sessions.extend((group, m.member_id) for m in members)
+        logger.info("group %s: generation %d loaded with %d member(s)", group.group_id, record.generation_id,
+                    len(members))
+
+    def _arm_restored_sessions(self) -> None:
+        """Start the session timers of the members a load restored, once timers can run (the
+        coordinator may load before the broker's event loop runs: then at its first bind)."""
+        if not self._unarmed_sessions or self._timers.bind() is None:
+            return
+        unarmed, self._unarmed_sessions = self._unarmed_sessions, []
+        for group, member_id in unarmed:
+            member = group.members.get(member_id)
+            if member is not None and self._live(group):
+                self._schedule_session(group, member)
 
     # ------------------------------------------------------------------ loading after start
 
@@ -239,6 +267,7 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
         now = self._clock()
         for group_id, stored in groups.items():
             self._restore(group_id, stored, now)
+        self._arm_restored_sessions()
         self._loading.discard(partition)
         self._wanted.discard(partition)
         for topic in sorted(self._deleted_while_loading):
@@ -251,6 +280,7 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
             self.on_groups_loaded(list(groups))
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._arm_restored_sessions()
         self._schedule(("retention",), self._retention_check_interval_ms, self._retention_tick)
 
     def _retention_tick(self) -> None:
@@ -433,8 +463,10 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
             self._schedule(("join", gid), group.rebalance_timeout_ms, self._complete_join, group)
             return
         group.init_next_generation(self._clock())
-        self._persist_group(group)
         if group.is_(GroupState.EMPTY):
+            # Kafka stores a generation when its assignment is in (SyncGroup), or at once when
+            # it is empty: a restart mid-rebalance finds the last complete generation.
+            self._persist_group(group)
             logger.info("group %s: generation %d is empty", gid, group.generation_id)
             return
         logger.info("group %s: generation %d with %d member(s), protocol %s, leader %s", gid, group.generation_id,

@@ -172,6 +172,20 @@ class Group:
             self.static_members[member.group_instance_id] = member.member_id
         self.pending_members.discard(member.member_id)
 
+    def restore_stable(self, members: Iterable[Member], protocol_name: str | None, leader_id: str | None,
+                       state_timestamp_ms: int) -> None:
+        """Put back a stored generation's members (a load after a restart): the group is Stable
+        with them, as Kafka loads a group whose record has members.  Set directly, not by a
+        transition: nothing happened, the group is as it was."""
+        for member in members:
+            self.add(member)
+        self.protocol_name = protocol_name
+        if leader_id in self.members:
+            self.leader_id = leader_id
+        self.subscribed_topics = self._compute_subscribed_topics()
+        self.state = GroupState.STABLE
+        self.state_timestamp_ms = state_timestamp_ms
+
     def remove(self, member_id: str) -> Member:
         member = self.members.pop(member_id)
         self.supported_protocols.subtract(member.protocol_names)

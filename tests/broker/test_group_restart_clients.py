@@ -1,0 +1,77 @@
+"""A classic consumer group outlives a restart of the broker, as with Kafka.
+
+Kafka stores a group's generation (members, protocol, assignments) in ``__consumer_offsets``
+and loads it back Stable, restarting each member's session (GroupMetadataManager.onLoaded): a
+consumer still running when the broker comes back heartbeats on with its member id and keeps its
+partitions, no rebalance.  A broker that forgot the members answered UNKNOWN_MEMBER_ID, and every
+consumer lost its partitions and rejoined.
+"""
+
+from __future__ import annotations
+
+import time
+
+import confluent_kafka
+
+from kwire.broker import EmbeddedBroker
+
+from .test_transactions_clients import QUIET
+
+TOPIC, GROUP = "restart", "restart-group"
+
+
+def _produce(bootstrap: str, start: int, n: int) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, **QUIET})
+    for i in range(start, start + n):
+        producer.produce(TOPIC, b"v-%d" % i, key=b"k-%d" % i)
+    assert producer.flush(30) == 0
+
+
+def _read_until(consumer: confluent_kafka.Consumer, seen: set[bytes], want: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            seen.add(msg.value())
+    assert len(seen) >= want, f"read {len(seen)} of {want} records"
+
+
+def test_a_confluent_consumer_keeps_its_membership_and_partitions_across_a_broker_restart(tmp_path):
+    data = tmp_path / "data"
+    events: list[str] = []
+    seen: set[bytes] = set()
+    broker = EmbeddedBroker(data, default_partitions=2).start()
+    port = broker.port
+    consumer = None
+    try:
+        _produce(broker.bootstrap, 0, 10)
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": broker.bootstrap, "group.id": GROUP, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "session.timeout.ms": 30_000, "heartbeat.interval.ms": 300,
+            "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200, **QUIET})
+        consumer.subscribe([TOPIC],
+                           on_assign=lambda c, ps: events.append("assign"),
+                           on_revoke=lambda c, ps: events.append("revoke"),
+                           on_lost=lambda c, ps: events.append("lost"))
+        _read_until(consumer, seen, 10, 30)
+        consumer.commit(asynchronous=False)
+        member_id = consumer.memberid()
+        assert events == ["assign"] and member_id
+
+        broker.stop()
+        broker = EmbeddedBroker(data, port=port, default_partitions=2).start()
+        assert broker.wait_loaded()
+        stored = broker.state.coordinator.group(GROUP)
+        assert stored is not None and member_id in stored.members, "the generation was not loaded back"
+
+        _produce(broker.bootstrap, 10, 10)
+        _read_until(consumer, seen, 20, 60)
+        consumer.commit(asynchronous=False)  # the same member, same generation: accepted
+        assert consumer.memberid() == member_id
+        assert events == ["assign"], f"the consumer rebalanced across the restart: {events}"
+        group = broker.state.coordinator.group(GROUP)
+        assert (group.state.value, list(group.members)) == ("Stable", [member_id])
+    finally:
+        if consumer is not None:
+            consumer.close()
+        broker.stop()
