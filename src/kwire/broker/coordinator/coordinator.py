@@ -308,7 +308,7 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
 
         Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR, as Kafka answers when a
         coordinator gives its groups up: clients look for the coordinator again and rejoin.
-        Members are not persisted as live.
+        The stored generations stay as they are: a restart loads them back with their members.
         """
         if self._closed:
             return

@@ -121,7 +121,7 @@ def _committed(value) -> CommittedOffset:
 
 
 def _group(group_id: str, value) -> GroupRecord:
-    # Kafka's loader: a group with members comes back Stable (its members must rejoin here), else Empty.
+    # Kafka's loader: a group with members comes back Stable with them (GroupCoordinator._restore), else Empty.
     members = tuple(MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
                                  m.session_timeout, bytes(m.subscription), bytes(m.assignment))
                     for m in value.members)
