@@ -87,6 +87,21 @@ def test_random_binary_keys_and_values_round_trip_byte_for_byte(broker, topic, t
         b"".join(k + v for k, v in pairs)
 
 
+def test_random_binary_values_read_in_place_round_trip_byte_for_byte(broker, topic, tmp_path):
+    # Without -K or -Z the records stay in each read's buffer (DelimitedValues): a file and stdin
+    # of random binary values, a record cut by a read's end, and a last record without -D.
+    from kwire.cli import produce_cmd
+
+    rng = random.Random(20261128)
+    values = [random_bytes(rng, rng.randint(0, 4000)) for _ in range(600)]
+    data = tmp_path / "values.dat"
+    data.write_bytes(RECORD_END.join(values))
+    assert data.stat().st_size > produce_cmd._READ_SIZE
+    ok("produce", topic, "-f", str(data), "-D", "\\x1e", "-b", broker.bootstrap)
+    ok("produce", topic, "-D", "\\x1e", "-b", broker.bootstrap, stdin=data.read_bytes())
+    assert landed(broker.bootstrap, topic) == [(None, v) for v in values + values]
+
+
 def test_stdin_is_read_as_bytes_and_a_bad_record_names_the_file(broker, topic, tmp_path):
     ok("produce", topic, "-b", broker.bootstrap, stdin=b"caf\xe9\n\xff\xfe\n")  # not UTF-8: sent as it is
     assert landed(broker.bootstrap, topic) == [(None, b"caf\xe9"), (None, b"\xff\xfe")]

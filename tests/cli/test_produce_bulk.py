@@ -9,7 +9,7 @@ import pytest
 
 from kwire.broker import EmbeddedBroker
 from kwire.cli import produce_cmd
-from kwire.protocol.records import iter_batches
+from kwire.protocol.records import bulk, iter_batches
 
 from .test_produce_cmd import kwire, ok, one_line_error
 
@@ -90,16 +90,23 @@ def test_the_progress_line_counts_deliveries_only_when_it_shows_them(capsys):
     assert asked == [1] and "5 sent, 3 delivered" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("delim", [b"\n", b"\x00", b"\r\n", b"--"])
+@pytest.mark.parametrize("in_place", [False, True], ids=["lists", "in-place"])
+@pytest.mark.parametrize("delim", [b"\n", b"\x00", b"\r\n", b"--", b"aa"])
 @pytest.mark.parametrize("read_size", [1, 2, 3, 5, 7, 64])
-def test_records_cut_by_the_end_of_a_read_are_joined(monkeypatch, delim, read_size):
+def test_records_cut_by_the_end_of_a_read_are_joined(monkeypatch, delim, read_size, in_place):
     # Every way a read can end: inside a record, right after a delimiter, inside a two-byte
     # delimiter, on an empty record; and the input's last record with and without its delimiter.
+    # Read in place (kwire produce without -K or -Z) each read's records stay in its buffer.
+    # "aa" overlaps itself: records end where bytes.split ends them (from the left).
     import io
 
     monkeypatch.setattr(produce_cmd, "_READ_SIZE", read_size)
     records = [b"a", b"", b"bcdef", b"+", b"\r", b"", b"ghijklmnopq", b"r"]
     for tail in (delim, b""):
         data = delim.join(records) + tail
-        got = [r for run in produce_cmd._split(io.BytesIO(data), delim) for r in run]
-        assert got == records, (data, read_size)
+        expected = data.split(delim)[:-1] if tail else data.split(delim)
+        runs = list(produce_cmd._split(io.BytesIO(data), delim, in_place=in_place))
+        got = [r for run in runs for r in run]
+        assert got == expected, (data, read_size)
+        if in_place and bulk.compiled() and read_size == 64:
+            assert type(runs[0]) is bulk.DelimitedValues  # no object per record

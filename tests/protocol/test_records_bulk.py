@@ -5,6 +5,7 @@ the stopping rules (batch bytes, record count, record size), and the compiled mu
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 
@@ -120,3 +121,38 @@ def test_compiled_crc32c_is_the_packages():
         assert crc.crc32c(data, seed) == package.crc32c(data, seed)
         assert crc.crc32c(memoryview(data)[3:]) == package.crc32c(data[3:])
     assert crc.crc32c(b"b", crc.crc32c(b"a")) == crc.crc32c(b"ab")
+
+
+@pytest.mark.parametrize("delim", [b"\n", b"\x00", b"\r\n", b"aa", b"aba"])
+@pytest.mark.parametrize("seed", range(3))
+def test_delimited_values_are_the_split_records_and_encode_the_same(delim, seed, monkeypatch):
+    # kwire produce's input read in place: the records bytes.split finds (from the left, so a
+    # delimiter that overlaps itself ends records where split ends them), the rest after the
+    # last delimiter, and the same record bytes as the list of them, compiled or not.
+    rng = random.Random(seed)
+    alphabet = b"ab\n\r\x00x"
+    data = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 3000)))
+    *records, rest = data.split(delim)
+    headers = bulk.encode_headers(HEADERS if seed else None)
+    for compiled in ([True, False] if bulk.compiled() else [False]):
+        if not compiled:
+            monkeypatch.setattr(bulk, "_delimited_starts", None)
+        buf = bytearray(data + b"junk after the read")  # a read's buffer is larger than the read
+        values, stop = bulk.delimited_values(buf, len(data), delim)
+        assert list(values) == records and len(values) == len(records)
+        assert bytes(buf[stop:len(data)]) == rest
+        assert type(values) is (bulk.DelimitedValues if compiled else list)
+        if records:
+            assert values[-1] == records[-1] and values[1:3] == records[1:3]
+            for key in (None, b"k", [b"key"] * len(records)):
+                for start, stop_at, max_bytes, max_count in ((0, len(records), 1 << 20, 1 << 20),
+                                                            (1 % len(records), len(records), 120, 7)):
+                    args = (headers, start, stop_at, start, 3, max_bytes, max_count, 1 << 20)
+                    assert bulk.encode_records(values, key, *args) == bulk.encode_records_py(records, key, *args)
+
+
+@compiled_only
+def test_spans_outside_the_data_are_refused():
+    starts = struct.pack("=3q", 0, 2, 99)
+    with pytest.raises(ValueError, match="span 1 is not inside the data"):
+        bulk.encode_records(bulk.DelimitedValues(b"a\nbc\n", starts, 1), None, b"\x00", 0, 2, 0, 0, 99, 99, 99)

@@ -27,7 +27,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 from . import start_up
@@ -81,11 +81,18 @@ def _header(text: str) -> tuple[str, bytes]:
 _READ_SIZE = 1 << 20
 
 
-def _split(stream: BinaryIO, delim: bytes, before_read: Callable[[], None] | None = None) -> Iterator[list[bytes]]:
-    """The records of a byte stream ending each at ``delim`` (the last may lack it), a list per
+def _split(stream: BinaryIO, delim: bytes, before_read: Callable[[], None] | None = None,
+           in_place: bool = False) -> Iterator[Sequence[bytes]]:
+    """The records of a byte stream ending each at ``delim`` (the last may lack it), a column per
     read, so that input of any size streams through.  ``before_read()`` runs before each read
-    (the blocking producer sends meanwhile)."""
-    read = getattr(stream, "read1", stream.read)  # read1: what is there now, so a pipe streams
+    (the blocking producer sends meanwhile).  ``in_place``: each read's records as
+    ``delimited_values`` (the values left in the read's buffer: no object per record, which
+    cost more than encoding the record); else a list of ``bytes``."""
+    readinto = getattr(stream, "readinto1", None)  # readinto1: what is there now, so a pipe streams
+    if in_place and readinto is not None:
+        yield from _split_in_place(readinto, delim, before_read)
+        return
+    read = getattr(stream, "read1", stream.read)
     pending = b""
     # A one-byte delimiter cannot straddle two reads, so the record cut by the end of a read is
     # joined to the next read's first part alone: pending + chunk copied every megabyte of input
@@ -110,6 +117,34 @@ def _split(stream: BinaryIO, delim: bytes, before_read: Callable[[], None] | Non
         yield [pending]
 
 
+def _split_in_place(readinto: Callable[[memoryview], int | None], delim: bytes,
+                    before_read: Callable[[], None] | None) -> Iterator[Sequence[bytes]]:
+    """``_split``'s reads into a buffer of their own each (the record the last read cut short
+    first), and the records of each as ``delimited_values``."""
+    from kwire.protocol.records.bulk import delimited_values  # (loaded with the producer already)
+
+    pending = b""
+    while True:
+        if before_read is not None:
+            before_read()
+        carried = len(pending)
+        buf = bytearray(carried + _READ_SIZE)
+        buf[:carried] = pending
+        with memoryview(buf) as view:
+            got = readinto(view[carried:])
+        if not got:
+            break
+        size = carried + got
+        # The delimiters are looked for from the record carried over: one that straddles two
+        # reads is found.
+        values, stop = delimited_values(buf, size, delim)
+        pending = bytes(buf[stop:size])
+        if values:
+            yield values
+    if pending:
+        yield [pending]
+
+
 class _BadLine(ValueError):
     """An input record the flags cannot make a record of; the records before it are sent."""
 
@@ -123,34 +158,36 @@ def _shown(data: bytes) -> str:
     return repr(data.decode("utf-8", "backslashreplace"))
 
 
-def _file_records(path: str, delim: bytes) -> Iterator[list[bytes]]:
+def _file_records(path: str, delim: bytes, in_place: bool) -> Iterator[Sequence[bytes]]:
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
         raise _BadInput(f"cannot read --file {path}: {exc.strerror or exc}") from None
     with stream:
-        yield from _split(stream, delim)
+        yield from _split(stream, delim, in_place=in_place)
 
 
 def _batches(args: argparse.Namespace, producer: Any = None
-             ) -> Iterator[tuple[list[bytes | None], list[bytes | None] | None]]:
+             ) -> Iterator[tuple[Sequence[bytes | None], list[bytes | None] | None]]:
     """The input as runs of records: (values, keys), keys None unless -K splits them.  A record
     -K cannot split ends the input with _BadLine, after the run of the records before it.
     Standard input waits for its next read in ``producer.wait_readable`` when the producer has
     one (the blocking producer: records already read keep going out meanwhile)."""
     unit = "line" if args.delimiter == b"\n" else "record"  # how an error names the bad input
+    null = args.null
+    # Records that go as they are read (no -K to split, no -Z to look at) stay in the read's buffer.
+    in_place = not args.key_separator and not null
     if args.values:
         # Arguments as the shell passed them: os.fsencode gives back undecodable bytes too.
-        source: Iterator[list[bytes]] = iter([[os.fsencode(v) for v in args.values]])
+        source: Iterator[Sequence[bytes]] = iter([[os.fsencode(v) for v in args.values]])
         what = "value"
     elif args.file:
-        source, what = _file_records(args.file, args.delimiter), f"{args.file}: {unit}"
+        source, what = _file_records(args.file, args.delimiter, in_place), f"{args.file}: {unit}"
     else:
         stdin = sys.stdin.buffer
         wait = getattr(producer, "wait_readable", None)
         before_read = None if wait is None else functools.partial(wait, stdin.fileno())
-        source, what = _split(stdin, args.delimiter, before_read), unit
-    null = args.null
+        source, what = _split(stdin, args.delimiter, before_read, in_place), unit
     seen = 0
     for parts in source:
         if args.key_separator:

@@ -98,6 +98,7 @@ from .producer_core import (
     record_fields,
     too_large,
     topic_metadata_error,
+    values_column,
 )
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
 from .producer_futures import RecordFuture, resolve, unobserved
@@ -368,7 +369,7 @@ class AsyncProducer:
             self._check_started()
         if self._txn is not None:
             self._txn.check_send()
-        values = values if isinstance(values, (list, tuple)) else list(values)
+        values = values_column(values)
         key_column = bulk_keys(values, keys, key)
         header_list = record_fields(None, None, headers, self._legacy)[2]
         timestamp = int(time.time() * 1000) if timestamp_ms is None else checked_timestamp(timestamp_ms)

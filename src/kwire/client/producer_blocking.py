@@ -64,6 +64,7 @@ from .producer_core import (
     record_fields,
     too_large,
     topic_metadata_error,
+    values_column,
 )
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
 from .sender_core import FIRST_BATCH_PRODUCE_VERSION, SenderCore
@@ -661,7 +662,7 @@ class BlockingProducer(SenderCore):
         ``BulkDelivery`` counts them as their batches complete."""
         if self._closed:
             raise IllegalStateError("the producer is closed")
-        values = values if isinstance(values, (list, tuple)) else list(values)
+        values = values_column(values)
         key_column = bulk_keys(values, keys, key)
         header_list = record_fields(None, None, headers, False)[2]
         timestamp = int(time.time() * 1000)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kwire.protocol.errors import KafkaError
 from kwire.protocol.records import Compression
-from kwire.protocol.records.bulk import encode_records
+from kwire.protocol.records.bulk import DelimitedValues, encode_records
 
 from .accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator
 from .producer_errors import RecordTooLargeError
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .transactions import TransactionManager
 
 __all__ = ["CODECS", "TopicRoute", "accumulator_for", "append_run_step", "bulk_groups", "bulk_keys", "bytes_column", "checked_timestamp",
-           "complete_bulk", "record_fields", "too_large", "topic_metadata_error"]
+           "complete_bulk", "record_fields", "too_large", "topic_metadata_error", "values_column"]
 
 CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
            "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
@@ -80,6 +80,14 @@ def bytes_column(column: Any, what: str) -> list[bytes | None] | tuple[bytes | N
         return items
     return [item if item is None or type(item) is bytes else _as_bytes(item, f"{what} {i}")
             for i, item in enumerate(items)]
+
+
+def values_column(values: Sequence[bytes | str | None]) -> Sequence[bytes | str | None]:
+    """A bulk call's values as the encoder takes them: a list or tuple, or a ``DelimitedValues``
+    (values read in place from one buffer: ``kwire produce``'s input); anything else as a list."""
+    if type(values) is DelimitedValues or isinstance(values, (list, tuple)):
+        return values
+    return list(values)
 
 
 def bulk_keys(values: Sequence[object], keys: Any, key: Any

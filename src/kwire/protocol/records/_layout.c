@@ -828,6 +828,28 @@ PyDoc_STRVAR(encode_v2_doc,
 "is taken anyway when first_delta is 0), after max_count records, and before a record of more\n"
 "than max_record bytes.  next: the index of the first record not taken.");
 
+/* Where encode_v2's values come from: Python objects (items), or the spans of one buffer
+ * (encode_v2_spans: value i is data[starts[i]:starts[i + 1] - gap]). */
+typedef struct {
+    PyObject **items;
+    const char *data;
+    const int64_t *starts;
+    Py_ssize_t gap;
+} value_source;
+
+static inline int value_of(const value_source *src, Py_ssize_t i, const char **at, Py_ssize_t *length)
+{
+    if (src->items != NULL)
+        return bytes_of(src->items[i], at, length, "value", i);
+    *at = src->data + src->starts[i];
+    *length = (Py_ssize_t)(src->starts[i + 1] - src->starts[i]) - src->gap;
+    return 1;
+}
+
+static PyObject *encode_values(const value_source *src, Py_ssize_t n, PyObject *keys, Py_buffer *headers,
+                               Py_ssize_t start, Py_ssize_t stop, long long first_delta, long long ts_delta,
+                               Py_ssize_t max_bytes, Py_ssize_t max_count, Py_ssize_t max_record);
+
 static PyObject *encode_v2(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -838,12 +860,116 @@ static PyObject *encode_v2(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOy*nnLLnnn", &values, &keys, &headers, &start, &stop, &first_delta, &ts_delta,
                           &max_bytes, &max_count, &max_record))
         return NULL;
-    PyObject *result = NULL, *value_seq = NULL, *key_seq = NULL;
-    value_seq = PySequence_Fast(values, "values must be a list or tuple");
-    if (value_seq == NULL)
+    PyObject *result = NULL;
+    PyObject *value_seq = PySequence_Fast(values, "values must be a list or tuple");
+    if (value_seq != NULL) {
+        value_source src = {PySequence_Fast_ITEMS(value_seq), NULL, NULL, 0};
+        result = encode_values(&src, PySequence_Fast_GET_SIZE(value_seq), keys, &headers, start, stop, first_delta,
+                               ts_delta, max_bytes, max_count, max_record);
+        Py_DECREF(value_seq);
+    }
+    PyBuffer_Release(&headers);
+    return result;
+}
+
+PyDoc_STRVAR(encode_v2_spans_doc,
+"encode_v2_spans(data, starts, gap, keys, headers, start, stop, first_delta, ts_delta, max_bytes, max_count,\n"
+"                max_record) -> (bytes, next)\n\n"
+"encode_v2 of values that are spans of one buffer: value i is data[starts[i]:starts[i + 1] - gap],\n"
+"starts a buffer of native int64 (one more than the values; delimited_starts makes it for records\n"
+"that each end with a delimiter of gap bytes).  No value is null.  The rest as encode_v2.");
+
+static PyObject *encode_v2_spans(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *keys;
+    Py_buffer data, starts, headers;
+    Py_ssize_t gap, start, stop, max_bytes, max_count, max_record;
+    long long first_delta, ts_delta;
+    if (!PyArg_ParseTuple(args, "y*y*nOy*nnLLnnn", &data, &starts, &gap, &keys, &headers, &start, &stop,
+                          &first_delta, &ts_delta, &max_bytes, &max_count, &max_record))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t) - 1;
+    const int64_t *at = (const int64_t *)starts.buf;
+    if (n < 0 || starts.len % (Py_ssize_t)sizeof(int64_t) != 0 || gap < 0) {
+        PyErr_SetString(PyExc_ValueError, "starts must hold one int64 more than the values, gap >= 0");
         goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(value_seq);
-    PyObject **value_items = PySequence_Fast_ITEMS(value_seq);
+    }
+    /* Every span inside data and not negative: checked once here, so the encoder may trust them. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (at[i] < 0 || at[i + 1] - gap < at[i] || at[i + 1] - gap > data.len) {
+            PyErr_Format(PyExc_ValueError, "span %zd is not inside the data", i);
+            goto done;
+        }
+    }
+    value_source src = {NULL, (const char *)data.buf, at, gap};
+    result = encode_values(&src, n, keys, &headers, start, stop, first_delta, ts_delta, max_bytes, max_count,
+                           max_record);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&headers);
+    return result;
+}
+
+PyDoc_STRVAR(delimited_starts_doc,
+"delimited_starts(data, stop, delimiter) -> bytes\n\n"
+"Where the records of data[:stop] that end with delimiter start (found from the left, as\n"
+"bytes.split finds them): native int64s, one per record and then the end of the last one's\n"
+"delimiter (where the rest, a record still to be completed, starts), for encode_v2_spans.");
+
+static PyObject *delimited_starts(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer data, delim;
+    Py_ssize_t stop;
+    if (!PyArg_ParseTuple(args, "y*ny*", &data, &stop, &delim))
+        return NULL;
+    PyObject *out = NULL;
+    const char *buf = (const char *)data.buf, *d = (const char *)delim.buf;
+    Py_ssize_t dlen = delim.len;
+    if (dlen < 1 || stop < 0 || stop > data.len) {
+        PyErr_SetString(PyExc_ValueError, "an empty delimiter, or stop outside the data");
+        goto done;
+    }
+    /* Pass 1 counts the records, pass 2 writes where each starts. */
+    Py_ssize_t count = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t *starts = pass ? (int64_t *)PyBytes_AS_STRING(out) : NULL;
+        Py_ssize_t pos = 0, n = 0;
+        while (pos < stop) {
+            const char *hit = memchr(buf + pos, d[0], (size_t)(stop - pos));
+            while (hit != NULL && dlen > 1 && (hit + dlen > buf + stop || memcmp(hit, d, (size_t)dlen) != 0))
+                hit = memchr(hit + 1, d[0], (size_t)(buf + stop - hit - 1));
+            if (hit == NULL)
+                break;
+            if (starts != NULL)
+                starts[n] = pos;
+            n++;
+            pos = (hit - buf) + dlen;
+        }
+        if (starts != NULL) {
+            starts[n] = pos;
+        } else {
+            count = n;
+            out = PyBytes_FromStringAndSize(NULL, (count + 1) * (Py_ssize_t)sizeof(int64_t));
+            if (out == NULL)
+                goto done;
+        }
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&delim);
+    return out;
+}
+
+static PyObject *encode_values(const value_source *src, Py_ssize_t n, PyObject *keys, Py_buffer *headers_buf,
+                               Py_ssize_t start, Py_ssize_t stop, long long first_delta, long long ts_delta,
+                               Py_ssize_t max_bytes, Py_ssize_t max_count, Py_ssize_t max_record)
+{
+    Py_buffer headers = *headers_buf;
+    PyObject *result = NULL, *key_seq = NULL;
     PyObject **key_items = NULL;
     const char *one_key = NULL;
     Py_ssize_t one_key_length = -1;
@@ -869,7 +995,7 @@ static PyObject *encode_v2(PyObject *self, PyObject *args)
     for (; i < stop && i - start < max_count; i++, delta++) {
         const char *at = NULL;
         Py_ssize_t key_length = one_key_length, value_length = -1;
-        if (!bytes_of(value_items[i], &at, &value_length, "value", i))
+        if (!value_of(src, i, &at, &value_length))
             goto done;
         if (key_items != NULL && !bytes_of(key_items[i], &at, &key_length, "key", i))
             goto done;
@@ -891,7 +1017,7 @@ static PyObject *encode_v2(PyObject *self, PyObject *args)
     for (i = start; i < next; i++, delta++) {
         const char *value = NULL, *key = one_key;
         Py_ssize_t key_length = one_key_length, value_length = -1;
-        bytes_of(value_items[i], &value, &value_length, "value", i);
+        value_of(src, i, &value, &value_length);
         if (key_items != NULL)
             bytes_of(key_items[i], &key, &key_length, "key", i);
         Py_ssize_t body = body_size(ts_delta, delta, key_length, value_length) + headers.len;
@@ -914,9 +1040,7 @@ static PyObject *encode_v2(PyObject *self, PyObject *args)
     }
     result = Py_BuildValue("(Nn)", out, next);
 done:
-    Py_XDECREF(value_seq);
     Py_XDECREF(key_seq);
-    PyBuffer_Release(&headers);
     return result;
 }
 
@@ -1076,6 +1200,8 @@ static PyMethodDef layout_methods[] = {
     {"map_bitmap", map_bitmap, METH_VARARGS, map_bitmap_doc},
     {"key_digest", md5_digest, METH_VARARGS, md5_digest_doc},
     {"encode_v2", encode_v2, METH_VARARGS, encode_v2_doc},
+    {"encode_v2_spans", encode_v2_spans, METH_VARARGS, encode_v2_spans_doc},
+    {"delimited_starts", delimited_starts, METH_VARARGS, delimited_starts_doc},
     {"murmur2_partitions", murmur2_partitions, METH_VARARGS, murmur2_partitions_doc},
     {"crc32c_hardware", crc32c_hardware, METH_NOARGS, crc32c_hardware_doc},
     {"crc32c", crc32c_compute, METH_VARARGS, crc32c_doc},
