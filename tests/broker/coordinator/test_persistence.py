@@ -9,7 +9,7 @@ import pytest
 
 from kwire.broker.coordinator import GroupStoreError
 from kwire.broker.coordinator.coordinator import GROUPS_DIR
-from kwire.broker.coordinator.store import JOURNAL_NAME
+from kwire.broker.coordinator.store import JOURNAL_NAME, GroupRecord, MemberRecord
 from kwire.broker.topics import META_DIR
 from kwire.protocol import errors, messages
 
@@ -253,3 +253,21 @@ def test_a_plain_commit_made_after_a_transaction_staged_its_offset_wins():
     staged = {("t", 0): CommittedOffset(40, -1, "", 150), ("t", 1): CommittedOffset(8, -1, "", 150),
               ("t", 2): CommittedOffset(1, -1, "", 150)}
     assert newer_txn_offsets(committed, staged) == {("t", 1): staged[("t", 1)], ("t", 2): staged[("t", 2)]}
+
+
+def test_a_generation_stored_without_assignments_is_not_loaded_as_stable(tmp_path):
+    """An earlier kwire stored each generation at its join, before the assignment: such a record
+    loaded Stable would leave its members with nothing to read until some other rebalance."""
+    broker = _broker(tmp_path)
+    members = tuple(MemberRecord(f"m{i}", None, "c", "/127.0.0.1", 10_000, SESSION_MS, b"sub", b"")
+                    for i in range(2))
+    broker.coordinator.store.put_group(GroupRecord("mid", "consumer", 4, "range", "m0", "CompletingRebalance",
+                                                   broker.clock(), members))
+    broker.coordinator.store.put_group(GroupRecord("done", "consumer", 4, "range", "m0", "Stable", broker.clock(),
+                                                   (members[0], MemberRecord("m1", None, "c", "/127.0.0.1", 10_000,
+                                                                             SESSION_MS, b"sub", b"parts"))))
+    reopened = broker.reopen()
+    mid, done = reopened.coordinator.group("mid"), reopened.coordinator.group("done")
+    assert (mid.state.value, mid.generation_id, mid.members) == ("Empty", 4, {})
+    assert (done.state.value, done.generation_id, sorted(done.members)) == ("Stable", 4, ["m0", "m1"])
+    reopened.coordinator.close()

@@ -183,6 +183,12 @@ class GroupCoordinator(OffsetCommits, GroupAdmin):
             group.protocol_type = record.protocol_type
             if record.state == GroupState.EMPTY.value or not record.members:
                 group.state_timestamp_ms = record.state_timestamp_ms
+            elif not any(m.assignment for m in record.members):
+                # No member holds anything: a generation stored mid-rebalance by an earlier kwire
+                # (it stored each generation at its join, Kafka at its assignment).  Loaded Stable
+                # it would never be assigned; its members rejoin instead.
+                logger.info("group %s: generation %d was stored without assignments; its members rejoin",
+                            group_id, record.generation_id)
             else:
                 self._restore_generation(group, record)
         elif stored.offsets:
