@@ -5,6 +5,7 @@ not cover go to the asyncio producer."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -21,14 +22,14 @@ ASYNC_MODULES = ("asyncio", "concurrent", "kwire.client.producer", "kwire.client
                  "kwire.client.loop_thread")
 
 
-def loaded_by(*argv: str, stdin: bytes = b"") -> set[str]:
+def loaded_by(*argv: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> set[str]:
     """The modules a ``kwire`` command line loaded (it runs in a fresh interpreter and must succeed)."""
     code = ("import sys\n"
             "from kwire.cli.main import main\n"
             f"code = main({list(argv)!r})\n"
             "print('\\n'.join(sys.modules), file=sys.stderr)\n"
             "sys.exit(code)\n")
-    result = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     return set(result.stderr.decode().split())
 
@@ -68,6 +69,19 @@ def test_a_plain_produce_imports_no_path_or_terminal_modules(broker, tmp_path):
         modules = loaded_by("produce", "blocking-imports", "-b", broker.bootstrap, *argv)
         assert "kwire.client.producer_blocking" in modules, argv
         assert START_UP_UNUSED & modules == set(), argv
+
+
+def test_a_produce_whose_codecs_are_kept_loads_no_codec_writer(broker):
+    # A user's kwire writes its .pyc files and its compiled codecs (kwire.protocol.codec) on the
+    # first command; from the second on, each codec's code is read back by the message's name
+    # and version, and the writer (kwire.protocol.compiler, ~3-5 ms with the source it writes)
+    # is not imported.  (Without bytecode writing, PYTHONDONTWRITEBYTECODE, nothing is kept.)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for argv in (["a", "b"], ["--acks", "0", "c"]):
+        loaded_by("produce", "kept-codecs", "-b", broker.bootstrap, *argv, env=env)
+        modules = loaded_by("produce", "kept-codecs", "-b", broker.bootstrap, *argv, env=env)
+        assert "kwire.protocol.codec" in modules, argv
+        assert "kwire.protocol.compiler" not in modules, argv
 
 
 def test_the_collector_is_back_on_once_the_producer_is_made(broker):

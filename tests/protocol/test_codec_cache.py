@@ -1,45 +1,53 @@
-"""The compiled codecs' code objects kept on disk (``compiler._compiled``): a process reads what an
-earlier one compiled instead of compiling the generated source again, and a missing, damaged or
-unwritable cache only means compiling."""
+"""The compiled codecs' code kept on disk (``kwire.protocol.codec``): a process reads what an
+earlier one compiled, without writing the source again (``kwire.protocol.compiler`` is not even
+used), the constants of the kept code are made again from the message's spec as the writer made
+them, and a missing, damaged, stale (another stamp) or unwritable cache only means compiling."""
 
 from __future__ import annotations
 
+import marshal
+import struct
 import sys
 
 import pytest
 
+from kwire.protocol import codec as codec_module
 from kwire.protocol import compiler, messages
-from kwire.protocol.compiler import Codec
+from kwire.protocol._schema import MESSAGES
+from kwire.protocol.codec import Codec
+from kwire.protocol.schema import message_spec
 
 
 def _codec() -> Codec:
-    # A fresh Codec (not compiler.codec's process-wide cache), as a new process would make.
+    # A fresh Codec (not codec()'s process-wide cache), as a new process would make.
     return Codec(messages.MetadataResponse.SPEC, 12)
 
 
 def _roundtrip(c: Codec) -> None:
-    response = messages.MetadataResponse(throttle_time_ms=7, cluster_id="c1", controller_id=1)
+    response = messages.MetadataResponse(throttle_time_ms=7, cluster_id="c1", controller_id=1,
+                                         topics=[messages.MetadataResponse.MetadataResponseTopic(name="t")])
     data = bytes(c.encode(response))
     decoded, end = c.decode(data)
     assert end == len(data) and decoded == response
 
 
-def _refuse_compile(*_args, **_kwargs):
-    raise AssertionError("compiled although the cache holds the code")
+def _refuse(*_args, **_kwargs):
+    raise AssertionError("written or compiled although the cache holds the code")
 
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(compiler, "_CODEC_CACHE", str(tmp_path / "codecs"))
+    monkeypatch.setattr(codec_module, "_CODEC_CACHE", str(tmp_path / "codecs"))
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     return tmp_path / "codecs"
 
 
-def test_a_second_codec_reads_the_first_ones_code(cache_dir, monkeypatch):
+def test_a_second_codec_reads_the_first_ones_code_without_the_writer(cache_dir, monkeypatch):
     first = _codec()
     written = sorted(cache_dir.iterdir())
-    assert len(written) == 1 and written[0].name.endswith(f".{sys.implementation.cache_tag}-{sys.hexversion:x}.code")
-    monkeypatch.setattr(compiler, "compile", _refuse_compile, raising=False)
+    assert [p.name for p in written] == [f"MetadataResponse-v12.{sys.implementation.cache_tag}-{sys.hexversion:x}.codec"]
+    monkeypatch.setattr(codec_module, "compile", _refuse, raising=False)
+    monkeypatch.setattr(compiler, "write", _refuse)
     second = _codec()
     assert second.source == first.source
     _roundtrip(second)
@@ -52,6 +60,20 @@ def test_a_damaged_file_is_compiled_again(cache_dir):
     _roundtrip(_codec())
     path.write_bytes(b"")
     _roundtrip(_codec())
+    path.write_bytes(marshal.dumps(("a", "tuple", "of", "another", "layout")))
+    _roundtrip(_codec())
+
+
+def test_a_file_of_another_stamp_is_not_used(cache_dir, monkeypatch):
+    # The stamp: the mtime and size of the files the source is written from (compiler.py,
+    # schema.py, _schema.py, codec.py); an edit of one of them makes every kept codec stale.
+    _codec()
+    (path,) = cache_dir.iterdir()
+    stamp, source, code, recipes, dec, enc = marshal.loads(path.read_bytes())
+    path.write_bytes(marshal.dumps((stamp, source, compile("raise AssertionError('stale code ran')", "<x>", "exec"),
+                                    recipes, dec, enc)))
+    monkeypatch.setattr(codec_module, "_STAMP", (*stamp[:-1], stamp[-1] + 1))  # codec.py one byte longer
+    _roundtrip(_codec())
 
 
 def test_nothing_is_written_without_bytecode_writing(cache_dir, monkeypatch):
@@ -63,22 +85,54 @@ def test_nothing_is_written_without_bytecode_writing(cache_dir, monkeypatch):
 def test_an_unwritable_place_only_means_compiling(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    monkeypatch.setattr(compiler, "_CODEC_CACHE", str(blocker / "codecs"))
+    monkeypatch.setattr(codec_module, "_CODEC_CACHE", str(blocker / "codecs"))
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     _roundtrip(_codec())
 
 
-def test_each_variant_has_its_own_code(cache_dir):
+def test_each_variant_has_its_own_code(cache_dir, monkeypatch):
     c = _codec()
     c._decoder(record_views=False, null_arrays_as_empty=True)
-    assert len(list(cache_dir.iterdir())) == 2
+    c._decoder(record_views=True)  # (MetadataResponse has no records: the same code as the base)
+    assert len(list(cache_dir.iterdir())) == 3
+    monkeypatch.setattr(compiler, "write", _refuse)
+    again = _codec()
+    assert again._decoder(record_views=True) is again.decode_from
+    assert again._decoder(record_views=False, null_arrays_as_empty=True) is not again.decode_from
 
 
-def test_a_file_of_another_source_under_the_same_name_is_not_used(cache_dir):
-    # (a CRC-32 names the file: the source kept in it decides)
-    import marshal
+def test_a_spec_that_is_not_the_schemas_is_not_kept(cache_dir):
+    # (its name says nothing of its fields)
+    from kwire.protocol.schema import MessageSpec
 
-    _codec()
-    (path,) = cache_dir.iterdir()
-    path.write_bytes(marshal.dumps(("other source", compile("def dec_x(): pass", "<other>", "exec"))))
-    _roundtrip(_codec())
+    spec = MessageSpec({"name": "MetadataResponse", "type": "response", "validVersions": (0, 0),
+                        "fields": [{"name": "X", "type": "int32", "versions": (0, 0)}]})
+    Codec(spec, 0)
+    assert not cache_dir.exists()
+
+
+def _same_constant(made, written) -> bool:
+    if hasattr(written, "__self__") and isinstance(written.__self__, struct.Struct):  # a bound pack/unpack_from
+        return (type(made) is type(written) and made.__name__ == written.__name__
+                and made.__self__.format == written.__self__.format)
+    return type(made) is type(written) and made == written
+
+
+@pytest.mark.parametrize("kind", ["request", "response", "header", "data"])
+def test_recipes_make_the_writers_constants_for_every_message(kind):
+    # The constants of kept code are made from recipes, in another process than the one that
+    # wrote the source: each must give what the writer put in (same struct format, the same
+    # class, an equal default), for every message at its first and last version and variants.
+    checked = 0
+    for name, d in MESSAGES.items():
+        if d["type"] != kind:
+            continue
+        spec = message_spec(name)
+        for version in sorted({spec.min_version, spec.max_version}):
+            for views, nulls in ((False, False), (True, False), (False, True)):
+                written = compiler.write(spec, version, record_views=views, null_arrays_as_empty=nulls)
+                made = codec_module.namespace(spec, {n: recipe for n, (_, recipe) in written.constants.items()})
+                for n, (value, _) in written.constants.items():
+                    assert _same_constant(made[n], value), (name, version, n, made[n], value)
+                    checked += 1
+    assert checked > 50

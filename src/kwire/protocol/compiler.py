@@ -1,9 +1,11 @@
-"""Compile message specs into version-specialised encode/decode functions.
+"""Write message specs as version-specialised encode/decode functions (the source of a codec).
 
 An interpreter that walks the schema for every field of every message is slow in Python.  Instead,
 for each (message, version) pair this module writes the Python source of straight-line functions
 (one decoder and one encoder per struct), with runs of fixed-width fields merged into one
-``struct`` call, and compiles it once.  The functions are cached per message and version.
+``struct`` call; ``kwire.protocol.codec`` compiles and runs it, and keeps the compiled code on
+disk, so this module is imported only when a codec is not in that cache yet.  Each constant the
+source uses comes with a recipe that makes it again from the message's spec (``codec.Recipe``).
 
 Error reporting costs almost nothing on the fast path: each generated function keeps the name of
 the field it is reading in a local and, on failure, raises ``DecodeError``/``EncodeError`` with
@@ -12,95 +14,13 @@ that name; enclosing functions prepend their own field, so the error names the w
 
 from __future__ import annotations
 
-import marshal
-import os
 import struct
-import sys
-import threading
-import uuid
-import zlib
-from collections.abc import Callable
-from functools import cache
-from types import CodeType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from .errors import DecodeError, EncodeError, ProtocolError
-from .primitives import INT8, INT16, INT32, Buffer, read_uvarint, uvarint
+from .codec import _ARRAY_UNPACKERS, _CACHED_ARRAY_LEN, NOT_NULLABLE, Codec, Constants, Recipe, Written, codec
 from .schema import FIXED_TYPES, FieldSpec, MessageSpec, StructSpec
-from .splice import splice_records
 
-if TYPE_CHECKING:
-    from .message_base import Struct
-
-# A compiled decoder: (input, offset) -> (the struct read, the offset after it).  The struct's class
-# is the spec's, chosen at run time (one Codec type serves every message), hence Any.
-Decoder = Callable[[Buffer, int], tuple[Any, int]]
-# A compiled encoder: appends the struct's bytes to the buffer.
-Encoder = Callable[["Struct", bytearray], None]
-# What a failure handler gets as the field being read or written: its name (None before the first
-# field), or for a run of fixed-width fields handled in one step, (name, size) pairs when decoding
-# and (name, struct format) pairs when encoding.
-_DecodingField = str | None | tuple[tuple[str, int], ...]
-_EncodingField = str | None | tuple[tuple[str, str], ...]
-
-_DECODE_FAILURES = (struct.error, IndexError, ValueError, OverflowError, TypeError, KeyError, MemoryError)
-_ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, OverflowError, KeyError)
-
-# Unpackers of primitive arrays by element count: building the format string and looking it up
-# in struct's cache for every array costs more than decoding a short array.
-_CACHED_ARRAY_LEN = 64
-_ARRAY_UNPACKERS = {fmt: [struct.Struct(f">{n}{fmt}").unpack_from for n in range(_CACHED_ARRAY_LEN)]
-                    for fmt, _ in FIXED_TYPES.values() if fmt != "16s"}
-
-
-def _array_unpacker(fmt: str, n: int) -> Callable[[Buffer, int], tuple[Any, ...]]:
-    return struct.Struct(f">{n}{fmt}").unpack_from
-
-
-def _decode_failure(exc: Exception, field: _DecodingField, pos: int, blen: int) -> DecodeError:
-    """The DecodeError for a low-level failure while reading ``field`` at ``pos``.
-
-    ``field`` is a name, or for a run of fixed-width fields read in one step a tuple of
-    (name, size) pairs: the field that ran past the end is found from the bytes that were left.
-    """
-    if isinstance(field, tuple):
-        left = blen - pos
-        for name, size in field:
-            if left < size:
-                field = name
-                break
-            left -= size
-            pos += size
-        else:
-            field = field[0][0]
-    if isinstance(exc, (struct.error, IndexError)):
-        reason = "truncated: the data ends inside this field"
-    elif isinstance(exc, UnicodeDecodeError):
-        reason = "invalid UTF-8 in a string"
-    elif isinstance(exc, MemoryError):
-        reason = "a length prefix asks for more memory than is available"
-    else:
-        reason = str(exc) or type(exc).__name__
-    return DecodeError(reason, path=[field] if field else [], offset=pos)
-
-
-def _encode_failure(exc: Exception, field: _EncodingField, obj: object) -> EncodeError:
-    """The EncodeError for a value that could not be written.
-
-    For a run of fixed-width fields written in one step (``field`` a tuple of (name, format)
-    pairs), each value is packed alone to find the one at fault.
-    """
-    if isinstance(field, tuple):
-        culprit = field[0][0]
-        for name, fmt in field:
-            value: Any = getattr(obj, name, None)  # any value: finding the one that does not pack
-            try:
-                struct.pack(">" + fmt, value.bytes if fmt == "16s" else value)
-            except (struct.error, TypeError, AttributeError) as e:
-                culprit, exc = name, e
-                break
-        field = culprit
-    return EncodeError(f"cannot encode value: {exc}", path=[field] if field else [])
+__all__ = ["Codec", "codec", "write"]  # (Codec and codec live in kwire.protocol.codec, as before here)
 
 
 def _is_fixed(f: FieldSpec) -> bool:
@@ -118,11 +38,6 @@ def _fixed_runs(fields: list[FieldSpec]) -> list[list[FieldSpec]]:
     return groups
 
 
-# The decode error of a null where the version allows none (the lenient decode forgives arrays).
-_NOT_NULLABLE = "in a field that is not nullable in this version"
-_NULL_ARRAY = f"null array {_NOT_NULLABLE}"
-
-
 class _Writer:
     """Accumulates generated source for one (message, version)."""
 
@@ -134,39 +49,39 @@ class _Writer:
         self.null_arrays_as_empty = null_arrays_as_empty
         self.flexible = message.is_flexible(version)
         self.lines: list[str] = []
-        self.ns: dict[str, Any] = {
-            "DecodeError": DecodeError,
-            "EncodeError": EncodeError,
-            "_DF": _DECODE_FAILURES,
-            "_EF": _ENCODE_FAILURES,
-            "_dfail": _decode_failure,
-            "_efail": _encode_failure,
-            "_ruv": read_uvarint,
-            "_uv": uvarint,
-            "_i8": INT8.unpack_from,
-            "_i16": INT16.unpack_from,
-            "_i32": INT32.unpack_from,
-            "_p8": INT8.pack,
-            "_p16": INT16.pack,
-            "_p32": INT32.pack,
-            "_unpack_n": _array_unpacker,
-            "_new": object.__new__,
-            "_pack": struct.pack,
-            "_UUID": uuid.UUID,
-            "_str": str,
-            "_bytes": bytes,
-            "_bytearray": bytearray,
-            "_mv": memoryview,
-            "_splice": splice_records,
-        }
+        self.constants: Constants = {}
+        # Where each struct and field sits in the message (StructSpec.walk order), for the
+        # recipes of constants made from them.
+        self.struct_at: dict[int, int] = {}
+        self.field_at: dict[int, tuple[int, int]] = {}
+        for k, s in enumerate(message.struct.walk()):
+            self.struct_at.setdefault(id(s), k)
+            for i, f in enumerate(s.fields):
+                self.field_at.setdefault(id(f), (k, i))
         self.done: dict[int, tuple[str, str]] = {}
         self.counter = 0
 
-    def const(self, value: Any) -> str:
+    def const(self, value: Any, recipe: Recipe) -> str:
+        """A name for ``value`` in the generated code; ``recipe`` makes it again (see codec.Recipe)."""
         name = f"_c{self.counter}"
         self.counter += 1
-        self.ns[name] = value
+        self.constants[name] = (value, recipe)
         return name
+
+    def unpacker(self, fmt: str) -> str:
+        return self.const(struct.Struct(fmt).unpack_from, ("unpack", fmt))
+
+    def packer(self, fmt: str) -> str:
+        return self.const(struct.Struct(fmt).pack, ("pack", fmt))
+
+    def class_of(self, spec: StructSpec) -> str:
+        return self.const(spec.python_class(), ("class", self.struct_at[id(spec)]))
+
+    def default_of(self, f: FieldSpec) -> str:
+        return self.const(f.default(), ("default", *self.field_at[id(f)]))
+
+    def value(self, value: Any) -> str:
+        return self.const(value, ("value", value))
 
     def tmp(self, stem: str = "t") -> str:
         self.counter += 1
@@ -196,7 +111,7 @@ class _Writer:
         elif what == "array" and self.null_arrays_as_empty:
             out.append(f"{ind}{target} = []")
         else:
-            out.append(f"{ind}raise DecodeError('null {what} {_NOT_NULLABLE}')")
+            out.append(f"{ind}raise DecodeError('null {what} {NOT_NULLABLE}')")
 
     def read_value(self, out: list[str], ind: str, f: FieldSpec, target: str) -> None:
         """Statements reading field f (its whole value, array or not) into target."""
@@ -228,7 +143,7 @@ class _Writer:
     def read_scalar(self, out: list[str], ind: str, f: _Nullability, t: str, target: str, compact: bool) -> None:
         if t in FIXED_TYPES:
             fmt, size = FIXED_TYPES[t]
-            s = self.const(struct.Struct(">" + fmt).unpack_from)
+            s = self.unpacker(">" + fmt)
             out.append(f"{ind}{target} = {s}(buf, pos)[0]")
             out.append(f"{ind}pos += {size}")
             if t == "uuid":
@@ -268,7 +183,7 @@ class _Writer:
             out.append(f"{ind}    {app}({item})")
         elif t in FIXED_TYPES and t != "uuid":
             fmt, size = FIXED_TYPES[t]
-            arrays = self.const(_ARRAY_UNPACKERS[fmt])
+            arrays = self.const(_ARRAY_UNPACKERS[fmt], ("arrays", fmt))
             # unpack_from checks the length itself; a long array is checked before its format is built.
             out.append(f"{ind}if {n} < {_CACHED_ARRAY_LEN}:")
             out.append(f"{ind}    {target} = list({arrays}[{n}](buf, pos))")
@@ -289,7 +204,7 @@ class _Writer:
 
     def decoder(self, spec: StructSpec, name: str) -> list[str]:
         v = self.version
-        cls = self.const(spec.python_class())
+        cls = self.class_of(spec)
         out = [f"def {name}(buf, pos):", "    blen = len(buf)", f"    o = _new({cls})", "    field = None", "    try:"]
         ind = "        "
         regular = [f for f in spec.fields if f.present(v) and not f.is_tagged(v)]
@@ -309,9 +224,9 @@ class _Writer:
                     out.append(f"{ind}field = {f.attr!r}")
                 else:
                     layout = tuple((g.attr, FIXED_TYPES[g.element][1]) for g in run)
-                    out.append(f"{ind}field = {self.const(layout)}")
+                    out.append(f"{ind}field = {self.value(layout)}")
                 targets = ", ".join(f"o.{g.attr}" for g in run)
-                out.append(f"{ind}{targets}{',' if len(run) == 1 else ''} = {self.const(st.unpack_from)}(buf, pos)")
+                out.append(f"{ind}{targets}{',' if len(run) == 1 else ''} = {self.unpacker(st.format)}(buf, pos)")
                 out.append(f"{ind}pos += {st.size}")
                 for g in run:
                     if g.element == "uuid":
@@ -380,8 +295,8 @@ class _Writer:
         if f.struct is not None:
             if f.default_text == "null":
                 return "None"
-            return f"{self.const(f.struct.python_class())}()"
-        return self.const(f.default())
+            return f"{self.class_of(f.struct)}()"
+        return self.default_of(f)
 
     # ---------------------------------------------------------------- encoding
 
@@ -439,7 +354,7 @@ class _Writer:
                      compact: bool) -> None:
         if t in FIXED_TYPES:
             fmt = FIXED_TYPES[t][0]
-            pack = self.const(struct.Struct(">" + fmt).pack)
+            pack = self.packer(">" + fmt)
             arg = f"{value}.bytes" if t == "uuid" else value
             out.append(f"{ind}{dst} += {pack}({arg})")
             return
@@ -472,7 +387,7 @@ class _Writer:
         ind = "        "
         for f in spec.fields:
             if not f.present(v) and not f.ignorable:
-                default = self.const(f.default())
+                default = self.default_of(f)
                 out.append(f"{ind}if o.{f.attr} != {default}:")
                 out.append(f"{ind}    field = {f.attr!r}")
                 out.append(f"{ind}    raise EncodeError('has a value other than its default but is not in this "
@@ -488,8 +403,8 @@ class _Writer:
                     out.append(f"{ind}field = {f.attr!r}")
                 else:
                     layout = tuple((g.attr, FIXED_TYPES[g.element][0]) for g in run)
-                    out.append(f"{ind}field = {self.const(layout)}")
-                out.append(f"{ind}out += {self.const(st.pack)}({args})")
+                    out.append(f"{ind}field = {self.value(layout)}")
+                out.append(f"{ind}out += {self.packer(st.format)}({args})")
                 continue
             out.append(f"{ind}field = {f.attr!r}")
             out.append(f"{ind}x = o.{f.attr}")
@@ -504,13 +419,13 @@ class _Writer:
             out.append(f"{ind}ut = o.unknown_tags")
             known = tuple(sorted(_tag_of(f) for f in tagged))
             if known:
-                out.append(f"{ind}if ut and not {self.const(frozenset(known))}.isdisjoint(ut):")
+                out.append(f"{ind}if ut and not {self.value(frozenset(known))}.isdisjoint(ut):")
                 out.append(f"{ind}    raise EncodeError('unknown tagged field %s has the tag of a known field' % "
-                           f"sorted({self.const(frozenset(known))}.intersection(ut)))")
+                           f"sorted({self.value(frozenset(known))}.intersection(ut)))")
             if tagged:
                 out.append(f"{ind}tags = []")
                 for f in tagged:
-                    default = self.const(f.default())
+                    default = self.default_of(f)
                     out.append(f"{ind}field = {f.attr!r}")
                     out.append(f"{ind}x = o.{f.attr}")
                     out.append(f"{ind}if x != {default}:")
@@ -574,134 +489,14 @@ class _ElementSpec:
         return False
 
 
-class Codec:
-    """The compiled decoder and encoder of one message at one version."""
-
-    __slots__ = ("message", "version", "decode_from", "encode_into", "source", "_variants")
-
-    def __init__(self, message: MessageSpec, version: int) -> None:
-        w = _Writer(message, version)
-        dec, enc = w.struct_functions(message.struct)
-        self.source = "\n".join(w.lines) + "\n"
-        exec(_compiled(self.source, f"<kwire {message.name} v{version}>"), w.ns)
-        self.message = message
-        self.version = version
-        self.decode_from: Decoder = w.ns[dec]
-        self.encode_into: Encoder = w.ns[enc]
-        # (record_views, null_arrays_as_empty) -> the decoder compiled that way, on first use
-        self._variants: dict[tuple[bool, bool], Decoder] = {(False, False): self.decode_from}
-
-    def _decoder(self, record_views: bool, null_arrays_as_empty: bool = False) -> Decoder:
-        """The decoder whose ``records`` fields are views of the input (``record_views``), and
-        that reads a null array where the version allows none as empty (``null_arrays_as_empty``):
-        each compiled on first use."""
-        key = (record_views, null_arrays_as_empty)
-        found = self._variants.get(key)
-        if found is None:
-            w = _Writer(self.message, self.version, record_views=record_views,
-                        null_arrays_as_empty=null_arrays_as_empty)
-            dec, _enc = w.struct_functions(self.message.struct)
-            source = "\n".join(w.lines) + "\n"
-            if source == self.source:  # nothing this variant changes in this message
-                found = self.decode_from
-            else:
-                exec(_compiled(source, f"<kwire {self.message.name} v{self.version} {key}>"), w.ns)
-                found = w.ns[dec]  # the namespace exec filled: a Decoder
-            self._variants[key] = found
-        return found
-
-    def decode(self, data: Buffer, pos: int = 0, *, strict: bool = True, record_views: bool = False,
-               forgive_null_arrays: bool = False) -> tuple[Any, int]:
-        """Decode one message from data[pos:]; with strict, bytes left over are an error.
-
-        ``forgive_null_arrays``: a null array in a field that this version does not let be null
-        (librdkafka's mock broker sends them) reads as empty instead of failing: how a client
-        reads its peers' answers.  That decoder is only tried after the exact one failed, so
-        correct input costs nothing.
-
-        With ``record_views``, ``records`` fields are ``memoryview`` slices of ``data`` instead
-        of ``bytes`` copies: no copy of the (large) record batches, and writable when ``data``
-        is (a broker stamps offsets into a Produce request's batches in place).  The views keep
-        ``data`` alive and, while they exist, a ``bytearray`` ``data`` cannot be resized.
-        """
-        decode_from = self._decoder(record_views) if record_views else self.decode_from
-        try:
-            try:
-                obj, end = decode_from(data, pos)
-            except DecodeError as e:
-                if not forgive_null_arrays or _NULL_ARRAY not in str(e):
-                    raise
-                obj, end = self._decoder(record_views, null_arrays_as_empty=True)(data, pos)
-        except ProtocolError as e:
-            e.what, e.version = self.message.name, self.version
-            raise
-        if strict and end != len(data):
-            raise DecodeError(f"{len(data) - end} bytes left over after the message", what=self.message.name,
-                              version=self.version, offset=end)
-        return obj, end
-
-    def encode(self, obj: Struct, out: bytearray | None = None) -> bytearray:
-        """Append the encoding of obj to out (a new bytearray if None) and return it."""
-        if out is None:
-            out = bytearray()
-        try:
-            self.encode_into(obj, out)
-        except ProtocolError as e:
-            e.what, e.version = self.message.name, self.version
-            raise
-        return out
-
-
-def _compiled(source: str, filename: str) -> CodeType:
-    """``compile(source, filename, "exec")``, through a cache of compiled codecs on disk.
-
-    Compiling the generated source is most of what a codec costs (the Metadata and Produce
-    answers alone took 20-60 ms of every client command line's start-up), and the source of a
-    message at a version is the same in every process of one kwire: so its code object is kept
-    as Python keeps a module's (``marshal``, in ``__pycache__/codecs`` beside this file, named by
-    the source's CRC-32 and length and the interpreter's cache tag, and holding the source: only
-    the same source gets the code back), and read back instead of compiled.  (Not a hashlib
-    digest: importing hashlib cost more start-up than this saves on a small message.)
-    Any failure to read or write the cache (a read-only install, PYTHONDONTWRITEBYTECODE, a
-    damaged file) just compiles."""
-    cache_dir = _CODEC_CACHE
-    if cache_dir is None:
-        return compile(source, filename, "exec")
-    text = f"{filename}\0{source}"
-    key = f"{zlib.crc32(text.encode()):08x}{len(text):x}"
-    # The interpreter's exact version in the name too: a code object is only read back by the
-    # Python that wrote it (the cache tag alone spans the bugfix releases of one version).
-    path = os.path.join(cache_dir, f"{key}.{sys.implementation.cache_tag}-{sys.hexversion:x}.code")
-    try:
-        with open(path, "rb") as f:
-            kept, code = marshal.loads(f.read())
-        if kept == text and isinstance(code, CodeType):
-            return code
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    code = compile(source, filename, "exec")
-    if not sys.dont_write_bytecode:
-        try:
-            os.makedirs(cache_dir, exist_ok=True)
-            # A name of this process and thread: two threads may compile the same codec at once.
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(marshal.dumps((text, code)))
-            os.replace(tmp, path)  # whole or not at all: another process may be reading it
-        except OSError:
-            pass
-    return code
-
-
-# Where _compiled keeps code objects (None: no cache, e.g. a frozen install without a file).
-_CODEC_CACHE: str | None = (os.path.join(os.path.dirname(__file__), "__pycache__", "codecs")
-                            if "__file__" in globals() else None)
-
-
-@cache
-def codec(message: MessageSpec, version: int) -> Codec:
-    """The compiled codec for a message at a version (compiled once, then cached)."""
-    return Codec(message, version)
+def write(message: MessageSpec, version: int, *, record_views: bool = False,
+          null_arrays_as_empty: bool = False) -> Written:
+    """The source of a message's decode and encode functions at a version (a decoder variant:
+    ``record_views``, ``null_arrays_as_empty``; see ``Codec._decoder``), with its constants and
+    their recipes (``codec.namespace`` makes them again from the message's spec)."""
+    w = _Writer(message, version, record_views=record_views, null_arrays_as_empty=null_arrays_as_empty)
+    dec, enc = w.struct_functions(message.struct)
+    return Written("\n".join(w.lines) + "\n", w.constants, dec, enc)
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,7 @@ import struct
 from functools import lru_cache
 from typing import cast
 
-from .compiler import Codec
+from .codec import Codec
 from .errors import DecodeError, ProtocolError, UnknownApiVersionError
 from .generated.api_keys import API_INFO, ApiInfo, ApiKey
 from .generated.headers import RequestHeader, ResponseHeader

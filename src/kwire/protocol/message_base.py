@@ -14,7 +14,7 @@ from functools import cache
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, cast
 
-from .compiler import Codec, codec
+from .codec import Codec, codec
 from .errors import UnknownApiVersionError
 from .generated import MESSAGE_MODULES
 from .generated.api_keys import API_INFO, ApiKey
