@@ -80,7 +80,7 @@ from kwire.settings import ConfigError
 from .accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator, record_size
 from .cluster import GROUP_COORDINATOR, Cluster
 from .config import ProducerConfig
-from .errors import ClientTimeoutError, IllegalStateError, UnsupportedApiError, is_retriable
+from .errors import ClientTimeoutError, IllegalStateError, UnsupportedApiError
 from .facade import mirrors
 from .idempotence import IdempotenceState
 from .loop_thread import LoopThread
@@ -89,6 +89,7 @@ from .producer_bulk import BulkDelivery
 from .producer_core import (
     CODECS,
     TopicRoute,
+    TopicWait,
     accumulator_for,
     append_run_step,
     bulk_groups,
@@ -97,7 +98,6 @@ from .producer_core import (
     complete_bulk,
     record_fields,
     too_large,
-    topic_metadata_error,
     values_column,
 )
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
@@ -512,36 +512,22 @@ class AsyncProducer:
 
     async def _fetch_topic(self, topic: str) -> TopicRoute:
         cluster = self._cluster
-        deadline = time.monotonic() + self._max_block
-        last: BaseException | None = None
-        attempt = 0
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+        wait = TopicWait(topic, self.config.max_block_ms, cluster.retry_backoff)
+        while (left := wait.left()) > 0:
             try:
                 metadata = await asyncio.wait_for(cluster.refresh_metadata([topic], allow_auto_create=True), left)
             except asyncio.TimeoutError:
                 break
             except Exception as exc:  # noqa: BLE001 - retriable ones are retried until max.block.ms
-                if not is_retriable(exc):
-                    raise
-                last = exc
+                wait.failed(exc)
             else:
-                route = self._cached_route(topic)
+                route = wait.answered(metadata, self._cached_route(topic))
                 if route is not None:
                     return route
-                error = topic_metadata_error(metadata, topic)
-                if error is not None:
-                    if not error.retriable:
-                        raise error
-                    last = error
-            pause = min(cluster.retry_backoff.delay(attempt), deadline - time.monotonic())
-            attempt += 1
+            pause = wait.pause()
             if pause > 0:
                 await asyncio.sleep(pause)
-        raise ClientTimeoutError(f"topic {topic!r} not present in metadata after max.block.ms "
-                                 f"({self.config.max_block_ms} ms)" + (f"; last error: {last}" if last else ""))
+        raise wait.timed_out()
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The topic's partition numbers (fetching its metadata, or creating it as the broker allows)."""

@@ -47,7 +47,6 @@ from .errors import (
     IllegalStateError,
     NoBrokersAvailableError,
     SecurityProtocolMismatchError,
-    is_retriable,
 )
 from .idempotence import IdempotenceState
 from .lazy_log import LazyLogger
@@ -56,6 +55,7 @@ from .partitioner import Partitioner
 from .producer_bulk import BulkDelivery
 from .producer_core import (
     TopicRoute,
+    TopicWait,
     accumulator_for,
     append_run_step,
     bulk_groups,
@@ -63,7 +63,6 @@ from .producer_core import (
     complete_bulk,
     record_fields,
     too_large,
-    topic_metadata_error,
     values_column,
 )
 from .producer_errors import InvalidPartitionError, RecordTooLargeError
@@ -575,31 +574,20 @@ class BlockingProducer(SenderCore):
             return route
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, not {topic!r}")
-        deadline = time.monotonic() + self._max_block
-        last: BaseException | None = None
-        attempt = 0
-        while time.monotonic() < deadline:
+        wait = TopicWait(topic, self.config.max_block_ms, self._backoff)
+        while wait.left() > 0:
             try:
                 metadata = self._refresh_metadata([topic], allow_auto_create=True)
             except Exception as exc:  # noqa: BLE001 - retriable ones are retried until max.block.ms
-                if not is_retriable(exc):
-                    raise
-                last = exc
+                wait.failed(exc)
             else:
-                route = self._cached_route(topic)
+                route = wait.answered(metadata, self._cached_route(topic))
                 if route is not None:
                     return route
-                error = topic_metadata_error(metadata, topic)
-                if error is not None:
-                    if not error.retriable:
-                        raise error
-                    last = error
-            pause = min(self._backoff.delay(attempt), deadline - time.monotonic())
-            attempt += 1
+            pause = wait.pause()
             if pause > 0:
                 time.sleep(pause)
-        raise ClientTimeoutError(f"topic {topic!r} not present in metadata after max.block.ms "
-                                 f"({self.config.max_block_ms} ms)" + (f"; last error: {last}" if last else ""))
+        raise wait.timed_out()
 
     def _route(self, topic: str, partition: int | None) -> TopicRoute:
         route = self._fetch_topic(topic)

@@ -19,10 +19,12 @@ from kwire.protocol.records import Compression
 from kwire.protocol.records.bulk import DelimitedValues, encode_records
 
 from .accumulator import BATCH_OVERHEAD, ProducerBatch, RecordAccumulator
+from .errors import ClientTimeoutError, is_retriable
 from .producer_errors import RecordTooLargeError
 from .types import TopicPartition
 
 if TYPE_CHECKING:
+    from .backoff import Backoff
     from .config import ProducerConfig
     from .metadata import ClusterMetadata
     from .partitioner import Partitioner
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
     from .transactions import TransactionManager
 
 __all__ = ["CODECS", "TopicRoute", "accumulator_for", "append_run_step", "bulk_groups", "bulk_keys", "bytes_column", "checked_timestamp",
-           "complete_bulk", "record_fields", "too_large", "topic_metadata_error", "values_column"]
+           "complete_bulk", "record_fields", "too_large", "topic_metadata_error", "values_column",
+           "TopicWait"]
 
 CODECS = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
            "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
@@ -158,6 +161,57 @@ def topic_metadata_error(metadata: ClusterMetadata, topic: str) -> KafkaError | 
     if info is not None and info.error_code:
         return KafkaError.for_code(info.error_code)(f"metadata of topic {topic!r}")
     return None
+
+
+class TopicWait:
+    """A topic's metadata awaited until max.block.ms, as both producers wait for it (Java's
+    ``KafkaProducer.waitOnMetadata``): each ask lets the broker create the topic; an answer with
+    the topic's route ends the wait, a retriable error (raised by the ask, or the topic's own in
+    the answer) is asked again after the retry backoff, any other is raised, and at the deadline
+    ``timed_out()`` names the last error.  Without I/O: each producer asks and sleeps its own way
+    (a blocking socket, asyncio); ``now`` is the clock (``time.monotonic``)."""
+
+    def __init__(self, topic: str, max_block_ms: int, backoff: Backoff,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.topic = topic
+        self.max_block_ms = max_block_ms
+        self.deadline = now() + max_block_ms / 1000
+        self.last: BaseException | None = None
+        self._backoff = backoff
+        self._now = now
+        self._attempt = 0
+
+    def left(self) -> float:
+        """Seconds until max.block.ms is over (0 or less: it is)."""
+        return self.deadline - self._now()
+
+    def failed(self, exc: Exception) -> None:
+        """The ask raised ``exc``: asked again if it is retriable, raised if not."""
+        if not is_retriable(exc):
+            raise exc
+        self.last = exc
+
+    def answered(self, metadata: ClusterMetadata, route: TopicRoute | None) -> TopicRoute | None:
+        """The metadata after an answer, and the topic's route in it (None: not there): the
+        route, or None to ask again (the topic's error raised if it is not retriable)."""
+        if route is not None:
+            return route
+        error = topic_metadata_error(metadata, self.topic)
+        if error is not None:
+            if not error.retriable:
+                raise error
+            self.last = error
+        return None
+
+    def pause(self) -> float:
+        """Seconds to wait before the next ask (the retry backoff, at most until the deadline)."""
+        pause = min(self._backoff.delay(self._attempt), self.left())
+        self._attempt += 1
+        return pause
+
+    def timed_out(self) -> ClientTimeoutError:
+        return ClientTimeoutError(f"topic {self.topic!r} not present in metadata after max.block.ms "
+                                  f"({self.max_block_ms} ms)" + (f"; last error: {self.last}" if self.last else ""))
 
 
 # A bulk call's run of records for one partition (None: sticky, a partition per batch): the
