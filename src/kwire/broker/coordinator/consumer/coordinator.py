@@ -472,18 +472,14 @@ class ConsumerGroupCoordinator(ClassicMembers):
 
     def expire(self) -> list[tuple[str, str]]:
         """Remove the members whose session or rebalance deadline passed; (group, member) of each."""
-        due = self._deadlines.due(self._now(), self._member_of)
-        for (gid, member_id), why in due:
-            group = self._groups.get(gid)
-            if group is None or member_id not in group.members:
-                self._deadlines.forget((gid, member_id))
-                continue
-            changes = _Changes()
-            self._remove(group, member_id, changes, f"fenced: {why}")
-            self._persist(group, changes)
-            self._maybe_downgrade(group)
-        self._deadlines.moved()
-        return [key for key, _ in due]
+        return self._deadlines.fence_due(self._now(), self._member_of, self._fence)
+
+    def _fence(self, key: tuple[str, str], why: str) -> None:
+        group = self._groups[key[0]]
+        changes = _Changes()
+        self._remove(group, key[1], changes, f"fenced: {why}")
+        self._persist(group, changes)
+        self._maybe_downgrade(group)
 
     def _member_of(self, key: tuple[str, str]) -> ConsumerMember | None:
         group = self._groups.get(key[0])

@@ -57,6 +57,19 @@ class MemberDeadlines:
                 gone.setdefault(key, "timed out revoking")
         return list(gone.items())
 
+    def fence_due(self, now_ms: int, member_of: Callable[[MemberKey], Any],
+                  fence: Callable[[MemberKey, str], None]) -> list[MemberKey]:
+        """Fence (``fence(key, why)``) every member whose deadline passed at ``now_ms``, forget the
+        keys whose member is already gone, and move the timer; the keys that were due."""
+        due = self.due(now_ms, member_of)
+        for key, why in due:
+            if member_of(key) is None:
+                self.forget(key)
+            else:
+                fence(key, why)
+        self.moved()
+        return [key for key, _ in due]
+
     def next_deadline(self) -> int | None:
         deadlines = [*self._sessions.values(), *(d for d, _ in self._revocations.values())]
         return min(deadlines) if deadlines else None

@@ -500,16 +500,12 @@ class StreamsGroupCoordinator:
 
     def expire(self) -> list[tuple[str, str]]:
         """Remove the members whose session or rebalance deadline passed; (group, member) of each."""
-        due = self._deadlines.due(self.now_ms(), self._member_of)
-        for (gid, member_id), why in due:
-            group = self._groups.get(gid)
-            if group is None or member_id not in group.members:
-                self._deadlines.forget((gid, member_id))
-                continue
-            self._remove(group, member_id, f"fenced: {why}")
-            self._persist(group)
-        self._deadlines.moved()
-        return [key for key, _ in due]
+        return self._deadlines.fence_due(self.now_ms(), self._member_of, self._fence)
+
+    def _fence(self, key: tuple[str, str], why: str) -> None:
+        group = self._groups[key[0]]
+        self._remove(group, key[1], f"fenced: {why}")
+        self._persist(group)
 
     def _member_of(self, key: tuple[str, str]) -> StreamsMember | None:
         group = self._groups.get(key[0])
