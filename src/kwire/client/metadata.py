@@ -17,11 +17,16 @@ if TYPE_CHECKING:
 
 __all__ = ["BrokerInfo", "ClusterMetadata", "PartitionInfo", "TopicInfo", "metadata_request"]
 
+# (Each dataclass below has a docstring: without one, @dataclass writes one from
+# inspect.signature, a few tenths of a ms of every client command line's start-up each.)
+
 NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 @dataclass(frozen=True)
 class BrokerInfo:
+    """A broker as a Metadata answer names it: node id, host, port and rack (None: none)."""
+
     node_id: int
     host: str
     port: int
@@ -34,6 +39,8 @@ class BrokerInfo:
 
 @dataclass(frozen=True)
 class PartitionInfo:
+    """A partition as a Metadata answer describes it (leader -1: none right now)."""
+
     topic: str
     partition: int
     leader: int                      # -1 while the partition has no leader
@@ -46,6 +53,8 @@ class PartitionInfo:
 
 @dataclass(frozen=True)
 class TopicInfo:
+    """A topic as a Metadata answer describes it: its partitions by number."""
+
     name: str
     partitions: Mapping[int, PartitionInfo]
     topic_id: uuid.UUID = NO_TOPIC_ID
@@ -55,6 +64,9 @@ class TopicInfo:
 
 @dataclass(frozen=True)
 class ClusterMetadata:
+    """A snapshot of the cluster (see the module's docstring): brokers by node id, topics by
+    name, the cluster id, the controller, and when it was answered."""
+
     brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
     topics: Mapping[str, TopicInfo] = field(default_factory=dict)
     cluster_id: str | None = None
