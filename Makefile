@@ -32,9 +32,10 @@ test: test-tools lint pytest
 # refused (tests/ports.py), waits bounded by what a client is promised, not by a quiet machine.
 XDIST = -n 2 --dist loadfile
 
-# The day-to-day tier: everything but the tests marked slow (Spark, kill -9 soaks).
+# The day-to-day tier: everything but the tests marked slow (Spark, kill -9 soaks), and property
+# tests on a quarter of their random examples (hypothesis' "fast" profile, tests/tiers.py).
 test-fast: test-tools lint $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(XDIST)
+	$(PY) -m pytest -q -m "not slow" --hypothesis-profile=fast $(XDIST)
 
 test-tools:
 	bash tools/ensure_test_tools.sh

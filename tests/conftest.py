@@ -3,6 +3,7 @@
 ``make test`` runs everything (CI's gate).  ``make test-fast`` leaves out the tests marked
 ``slow``: every test that starts Spark (a JVM per module, minutes in all) and the few others
 marked by hand because they take many seconds each (kill -9 soaks, rebalances on the mock).
+It also loads hypothesis' ``fast`` profile (tests/tiers.py): property tests draw fewer examples.
 """
 
 import sys
@@ -10,16 +11,42 @@ from pathlib import Path
 
 import pytest
 
+# Registers hypothesis' "fast" profile before hypothesis' plugin loads the one named by
+# --hypothesis-profile (in pytest_configure, after the initial conftest files are imported).
+import tests.tiers  # noqa: F401
+
 _SPARK_DIR = Path(__file__).parent / "spark"
+
+# Tests left to ``make test`` by hand (node ids, without parameters unless given): each takes many
+# seconds of real clients, real processes or real-time waits, and a sibling that stays in the
+# day-to-day tier covers its area.  Why, and which sibling:
+SLOW_BY_HAND = {
+    # kill -9 and restart of a broker process; tests/client/test_transactions_crash.py stays
+    "tests/broker/test_transactions_crash.py::test_kill_9_keeps_transactions_and_rebuilds_the_txn_index",
+    # a worker process killed and the clean retried; ..._killed_mid_clean_fails_that_clean... stays
+    "tests/broker/storage/test_cleaner_worker.py::test_the_cleaner_retries_a_log_whose_worker_was_killed",
+    # three real-time redeliveries of a share group; the file's other share-consumer tests stay
+    "tests/broker/test_share_group_clients.py::test_the_delivery_count_limit_archives_a_poison_record",
+    # a second client library throttled under a quota; the confluent-kafka quota tests stay
+    "tests/broker/test_client_quotas_clients.py::test_kafka_python_producer_over_its_quota_gets_every_record_stored",
+    # three clients refused per case; the wrong-password case stays
+    "tests/broker/test_security_clients.py::test_wrong_credentials_are_refused_by_every_client[unknown-user]",
+    # librdkafka reconnecting under tcpdump until 15 connections; the normal-traffic capture stays
+    "tests/analyze/test_real_captures.py::test_a_client_reconnecting_in_a_loop_is_a_reconnect_storm",
+    # a real-clients capture rendered in Chromium; the years-apart report in Chromium stays
+    "tests/analyze/test_report_browser.py::test_the_report_of_real_client_traffic_in_chromium",
+}
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark as slow what starts Spark: tests/spark/ (some start it in a subprocess), and any
-    test that uses a ``spark`` session fixture."""
+    test that uses a ``spark`` session fixture; and the tests in SLOW_BY_HAND."""
     slow = pytest.mark.slow
     for item in items:
         path = Path(str(item.fspath))
         if _SPARK_DIR in path.parents or "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(slow)
+        elif item.nodeid in SLOW_BY_HAND or item.nodeid.partition("[")[0] in SLOW_BY_HAND:
             item.add_marker(slow)
 
 

@@ -62,6 +62,7 @@ from kwire.protocol import (
     response_class,
 )
 from kwire.protocol.schema import StructSpec
+from tests.tiers import examples
 
 from .strategies import ZERO_UUID, message_strategy
 
@@ -393,7 +394,7 @@ def kp_random(fields, data_class, version: int, rng: random.Random, depth: int =
 
 # ----------------------------------------------------------------------------- the oracle tests
 
-HYPOTHESIS = settings(max_examples=10, deadline=None, database=None,
+HYPOTHESIS = settings(max_examples=examples(10), deadline=None, database=None,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                              HealthCheck.filter_too_much])
 KP_EXAMPLES = 10
@@ -487,7 +488,7 @@ def test_frames_match_kafka_python(pair):
 @given(correlation_id=st.integers(-(2**31), 2**31 - 1), api_key=st.integers(-(2**15), 2**15 - 1),
        api_version=st.integers(-(2**15), 2**15 - 1),
        client_id=st.one_of(st.none(), st.text(st.characters(codec="utf-8"), max_size=20)))
-@settings(max_examples=60, deadline=None, database=None)
+@settings(max_examples=examples(60), deadline=None, database=None)
 def test_headers_match_kafka_python(flexible, correlation_id, api_key, api_version, client_id):
     """Request header v1/v2 and response header v0/v1 alone, for any field values."""
     kp = KpRequestHeader(request_api_key=api_key, request_api_version=api_version,

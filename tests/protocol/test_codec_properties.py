@@ -30,12 +30,13 @@ from kwire.protocol import (
 )
 from kwire.protocol.messages import Request, Response
 from kwire.protocol.schema import API_KEYS, FieldSpec, StructSpec
+from tests.tiers import examples
 
 from .strategies import INT_RANGES, all_message_versions, message_strategy
 
 ALL_PAIRS = all_message_versions()
 
-ROUND_TRIP = settings(max_examples=10, deadline=None, database=None,
+ROUND_TRIP = settings(max_examples=examples(10), deadline=None, database=None,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                              HealthCheck.filter_too_much])
 
@@ -261,7 +262,7 @@ def test_nan_payloads_round_trip_bit_for_bit(bits):
 
 
 @given(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0, 1]))
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=examples(200), deadline=None, database=None)
 def test_float64_round_trips_bit_for_bit(value, version):
     cls = messages.AlterClientQuotasRequest
     entry_cls = cls.EntryData

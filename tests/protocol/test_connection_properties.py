@@ -20,6 +20,7 @@ from kwire.protocol.connection import (
 )
 from kwire.protocol.errors import UnsupportedVersionError
 from kwire.protocol.frames import decode_request
+from tests.tiers import examples
 
 # What a client does in one round: requests pipelined, or one step of a SASL v0 login.
 STEPS = ("api_versions", "api_versions_refused", "metadata_old", "metadata_flexible", "produce_acks0",
@@ -158,7 +159,7 @@ def _feed_buffers(machine, chunk: bytes) -> None:
         chunk = chunk[n:]
 
 
-_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 _CUTS = st.lists(st.integers(0, 1 << 16), max_size=12)
 
 

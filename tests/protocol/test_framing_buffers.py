@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kwire.protocol import DecodeError, FrameSplitter, FrameTooLargeError
 from kwire.protocol.framing import REUSE_MIN_FRAME_SIZE
+from tests.tiers import examples
 
 
 def _frames(bodies, fmt: str = ">i", includes_prefix: bool = False) -> bytes:
@@ -48,7 +49,7 @@ def test_same_frames_as_feed_whatever_the_reads(max_read):
 
 @given(st.lists(st.binary(max_size=300), max_size=10), st.lists(st.integers(1, 200), min_size=1),
        st.integers(8, 128))
-@settings(max_examples=200, deadline=None, database=None)
+@settings(max_examples=examples(200), deadline=None, database=None)
 def test_any_reads_any_receive_buffer(bodies, reads, receive_size):
     stream = _frames(bodies)
     splitter = FrameSplitter(max_frame_size=300, receive_buffer_size=receive_size)

@@ -25,8 +25,9 @@ from kwire.protocol.records import (
     decompress,
     iter_batches,
 )
+from tests.tiers import examples
 
-FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TS = 1_700_000_000_000
 MAX_DECOMPRESSED = 1 << 20  # keep forged payloads small in these tests
 
@@ -173,7 +174,7 @@ def _mutate(data: bytes, how) -> bytes:
     return bytes(buf)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.sampled_from(SEEDS), how=mutation, fix_crc=st.booleans())
 def test_damaged_blobs_raise_only_decode_errors(seed, how, fix_crc):
     damaged = bytearray(_mutate(seed, how))
@@ -192,7 +193,7 @@ def _recompress_v2(batch: bytes, inner: bytes) -> bytes:
     return bytes(out)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(codec=st.sampled_from(list(Compression)), how=mutation,
        count=st.sampled_from([None, 0, 1, 12, 13, 14, 10**6, -1]))
 def test_damaged_records_inside_valid_compression(codec, how, count):
@@ -208,7 +209,7 @@ def test_damaged_records_inside_valid_compression(codec, how, count):
     _check(damaged)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(magic=st.sampled_from([0, 1]), codec=st.sampled_from([Compression.GZIP, Compression.SNAPPY, Compression.LZ4]),
        how=mutation)
 def test_damaged_legacy_inner_message_sets(magic, codec, how):

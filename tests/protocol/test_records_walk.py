@@ -23,6 +23,7 @@ from kwire.protocol.records import (
     walk,
 )
 from kwire.protocol.records import batch as batch_module
+from tests.tiers import examples
 
 try:
     from kwire.protocol.records import _layout
@@ -32,7 +33,7 @@ except ImportError:  # a failure below, not a skip: the development install buil
 # The consumer's 9-field record, as RecordBatch.records(into=...) builds it.
 Wide = namedtuple("Wide", "topic partition offset timestamp timestamp_type key value headers leader_epoch")
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TS = 1_700_000_000_000
 
 payloads = st.none() | st.binary(max_size=200) | st.binary(min_size=120, max_size=9000).map(lambda b: b[:9000])

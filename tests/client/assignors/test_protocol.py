@@ -21,9 +21,10 @@ from kwire.client.assignors import (
 )
 from kwire.client.types import TopicPartition
 from kwire.protocol.errors import DecodeError, EncodeError
+from tests.tiers import examples
 
 VERSIONS = [0, 1, 2, 3]
-SETTINGS = settings(max_examples=150, deadline=None, database=None)
+SETTINGS = settings(max_examples=examples(150), deadline=None, database=None)
 
 names = st.text(max_size=12)
 int32 = st.integers(-(2**31), 2**31 - 1)
