@@ -35,6 +35,14 @@ SLOW_BY_HAND = {
     "tests/analyze/test_real_captures.py::test_a_client_reconnecting_in_a_loop_is_a_reconnect_storm",
     # a real-clients capture rendered in Chromium; the years-apart report in Chromium stays
     "tests/analyze/test_report_browser.py::test_the_report_of_real_client_traffic_in_chromium",
+    # two more clients reading a compacted topic; confluent-kafka's run stays
+    "tests/broker/test_compaction_clients.py::"
+    "test_each_client_reads_the_latest_value_of_every_live_key_after_cleaning[kafka-python]",
+    "tests/broker/test_compaction_clients.py::"
+    "test_each_client_reads_the_latest_value_of_every_live_key_after_cleaning[aiokafka]",
+    # three more random histories cleaned in a worker process; seed 0 stays
+    *(f"tests/broker/storage/test_cleaner_worker.py::test_a_clean_in_the_worker_leaves_the_same_log_as_in_the_thread"
+      f"[{seed}]" for seed in (1, 2, 3)),
 }
 
 

@@ -24,11 +24,13 @@ from kwire.protocol import SplicedBytes, encode_request
 from kwire.protocol.frames import decode_response
 from kwire.protocol.messages import request_class
 from kwire.protocol.records import RecordBatchBuilder
+from tests.tiers import examples
 
 from ..protocol.strategies import random_instance
 from .test_handlers import create, fetch, offsets_of, produce
 
-PER_VERSION = 40
+# Random requests per version: 40 in make test, a quarter in make test-fast (tests/tiers.py).
+PER_VERSION = examples(40)
 NAMES = ["t1", "t2", "g1", "", "__consumer_offsets"]
 
 

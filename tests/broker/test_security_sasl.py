@@ -21,6 +21,7 @@ from kwire.protocol.errors import (
 )
 from kwire.security import ScramClient, plain_token
 from tests.security.helpers import PASSWORD, RawConnection
+from tests.tiers import examples
 
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -259,11 +260,12 @@ def test_fuzzed_sasl_exchanges(broker, caplog):
     caplog.set_level(logging.ERROR, "kwire")
     rng = random.Random(20240607)
     address = broker.bootstrap_for("SASL_PLAINTEXT")
-    for _ in range(1500):
+    # 1500 exchanges and 500 raw frames in make test, a quarter in make test-fast (tests/tiers.py).
+    for _ in range(examples(1500)):
         _run_case(address, rng)
     # Raw frames before any handshake (random api keys, versions and bodies), each followed by a Metadata
     # request: whatever the frame, the connection ends closed and the Metadata request unanswered.
-    for _ in range(500):
+    for _ in range(examples(500)):
         with RawConnection(address) as conn:
             key = rng.choice([3, 0, 1, 17, 36, 18, rng.randrange(-5, 100)])
             body = struct.pack(">hhi", key, rng.randrange(-1, 20), rng.randrange(1000, 2**31)) + \
