@@ -156,3 +156,22 @@ def test_spans_outside_the_data_are_refused():
     starts = struct.pack("=3q", 0, 2, 99)
     with pytest.raises(ValueError, match="span 1 is not inside the data"):
         bulk.encode_records(bulk.DelimitedValues(b"a\nbc\n", starts, 1), None, b"\x00", 0, 2, 0, 0, 99, 99, 99)
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+def test_a_batch_in_its_pieces_is_the_sealed_batch(codec):
+    # kwire produce's sender writes a bulk batch's pieces by reference (socket.sendmsg): the
+    # pieces are the bytes seal_batch joins, the record sections themselves among them.
+    rng = random.Random(7)
+    values, keys = random_columns(rng, 50)
+    sections = [bulk.encode_records(values, keys, b"\x00", a, b, a, 0, 1 << 30, 1 << 30, 1 << 30)[0]
+                for a, b in ((0, 20), (20, 50))]
+    args = (sections, 50, 1_700_000_000_000, 1_700_000_000_009)
+    sealed = bulk.seal_batch_parts(*args, compression=codec, producer_id=7, producer_epoch=1, base_sequence=3)
+    joined = bulk.seal_batch(*args, compression=codec, producer_id=7, producer_epoch=1, base_sequence=3)
+    assert sealed.read() == joined and len(sealed) == len(joined)
+    if codec == Compression.NONE:
+        assert any(part is sections[1] for part in sealed.parts)  # not copied
+    batch = RecordBatch(joined)
+    batch.validate()
+    assert [(r.key, r.value) for r in batch] == list(zip(keys, values, strict=True))

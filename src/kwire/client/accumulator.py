@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kwire.protocol.records import Compression, LegacyMessageSetBuilder, RecordBatchBuilder
-from kwire.protocol.records.bulk import compiled, encode_records, seal_batch
+from kwire.protocol.records.bulk import SealedBatch, compiled, encode_records, seal_batch, seal_batch_parts
 
 from .errors import ClientTimeoutError
 from .idempotence import wire_sequence
@@ -84,7 +84,7 @@ class ProducerBatch:
         self.producer_id = -1
         self.epoch = -1
         self.sequence = -1
-        self.data: bytes | None = None   # encoded, kept for resends
+        self.data: bytes | SealedBatch | None = None   # encoded, kept for resends
         self.data_magic = -1
         self.sent = False                # handed to a connection at least once under its stamp
         self.ambiguous = False           # an attempt ended without an answer: maybe written
@@ -128,39 +128,46 @@ class ProducerBatch:
         self.sent = False
         self.ambiguous = False  # (of this numbering: it has not been sent yet)
 
-    def encode(self, compression: int, magic: int, *, transactional: bool = False) -> bytes:
+    def encode(self, compression: int, magic: int, *, transactional: bool = False,
+               gathered: bool = False) -> bytes | SealedBatch:
         """The batch's bytes (built once, and again after the producer state changed).
-        ``transactional``: a transactional producer's batch (v2 only; the attribute bit set)."""
-        if self.data is None or self.data_magic != magic:
-            self.data_magic = magic
-            if self.sections is not None:
-                if magic != 2:
-                    raise ValueError("bulk batches are record batches (magic 2)")
-                self.data = seal_batch(self.sections, self.count, self.base_ts, self.max_ts, compression=compression,
-                                       producer_id=self.producer_id, producer_epoch=self.epoch,
-                                       base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
-                                       transactional=transactional)
-                return self.data
-            if magic == 2 and self.headers is None and _RUNS:
-                timestamps = self.timestamps
-                self.data = seal_batch(_timestamp_runs(self.values, self.keys, timestamps), len(timestamps),
-                                       timestamps[0], max(timestamps), compression=compression,
-                                       producer_id=self.producer_id, producer_epoch=self.epoch,
-                                       base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
-                                       transactional=transactional)
-                return self.data
-            builder: RecordBatchBuilder | LegacyMessageSetBuilder
-            if magic == 2:
-                builder = RecordBatchBuilder(compression=compression, producer_id=self.producer_id,
-                                             producer_epoch=self.epoch,
-                                             base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
-                                             transactional=transactional)
-                builder.extend(self.records())
-            else:
-                builder = LegacyMessageSetBuilder(magic, compression=compression)
-                for key, value, timestamp in zip(self.keys, self.values, self.timestamps, strict=True):
-                    builder.append(key, value, timestamp if magic else None)
-            self.data = builder.build()
+        ``transactional``: a transactional producer's batch (v2 only; the attribute bit set).
+        ``gathered``: a bulk batch may come in its pieces (a ``SealedBatch``), for a sender that
+        gather-writes them (the blocking producer's ``socket.sendmsg``)."""
+        if self.data is not None and self.data_magic == magic:
+            data = self.data
+            return data if gathered or isinstance(data, bytes) else data.read()
+        self.data_magic = magic
+        if self.sections is not None:
+            if magic != 2:
+                raise ValueError("bulk batches are record batches (magic 2)")
+            sealed = seal_batch_parts(self.sections, self.count, self.base_ts, self.max_ts,
+                                      compression=compression, producer_id=self.producer_id,
+                                      producer_epoch=self.epoch,
+                                      base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                      transactional=transactional)
+            self.data = sealed if gathered else sealed.read()
+            return self.data
+        if magic == 2 and self.headers is None and _RUNS:
+            timestamps = self.timestamps
+            self.data = seal_batch(_timestamp_runs(self.values, self.keys, timestamps), len(timestamps),
+                                   timestamps[0], max(timestamps), compression=compression,
+                                   producer_id=self.producer_id, producer_epoch=self.epoch,
+                                   base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                   transactional=transactional)
+            return self.data
+        builder: RecordBatchBuilder | LegacyMessageSetBuilder
+        if magic == 2:
+            builder = RecordBatchBuilder(compression=compression, producer_id=self.producer_id,
+                                         producer_epoch=self.epoch,
+                                         base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                         transactional=transactional)
+            builder.extend(self.records())
+        else:
+            builder = LegacyMessageSetBuilder(magic, compression=compression)
+            for key, value, timestamp in zip(self.keys, self.values, self.timestamps, strict=True):
+                builder.append(key, value, timestamp if magic else None)
+        self.data = builder.build()
         return self.data
 
     def done(self) -> asyncio.Future[None]:

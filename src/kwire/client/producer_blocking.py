@@ -34,7 +34,7 @@ from kwire.protocol import ApiKey, messages
 from kwire.protocol.connection import ClientConnection, FrameError, ResponseReceived, UnawaitedResponse
 from kwire.protocol.errors import ProtocolError
 from kwire.protocol.primitives import Buffer
-from kwire.protocol.records.bulk import encode_headers
+from kwire.protocol.records.bulk import SealedBatch, encode_headers
 from kwire.protocol.schema import api_name
 from kwire.protocol.splice import SplicedBytes
 
@@ -247,8 +247,13 @@ _IOV_MAX = 1024
 
 def _write_all(sock: socket.socket, parts: Sequence[Buffer | SplicedBytes]) -> None:
     """``sendall`` of a frame in pieces: gather-written (``socket.sendmsg``), resumed where a
-    partial write stopped."""
-    views = [memoryview(p.read() if isinstance(p, SplicedBytes) else p).cast("B") for p in parts]
+    partial write stopped.  A record batch in its pieces (``SealedBatch``) goes piece by piece."""
+    views = []
+    for p in parts:
+        if type(p) is SealedBatch:
+            views += [memoryview(piece) for piece in p.parts]
+        else:
+            views.append(memoryview(p.read() if isinstance(p, SplicedBytes) else p).cast("B"))
     views = [v for v in views if v.nbytes]
     if not hasattr(sock, "sendmsg"):  # (Windows)
         sock.sendall(b"".join(views))
@@ -280,6 +285,8 @@ class BlockingProducer(SenderCore):
     ``produce_many`` queues records and sends what is ready as it goes; ``flush`` waits for the
     rest; ``close`` ends.  Use it from one thread.
     """
+
+    GATHERED_BATCHES = True  # (_write_all sends a SealedBatch's pieces by reference)
 
     def __init__(self, config: ProducerConfig):
         why = blocking_capable(config)

@@ -107,6 +107,10 @@ class VersionSource(Protocol):
 class SenderCore:
     """The sender's state and decisions; a driver subclasses it and fills in the hooks."""
 
+    # Whether the driver's transport writes a bulk batch's pieces by reference (a SealedBatch in
+    # the Produce request) rather than the batch as one bytes.
+    GATHERED_BATCHES = False
+
     def __init__(self, accumulator: RecordAccumulator, config: ProducerConfig, *, deliver: Deliver,
                  idempotence: IdempotenceState | None, legacy: bool, metadata: Callable[[], ClusterMetadata],
                  backoff: Backoff, max_produce_version: int | None = None,
@@ -339,7 +343,8 @@ class SenderCore:
                     data = TopicData(name=topic, partition_data=[])
                     names[topic] = topic
                 topics[topic] = data
-            records = batch.encode(compression, magic if self._txn is None else 2, transactional=self._txn is not None)
+            records = batch.encode(compression, magic if self._txn is None else 2, transactional=self._txn is not None,
+                                   gathered=self.GATHERED_BATCHES)
             data.partition_data.append(PartitionData(index=batch.tp.partition, records=records))
         request = messages.ProduceRequest(transactional_id=None if self._txn is None else self._txn.transactional_id,
                                           acks=self._acks, timeout_ms=self._ack_timeout_ms,

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import EncodeError
 from ..primitives import UINT32
+from ..splice import SplicedBytes
 from . import HEADER_SIZE, HEADER_STRUCT, Compression, compress
 from .crc import crc32c
 
@@ -37,8 +38,8 @@ try:
 except ImportError:  # not built (no compiler): the Python versions below
     _encode_v2 = _murmur2_partitions = _encode_v2_spans = _delimited_starts = None
 
-__all__ = ["DelimitedValues", "compiled", "delimited_values", "encode_headers", "encode_records", "encode_records_py",
-           "murmur2_partitions", "seal_batch"]
+__all__ = ["DelimitedValues", "SealedBatch", "compiled", "delimited_values", "encode_headers", "encode_records",
+           "encode_records_py", "murmur2_partitions", "seal_batch", "seal_batch_parts"]
 
 
 class DelimitedValues(Sequence[bytes]):
@@ -193,12 +194,40 @@ def encode_records(values: Sequence[bytes | None], keys: Sequence[bytes | None] 
                              max_record)
 
 
+class SealedBatch(SplicedBytes):
+    """A sealed v2 batch left in its pieces (the header around its CRC, then the record
+    sections): a transport that gather-writes (``kwire produce``'s ``socket.sendmsg``) sends them
+    by reference instead of a joined copy of every record byte (~0.5-0.7 ms a megabyte, most of
+    it the fresh pages of the copy).  ``read()`` joins them, for every other reader."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+        self.size = sum(map(len, parts))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        return b"".join(self.parts)
+
+
 def seal_batch(sections: Sequence[bytes], count: int, base_timestamp: int, max_timestamp: int, *,
                compression: int = Compression.NONE, producer_id: int = -1, producer_epoch: int = -1,
                base_sequence: int = -1, transactional: bool = False) -> bytes:
     """A v2 batch of ``count`` records whose encodings are ``sections`` (joined in order; their
     offset deltas 0..count-1), compressed with ``compression``, with its header and CRC-32C.
     Base offset 0 and partition leader epoch -1: the broker sets them."""
+    return seal_batch_parts(sections, count, base_timestamp, max_timestamp, compression=compression,
+                            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                            transactional=transactional).read()
+
+
+def seal_batch_parts(sections: Sequence[bytes], count: int, base_timestamp: int, max_timestamp: int, *,
+                     compression: int = Compression.NONE, producer_id: int = -1, producer_epoch: int = -1,
+                     base_sequence: int = -1, transactional: bool = False) -> SealedBatch:
+    """``seal_batch``'s batch in its pieces (``SealedBatch``): the same bytes, not joined."""
     if count < 1:
         raise EncodeError("a batch of the bulk path has at least one record", what="record batch v2")
     if compression:
@@ -209,12 +238,11 @@ def seal_batch(sections: Sequence[bytes], count: int, base_timestamp: int, max_t
                                     base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
     except Exception as exc:  # struct.error: a field out of range
         raise EncodeError(f"batch header field out of range: {exc}", what="record batch v2") from None
-    # The CRC runs over the sections where they are, and the batch is one join: each record
-    # byte is copied once here (a batch of a megabyte is two or three sections).
+    # The CRC runs over the sections where they are (each record byte is read once here).
     crc = crc32c(header[_ATTRIBUTES_AT:])
     for section in sections:
         crc = crc32c(section, crc)
-    return b"".join((header[:_CRC_AT], UINT32.pack(crc), header[_ATTRIBUTES_AT:], *sections))
+    return SealedBatch([header[:_CRC_AT], UINT32.pack(crc), header[_ATTRIBUTES_AT:], *sections])
 
 
 def murmur2_partitions(keys: Sequence[bytes | None], partitions: int) -> list[int] | None:
