@@ -13,7 +13,8 @@ empty key or value as null (a tombstone, for a compacted topic).
 
 Records are batched as kcat batches them (librdkafka's ``batch.size`` of 1,000,000 bytes and
 ``batch.num.messages`` of 10,000) unless ``-X`` sets either, and each read of the input (a
-megabyte) goes to the producer in one ``produce_many`` call.
+megabyte) goes to the producer in one ``produce_many`` call, its records left where they were
+read (no object per record) unless ``-K`` or ``-Z`` has to look at each.
 
 It prints where the records went: for each partition the count and the first and last offsets
 (``--verbose``: every record's partition and offset), or the same as JSON with ``--json``.
