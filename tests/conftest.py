@@ -63,6 +63,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(slow)
         elif item.nodeid in SLOW_BY_HAND or item.nodeid.partition("[")[0] in SLOW_BY_HAND:
             item.add_marker(slow)
+    _largest_files_first(items)
+
+
+def _largest_files_first(items) -> None:
+    """Order the files by their number of tests, most first (each file's own order kept).
+
+    pytest-xdist's --dist loadfile hands out whole files in collection order; in path order the
+    codec's sweeps (thousands of tests, minutes each file) come last, and one worker runs the last
+    of them while the other has nothing left.  Started first, they leave the short files to
+    even out the two workers' ends."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.partition("::")[0]] = counts.get(item.nodeid.partition("::")[0], 0) + 1
+    items.sort(key=lambda item: -counts[item.nodeid.partition("::")[0]])
 
 
 def pytest_terminal_summary(terminalreporter):
