@@ -40,9 +40,6 @@ SLOW_BY_HAND = {
     "test_each_client_reads_the_latest_value_of_every_live_key_after_cleaning[kafka-python]",
     "tests/broker/test_compaction_clients.py::"
     "test_each_client_reads_the_latest_value_of_every_live_key_after_cleaning[aiokafka]",
-    # 20 s: the blocking producer's flush waits its whole timeout after the records expired (1.5 s);
-    # test_producer_faults.py's same test on the asyncio producer stays
-    "tests/client/test_producer_blocking.py::test_records_expire_after_delivery_timeout_when_the_broker_is_gone",
     # the drift check's own test (a generator run into a temp dir); the drift check itself stays
     "tests/protocol/test_generated.py::test_generator_detects_a_drifted_module",
     # a big capture decoded to watch memory; test_streams' other decoding tests stay

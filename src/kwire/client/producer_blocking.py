@@ -617,6 +617,10 @@ class BlockingProducer(SenderCore):
         self._connect_wanted()
         self._get_producer_id()
         delay = self._run_once(time.monotonic())
+        if not self._acc.incomplete:
+            # The round settled the last record (its batches expired, say): nothing is left that
+            # a caller waits on, and nothing to wake for before its own timeout.
+            return
         if self._to_connect or self._producer_id_due:
             delay = 0.0  # the next round follows them at once
         if delay > 0:
