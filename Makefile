@@ -25,7 +25,7 @@ demo-broker: $(STAMP)
 # (kcat, tcpdump, tshark) are installed first when missing.
 test: test-tools lint pytest
 
-# Both tiers run two pytest workers (pytest-xdist), one per core of the 2-core VM: most tests wait
+# The full suite runs two pytest workers (pytest-xdist), one per core of the 2-core VM: most tests wait
 # on sockets, subprocesses and JVMs, so two at a time nearly halve the wall time (serial: ~27 min
 # for the full suite).  --dist loadfile keeps each file's tests in one worker, so a file's module
 # fixtures start once.  Tests must hold under that doubled load: ports held while a test needs them
