@@ -10,9 +10,10 @@ import sys
 # collector (kwire.cli.start_up: the command's imports run without it, from here; signal's
 # enums are the first thing it would collect after) and its own SIGINT handler.
 _THE_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "kwire"
-if _THE_COMMAND:
-    from kwire.cli import start_up
 
+from kwire.cli import start_up  # noqa: E402 - (imports only gc)
+
+if _THE_COMMAND:
     start_up.pause()
 
 import signal  # noqa: E402
@@ -34,7 +35,6 @@ from collections.abc import Iterable  # noqa: E402
 from typing import Any  # noqa: E402
 
 from kwire import __version__  # noqa: E402
-from kwire.cli import start_up  # noqa: E402
 
 # command -> the module that registers it: register(subparsers) adds that one command, whose
 # parser sets ``func`` to a handler taking the parsed arguments and returning an exit code.
