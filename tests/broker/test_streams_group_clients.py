@@ -341,6 +341,23 @@ async def commit_input(conn, member_id, epoch, partition):
     return resp.topics[0].partitions[0].error_code
 
 
+async def _a_bumped_past_a_revocation(conn) -> tuple[int, set[int]]:
+    """Member "a" holds every task of a 4-partition app, "b" joins, "a" gives some up and moves
+    on to the next epoch: (a's epoch before that bump, the tasks it kept)."""
+    await create_topics(conn, input=4, **{"app-store-changelog": 4})
+    a, b = Member(conn, "a"), Member(conn, "b")
+    await a.beat()
+    first = a.epoch
+    assert a.tasks() == {0, 1, 2, 3}
+    await b.beat()
+    await a.beat()  # revokes first, at the same epoch
+    kept = a.tasks()
+    assert a.epoch == first and 0 < len(kept) < 4
+    await a.beat()  # revoked: on to the next epoch, the kept tasks keep theirs
+    assert a.epoch > first
+    return first, kept
+
+
 def test_an_older_epochs_commit_of_kept_tasks_holds_across_a_restart(tmp_path):
     """KIP-1251 (Kafka 4.3): each active task's assignment epoch is written with the member's
     assignment (StreamsGroupCurrentMemberAssignmentValue's tagged AssignmentEpochs), so after a
@@ -350,18 +367,7 @@ def test_an_older_epochs_commit_of_kept_tasks_holds_across_a_restart(tmp_path):
         async with EmbeddedBroker(tmp_path / "data") as broker:
             conn = await connect(broker.bootstrap)
             try:
-                await create_topics(conn, input=4, **{"app-store-changelog": 4})
-                a, b = Member(conn, "a"), Member(conn, "b")
-                await a.beat()
-                first = a.epoch
-                assert a.tasks() == {0, 1, 2, 3}
-                await b.beat()
-                await a.beat()  # revokes first, at the same epoch
-                kept = a.tasks()
-                assert a.epoch == first and 0 < len(kept) < 4
-                await a.beat()  # revoked: on to the next epoch, the kept tasks keep theirs
-                assert a.epoch > first
-                return first, kept
+                return await _a_bumped_past_a_revocation(conn)
             finally:
                 conn.close()
 
@@ -394,15 +400,7 @@ def test_an_older_epochs_transactional_commit_holds_for_kept_tasks_only(tmp_path
         async with EmbeddedBroker(tmp_path / "data") as broker:
             conn = await connect(broker.bootstrap)
             try:
-                await create_topics(conn, input=4, **{"app-store-changelog": 4})
-                a, b = Member(conn, "a"), Member(conn, "b")
-                await a.beat()
-                first = a.epoch
-                await b.beat()
-                await a.beat()  # revokes first
-                kept = a.tasks()
-                await a.beat()  # on to the next epoch
-                assert a.epoch > first and 0 < len(kept) < 4
+                first, kept = await _a_bumped_past_a_revocation(conn)
                 gone = sorted({0, 1, 2, 3} - kept)
                 init = await conn.send(messages.InitProducerIdRequest(
                     transactional_id="eos", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1))
