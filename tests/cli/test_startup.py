@@ -102,3 +102,32 @@ def test_the_command_starts_without_the_garbage_collector_and_turns_it_back_on()
     program = subprocess.run([sys.executable, "-c", "import gc\nimport kwire.cli.main\nprint(gc.isenabled())"],
                              capture_output=True, text=True, timeout=60, check=True)
     assert program.stdout.split() == ["True"]
+
+
+def test_the_command_imports_dataclasses_without_inspect_until_inspect_is_used():
+    # kwire.cli.start_up: during the kwire command's start-up, inspect (with ast, dis, tokenize)
+    # stands deferred, so the client config's dataclasses load without it.  After start-up,
+    # `import inspect` is the real module, and dataclasses' own reference reads it on first use
+    # (a dataclass without a docstring gets one from inspect.signature).
+    code = ("import sys\n"
+            "sys.argv = ['/usr/bin/kwire']\n"
+            "import kwire.cli.main\n"
+            "from kwire.cli import start_up\n"
+            "from kwire.client.config import ProducerConfig\n"
+            "import kwire.client.producer_blocking, kwire.client.metadata\n"
+            "ProducerConfig.from_settings({'bootstrap.servers': 'localhost:9092'})\n"
+            "print(sorted({'inspect', 'ast', 'dis', 'tokenize'} & {n for n, m in sys.modules.items()\n"
+            "                                                       if type(m).__name__ == 'module'}))\n"
+            "start_up.over()\n"
+            "import inspect, dataclasses\n"
+            "print(type(inspect).__name__, callable(inspect.signature))\n"
+            "@dataclasses.dataclass\n"
+            "class Undocumented:\n"
+            "    x: int = 1\n"
+            "print(Undocumented.__doc__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines() == ["[]", "module True", "Undocumented(x: int = 1)"], out.stdout + out.stderr
+    program = subprocess.run([sys.executable, "-c", "import kwire.cli.main, sys\n"
+                              "print(type(sys.modules.get('inspect')).__name__)"],
+                             capture_output=True, text=True, timeout=60, check=True)
+    assert program.stdout.split() == ["NoneType"]  # a program importing kwire: no stand-in
