@@ -1,12 +1,13 @@
 """The compiled codecs' code kept on disk (``kwire.protocol.codec``): a process reads what an
 earlier one compiled, without writing the source again (``kwire.protocol.compiler`` is not even
-used), the constants of the kept code are made again from the message's spec as the writer made
-them, and a missing, damaged, stale (another stamp) or unwritable cache only means compiling."""
+used), the constants of the kept code are made again without the message's spec as the writer made
+them, a generated class's codec from the cache builds no spec at all, and a missing, damaged, stale (another stamp) or unwritable cache only means compiling."""
 
 from __future__ import annotations
 
 import marshal
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -15,6 +16,7 @@ from kwire.protocol import codec as codec_module
 from kwire.protocol import compiler, messages
 from kwire.protocol._schema import MESSAGES
 from kwire.protocol.codec import Codec
+from kwire.protocol.errors import UnknownApiVersionError
 from kwire.protocol.schema import message_spec
 
 
@@ -51,6 +53,43 @@ def test_a_second_codec_reads_the_first_ones_code_without_the_writer(cache_dir, 
     second = _codec()
     assert second.source == first.source
     _roundtrip(second)
+
+
+def test_a_generated_class_codec_from_the_cache_builds_no_spec(cache_dir, monkeypatch):
+    # Message.codec's way (schema_codec): by the message's name, the version checked by the
+    # class's MIN_VERSION/MAX_VERSION; on a hit, neither the spec nor the schema is read.
+    first = Codec("MetadataResponse", 12)
+    monkeypatch.setattr(codec_module, "message_spec", _refuse)
+    monkeypatch.setattr(compiler, "write", _refuse)
+    second = Codec("MetadataResponse", 12)
+    assert second.source == first.source and second._spec is None
+    _roundtrip(second)
+    with pytest.raises(UnknownApiVersionError, match="no version 99"):
+        messages.MetadataResponse.codec(99)
+
+
+def test_a_warm_cache_leaves_the_schema_unread_in_a_new_process(tmp_path):
+    # The start-up path of a client command: every codec it uses from the cache, the 475 KB
+    # schema module never imported and no spec built.
+    script = """if True:
+        import sys
+        from kwire.protocol import codec, frames, messages
+        codec._CODEC_CACHE = sys.argv[1]
+        sys.dont_write_bytecode = False
+        request = messages.MetadataRequest(topics=[messages.MetadataRequest.MetadataRequestTopic(name="t")])
+        for v in (0, 12):
+            frame = frames.encode_request(request, v, 7)
+            header, decoded = frames.decode_request(frame[4:])
+            assert decoded == request, (v, decoded)
+        response = messages.ProduceResponse(responses=[messages.ProduceResponse.TopicProduceResponse(name="t")])
+        assert messages.ProduceResponse.decode(response.encode(11), 11) == response
+        print("_schema" in " ".join(sys.modules))
+    """
+    run = [sys.executable, "-c", script, str(tmp_path / "codecs")]
+    first = subprocess.run(run, capture_output=True, text=True, check=True)
+    assert first.stdout.split() == ["True"], first.stderr  # (compiled: the schema read)
+    second = subprocess.run(run, capture_output=True, text=True, check=True)
+    assert second.stdout.split() == ["False"], second.stderr
 
 
 def test_a_damaged_file_is_compiled_again(cache_dir):
@@ -131,7 +170,7 @@ def test_recipes_make_the_writers_constants_for_every_message(kind):
         for version in sorted({spec.min_version, spec.max_version}):
             for views, nulls in ((False, False), (True, False), (False, True)):
                 written = compiler.write(spec, version, record_views=views, null_arrays_as_empty=nulls)
-                made = codec_module.namespace(spec, {n: recipe for n, (_, recipe) in written.constants.items()})
+                made = codec_module.namespace({n: recipe for n, (_, recipe) in written.constants.items()})
                 for n, (value, _) in written.constants.items():
                     assert _same_constant(made[n], value), (name, version, n, made[n], value)
                     checked += 1

@@ -8,9 +8,10 @@ ten), so the cache is keyed by what decides the source, not by the source: the m
 version and variant, with the files the writer reads (compiler.py, schema.py, the generated
 _schema.py, this module) stamped as Python stamps a module's .pyc (their mtime and size).  A hit
 runs the kept code in a namespace rebuilt from the kept recipes of its constants (struct
-formats, classes and defaults found again in the message's spec) and never imports the
-compiler; a miss, a spec that is not the schema's (a test's own), or a stamp that changed, writes
-the source again (``compiler.write``).
+formats, classes found by their qualified names, defaults) and reads neither the schema nor the
+compiler: a generated class's codec (``Message.codec``, ``schema_codec``) starts from the
+message's name, and its spec is only built on a miss.  A miss, a spec that is not the schema's
+(a test's own), or a stamp that changed, writes the source again (``compiler.write``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .splice import splice_records
 if TYPE_CHECKING:
     from .message_base import Struct
 
-__all__ = ["Codec", "codec"]
+__all__ = ["Codec", "codec", "schema_codec"]
 
 # A compiled decoder: (input, offset) -> (the struct read, the offset after it).  The struct's class
 # is the spec's, chosen at run time (one Codec type serves every message), hence Any.
@@ -139,16 +140,29 @@ _BASE_NAMESPACE: dict[str, Any] = {
     "_splice": splice_records,
 }
 
-# A constant of generated code and how to make it again in another process (marshal-able):
-# ("unpack", format) and ("pack", format): a struct.Struct's method; ("arrays", format): the
-# cached unpackers of primitive arrays; ("class", k): the class of the k-th struct of the
-# message (``StructSpec.walk`` order); ("default", k, i): a fresh default of field i of that
-# struct; ("value", v): v itself (a layout tuple, a frozenset of tags).
+# A constant of generated code and how to make it again in another process (marshal-able, and
+# without the message's spec, so that a cache hit never builds one): ("unpack", format) and
+# ("pack", format): a struct.Struct's method; ("arrays", format): the cached unpackers of primitive
+# arrays; ("class", qualname): a generated struct class by its qualified name
+# (``MetadataRequest.MetadataRequestTopic``); ("new", qualname): a fresh instance of it, all
+# defaults; ("uuid", n): uuid.UUID(int=n); ("value", v): v itself (a number, a string, a list, a
+# layout tuple, a frozenset of tags).
 Recipe = tuple[Any, ...]
 Constants = dict[str, tuple[Any, Recipe]]
 
 
-def _made(recipe: Recipe, structs: list[Any]) -> Any:
+def _class_named(qualname: str) -> Any:
+    """A generated struct class by its qualified name: the message's class, then nested classes."""
+    from .message_base import message_class  # (message_base imports this module)
+
+    owner, *path = qualname.split(".")
+    cls: Any = message_class(owner)
+    for name in path:
+        cls = getattr(cls, name)
+    return cls
+
+
+def _made(recipe: Recipe) -> Any:
     kind = recipe[0]
     if kind == "unpack":
         return struct.Struct(recipe[1]).unpack_from
@@ -157,21 +171,22 @@ def _made(recipe: Recipe, structs: list[Any]) -> Any:
     if kind == "arrays":
         return _ARRAY_UNPACKERS[recipe[1]]
     if kind == "class":
-        return structs[recipe[1]].python_class()
-    if kind == "default":
-        return structs[recipe[1]].fields[recipe[2]].default()
+        return _class_named(recipe[1])
+    if kind == "new":
+        return _class_named(recipe[1])()
+    if kind == "uuid":
+        return uuid.UUID(int=recipe[1])
     if kind == "value":
         return recipe[1]
     raise ValueError(f"unknown codec constant recipe {kind!r}")
 
 
-def namespace(message: MessageSpec, recipes: dict[str, Recipe]) -> dict[str, Any]:
+def namespace(recipes: dict[str, Recipe]) -> dict[str, Any]:
     """The globals of a message's generated functions: the helpers, and its constants made from
     their recipes (``compiler`` checks that they give what it wrote)."""
-    structs = list(message.struct.walk())
     ns = dict(_BASE_NAMESPACE)
     for name, recipe in recipes.items():
-        ns[name] = _made(recipe, structs)
+        ns[name] = _made(recipe)
     return ns
 
 
@@ -190,16 +205,28 @@ class Written:
 class Codec:
     """The compiled decoder and encoder of one message at one version."""
 
-    __slots__ = ("message", "version", "decode_from", "encode_into", "source", "_variants")
+    __slots__ = ("name", "version", "decode_from", "encode_into", "source", "_spec", "_variants")
 
-    def __init__(self, message: MessageSpec, version: int) -> None:
-        self.message = message
+    def __init__(self, message: MessageSpec | str, version: int) -> None:
+        """``message``: a spec, or the name of one of the schema's messages (whose spec is then
+        built only if the code is not in the cache: see ``schema_codec``)."""
+        if isinstance(message, str):
+            self.name, self._spec = message, None
+        else:
+            self.name, self._spec = message.name, message
         self.version = version
-        built = _built(message, version, False, False)
+        built = _built(self.name, self._spec, version, False, False)
         assert built is not None  # (the exact decoder is always built)
         self.source, self.decode_from, self.encode_into = built
         # (record_views, null_arrays_as_empty) -> the decoder compiled that way, on first use
         self._variants: dict[tuple[bool, bool], Decoder] = {(False, False): self.decode_from}
+
+    @property
+    def message(self) -> MessageSpec:
+        """The message's spec (built on first use when the codec came from the cache)."""
+        if self._spec is None:
+            self._spec = message_spec(self.name)
+        return self._spec
 
     def _decoder(self, record_views: bool, null_arrays_as_empty: bool = False) -> Decoder:
         """The decoder whose ``records`` fields are views of the input (``record_views``), and
@@ -208,7 +235,7 @@ class Codec:
         key = (record_views, null_arrays_as_empty)
         found = self._variants.get(key)
         if found is None:
-            built = _built(self.message, self.version, record_views, null_arrays_as_empty, self.source)
+            built = _built(self.name, self._spec, self.version, record_views, null_arrays_as_empty, self.source)
             # None: nothing this variant changes in this message
             found = self.decode_from if built is None else built[1]
             self._variants[key] = found
@@ -237,10 +264,10 @@ class Codec:
                     raise
                 obj, end = self._decoder(record_views, null_arrays_as_empty=True)(data, pos)
         except ProtocolError as e:
-            e.what, e.version = self.message.name, self.version
+            e.what, e.version = self.name, self.version
             raise
         if strict and end != len(data):
-            raise DecodeError(f"{len(data) - end} bytes left over after the message", what=self.message.name,
+            raise DecodeError(f"{len(data) - end} bytes left over after the message", what=self.name,
                               version=self.version, offset=end)
         return obj, end
 
@@ -251,7 +278,7 @@ class Codec:
         try:
             self.encode_into(obj, out)
         except ProtocolError as e:
-            e.what, e.version = self.message.name, self.version
+            e.what, e.version = self.name, self.version
             raise
         return out
 
@@ -276,32 +303,36 @@ def _stamp() -> tuple[int, ...]:
 
 _STAMP: tuple[int, ...] | None = None
 # The layout of a cache file; a change of it makes every file a miss.
-_FORMAT = 1
+_FORMAT = 2  # 2: recipes without the spec (class names, not struct indexes)
 
 
-def _cache_path(message: MessageSpec, version: int, record_views: bool, null_arrays_as_empty: bool) -> str | None:
+def _cache_path(name: str, spec: MessageSpec | None, version: int, record_views: bool,
+                null_arrays_as_empty: bool) -> str | None:
     """Where the code of this (message, version, variant) is kept: None when it is not (no cache
-    directory, or a spec that is not the schema's, whose name says nothing of its fields)."""
+    directory, or a spec that is not the schema's, whose name says nothing of its fields).
+    ``spec`` None: the schema's message of that name."""
     if _CODEC_CACHE is None:
         return None
-    try:
-        if message_spec(message.name) is not message:
+    if spec is not None:
+        try:
+            if message_spec(name) is not spec:
+                return None
+        except KeyError:  # (a test's own spec)
             return None
-    except KeyError:  # (a test's own spec)
-        return None
     variant = ("-views" if record_views else "") + ("-nulls" if null_arrays_as_empty else "")
     # The interpreter's exact version in the name: a code object is only read back by the Python
     # that wrote it (the cache tag alone spans the bugfix releases of one version).
-    return os.path.join(_CODEC_CACHE, f"{message.name}-v{version}{variant}.{sys.implementation.cache_tag}-"
+    return os.path.join(_CODEC_CACHE, f"{name}-v{version}{variant}.{sys.implementation.cache_tag}-"
                                       f"{sys.hexversion:x}.codec")
 
 
-def _built(message: MessageSpec, version: int, record_views: bool, null_arrays_as_empty: bool,
+def _built(name: str, spec: MessageSpec | None, version: int, record_views: bool, null_arrays_as_empty: bool,
            base_source: str | None = None) -> tuple[str, Decoder, Encoder] | None:
     """The source, decoder and encoder of a (message, version, variant): from the cache, or
-    written and compiled (and kept).  With ``base_source`` (a variant's), None when the variant's
-    source is that one (nothing to compile)."""
-    path = _cache_path(message, version, record_views, null_arrays_as_empty)
+    written and compiled (and kept).  ``spec`` None: the schema's message ``name``, whose spec is
+    built only on a miss.  With ``base_source`` (a variant's), None when the variant's source is
+    that one (nothing to compile)."""
+    path = _cache_path(name, spec, version, record_views, null_arrays_as_empty)
     if path is not None:
         try:
             with open(path, "rb") as f:
@@ -309,32 +340,34 @@ def _built(message: MessageSpec, version: int, record_views: bool, null_arrays_a
             if stamp == _stamp() and (code is None or isinstance(code, CodeType)):
                 if code is None:
                     return None  # (kept only for variants that are their base)
-                ns = namespace(message, recipes)
+                ns = namespace(recipes)
                 exec(code, ns)
                 return source, ns[dec], ns[enc]
         except (OSError, ValueError, EOFError, TypeError, KeyError, IndexError, AttributeError):
             pass  # missing, damaged, or of another layout: written again
     from . import compiler  # the writer: only on a miss
 
-    written = compiler.write(message, version, record_views=record_views, null_arrays_as_empty=null_arrays_as_empty)
+    if spec is None:
+        spec = message_spec(name)
+    written = compiler.write(spec, version, record_views=record_views, null_arrays_as_empty=null_arrays_as_empty)
     same = base_source is not None and written.source == base_source
-    code = None if same else compile(written.source, _filename(message, version, record_views, null_arrays_as_empty),
+    code = None if same else compile(written.source, _filename(name, version, record_views, null_arrays_as_empty),
                                      "exec")
     if path is not None and not sys.dont_write_bytecode:
-        _keep(path, (_stamp(), written.source, code, {name: recipe for name, (_, recipe) in written.constants.items()},
+        _keep(path, (_stamp(), written.source, code, {n: recipe for n, (_, recipe) in written.constants.items()},
                      written.decoder, written.encoder))
     if code is None:
         return None
     ns = dict(_BASE_NAMESPACE)
-    ns.update((name, value) for name, (value, _) in written.constants.items())
+    ns.update((n, value) for n, (value, _) in written.constants.items())
     exec(code, ns)
     return written.source, ns[written.decoder], ns[written.encoder]
 
 
-def _filename(message: MessageSpec, version: int, record_views: bool, null_arrays_as_empty: bool) -> str:
+def _filename(name: str, version: int, record_views: bool, null_arrays_as_empty: bool) -> str:
     """The generated code's name in tracebacks."""
     variant = f" {(record_views, null_arrays_as_empty)}" if record_views or null_arrays_as_empty else ""
-    return f"<kwire {message.name} v{version}{variant}>"
+    return f"<kwire {name} v{version}{variant}>"
 
 
 def _keep(path: str, entry: tuple[Any, ...]) -> None:
@@ -358,5 +391,18 @@ _CODEC_CACHE: str | None = (os.path.join(os.path.dirname(__file__), "__pycache__
 
 @cache
 def codec(message: MessageSpec, version: int) -> Codec:
-    """The compiled codec for a message at a version (compiled once, then cached)."""
-    return Codec(message, version)
+    """The compiled codec for a message at a version (compiled once, then cached): for one of the
+    schema's specs, the same object as ``schema_codec``'s."""
+    try:
+        schemas = message_spec(message.name) is message
+    except KeyError:  # (a test's own spec)
+        schemas = False
+    return schema_codec(message.name, version) if schemas else Codec(message, version)
+
+
+@cache
+def schema_codec(name: str, version: int) -> Codec:
+    """The compiled codec of the schema's message ``name`` at a version (once, then cached): from
+    the code cache without building the message's spec (``Message.codec``'s way; the caller
+    checks the version, as the generated class's MIN_VERSION/MAX_VERSION do)."""
+    return Codec(name, version)

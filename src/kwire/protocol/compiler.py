@@ -5,7 +5,7 @@ for each (message, version) pair this module writes the Python source of straigh
 (one decoder and one encoder per struct), with runs of fixed-width fields merged into one
 ``struct`` call; ``kwire.protocol.codec`` compiles and runs it, and keeps the compiled code on
 disk, so this module is imported only when a codec is not in that cache yet.  Each constant the
-source uses comes with a recipe that makes it again from the message's spec (``codec.Recipe``).
+source uses comes with a recipe that makes it again without the message's spec (``codec.Recipe``).
 
 Error reporting costs almost nothing on the fast path: each generated function keeps the name of
 the field it is reading in a local and, on failure, raises ``DecodeError``/``EncodeError`` with
@@ -15,6 +15,7 @@ that name; enclosing functions prepend their own field, so the error names the w
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Any, Protocol
 
 from .codec import _ARRAY_UNPACKERS, _CACHED_ARRAY_LEN, NOT_NULLABLE, Codec, Constants, Recipe, Written, codec
@@ -50,14 +51,6 @@ class _Writer:
         self.flexible = message.is_flexible(version)
         self.lines: list[str] = []
         self.constants: Constants = {}
-        # Where each struct and field sits in the message (StructSpec.walk order), for the
-        # recipes of constants made from them.
-        self.struct_at: dict[int, int] = {}
-        self.field_at: dict[int, tuple[int, int]] = {}
-        for k, s in enumerate(message.struct.walk()):
-            self.struct_at.setdefault(id(s), k)
-            for i, f in enumerate(s.fields):
-                self.field_at.setdefault(id(f), (k, i))
         self.done: dict[int, tuple[str, str]] = {}
         self.counter = 0
 
@@ -75,10 +68,20 @@ class _Writer:
         return self.const(struct.Struct(fmt).pack, ("pack", fmt))
 
     def class_of(self, spec: StructSpec) -> str:
-        return self.const(spec.python_class(), ("class", self.struct_at[id(spec)]))
+        cls = spec.python_class()
+        return self.const(cls, ("class", cls.__qualname__))
 
     def default_of(self, f: FieldSpec) -> str:
-        return self.const(f.default(), ("default", *self.field_at[id(f)]))
+        """A field's default (a constant the encoder compares values with), by a recipe that
+        needs no spec: a struct's by its class, a UUID's by its number, any other as it is."""
+        value = f.default()
+        if f.struct is not None and not f.is_array and value is not None:
+            recipe: Recipe = ("new", type(value).__qualname__)
+        elif isinstance(value, uuid.UUID):
+            recipe = ("uuid", value.int)
+        else:
+            recipe = ("value", value)
+        return self.const(value, recipe)
 
     def value(self, value: Any) -> str:
         return self.const(value, ("value", value))
@@ -493,7 +496,7 @@ def write(message: MessageSpec, version: int, *, record_views: bool = False,
           null_arrays_as_empty: bool = False) -> Written:
     """The source of a message's decode and encode functions at a version (a decoder variant:
     ``record_views``, ``null_arrays_as_empty``; see ``Codec._decoder``), with its constants and
-    their recipes (``codec.namespace`` makes them again from the message's spec)."""
+    their recipes (``codec.namespace`` makes them again)."""
     w = _Writer(message, version, record_views=record_views, null_arrays_as_empty=null_arrays_as_empty)
     dec, enc = w.struct_functions(message.struct)
     return Written("\n".join(w.lines) + "\n", w.constants, dec, enc)

@@ -164,7 +164,7 @@ class RequestReceived(Event):
     @property
     def known(self) -> bool:
         key = self.header.request_api_key
-        return key in REQUEST_NAMES and request_class(key).SPEC.has_version(self.header.request_api_version)
+        return key in REQUEST_NAMES and request_class(key).has_version(self.header.request_api_version)
 
     @property
     def expects_response(self) -> bool:

@@ -102,7 +102,7 @@ def _encode_request_into(out: bytearray, request: Request[Response], version: in
 def _request_header_codec(api_key: int, api_version: int) -> Codec:
     """The header codec for requests of this api key and version (header v1 for those kwire
     does not know)."""
-    known = api_key in REQUEST_NAMES and request_class(api_key).SPEC.has_version(api_version)
+    known = api_key in REQUEST_NAMES and request_class(api_key).has_version(api_version)
     return RequestHeader.codec(request_header_version(api_key, api_version) if known else 1)
 
 
@@ -179,8 +179,8 @@ def decode_response(frame: Buffer, api_key: int, version: int, *, strict: bool =
     if api_key not in REQUEST_NAMES:
         raise UnknownApiVersionError(f"unknown api key {api_key} (version {version})", what="response")
     cls = response_class(api_key)
-    if not cls.SPEC.has_version(version):
-        raise UnknownApiVersionError(f"no version {version}", what=cls.SPEC.name)
+    if not cls.has_version(version):
+        raise UnknownApiVersionError(f"no version {version}", what=cls.__name__)
     header, offset = ResponseHeader.codec(response_header_version(api_key, version)).decode(frame, 0, strict=False)
     response, _ = cls.codec(version).decode(frame, offset, strict=strict, record_views=record_views,
                                             forgive_null_arrays=forgive_null_arrays)

@@ -14,7 +14,7 @@ from functools import cache
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, cast
 
-from .codec import Codec, codec
+from .codec import Codec, schema_codec
 from .errors import UnknownApiVersionError
 from .generated import MESSAGE_MODULES
 from .generated.api_keys import API_INFO, ApiKey
@@ -141,11 +141,17 @@ class Message(Struct):
     @classmethod
     def codec(cls, version: int) -> Codec:
         """The compiled codec for one version; UnknownApiVersionError for a version kwire lacks."""
-        spec = cls.SPEC
-        if not spec.has_version(version):
+        # The class's own versions (generated from the schema, as SPEC is): a codec from the code
+        # cache never builds the message's spec.
+        if not cls.MIN_VERSION <= version <= cls.MAX_VERSION:
             raise UnknownApiVersionError(
-                f"no version {version} (kwire speaks {spec.min_version}-{spec.max_version})", what=spec.name)
-        return codec(spec, version)
+                f"no version {version} (kwire speaks {cls.MIN_VERSION}-{cls.MAX_VERSION})", what=cls.__name__)
+        return schema_codec(cls.__name__, version)
+
+    @classmethod
+    def has_version(cls, version: int) -> bool:
+        """kwire speaks this version of the message (``SPEC.has_version`` without the spec)."""
+        return cls.MIN_VERSION <= version <= cls.MAX_VERSION
 
     @classmethod
     def decode(cls: type[_M], data: Any, version: int, *, strict: bool = True, record_views: bool = False) -> _M:
