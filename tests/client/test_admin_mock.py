@@ -6,7 +6,6 @@ lacks must be refused by name."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 
 import confluent_kafka
@@ -148,9 +147,9 @@ def test_a_moved_leader_is_asked_again_after_a_metadata_refresh(mock_cluster, co
         info = fresh.topics[topic]
         leader = info.partitions[0].leader
         wrong = next(n for n in sorted(fresh.brokers) if n != leader)
-        stale = dataclasses.replace(info, partitions={
-            **info.partitions, 0: dataclasses.replace(info.partitions[0], leader=wrong)})
-        admin.cluster.metadata = dataclasses.replace(fresh, topics={**fresh.topics, topic: stale})
+        stale = info._replace(partitions={
+            **info.partitions, 0: info.partitions[0]._replace(leader=wrong)})
+        admin.cluster.metadata = fresh._replace(topics={**fresh.topics, topic: stale})
         return await admin.list_offsets({tp: LATEST}), admin.cluster.metadata.leader(topic, 0), leader
 
     found, leader_now, leader = admin_run(bootstrap_of(mock_cluster), ask)

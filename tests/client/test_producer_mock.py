@@ -5,7 +5,6 @@ that moved (NOT_LEADER_OR_FOLLOWER: refresh the metadata, resend to the new lead
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 
 import confluent_kafka
@@ -83,9 +82,9 @@ def test_a_moved_leader_gets_the_batch_after_a_metadata_refresh(mock_bootstrap):
             info = fresh.topics[topic]
             leader = info.partitions[0].leader
             wrong = next(n for n in sorted(fresh.brokers) if n != leader)
-            stale = dataclasses.replace(info, partitions={
-                **info.partitions, 0: dataclasses.replace(info.partitions[0], leader=wrong)})
-            cluster.metadata = dataclasses.replace(fresh, topics={**fresh.topics, topic: stale})
+            stale = info._replace(partitions={
+                **info.partitions, 0: info.partitions[0]._replace(leader=wrong)})
+            cluster.metadata = fresh._replace(topics={**fresh.topics, topic: stale})
             moved = await (await producer.send(topic, b"second", partition=0))
             return first, moved, cluster.metadata.leader(topic, 0), leader
 

@@ -34,7 +34,6 @@ operator who mistyped a name, waiting a minute helps nobody).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping, Sequence
@@ -643,7 +642,7 @@ class AsyncAdmin:
             return await self._metadata(None, timeout)
         wanted = sorted(set(topics))
         metadata = await self._metadata(wanted, timeout)
-        return dataclasses.replace(metadata, topics={n: metadata.topics[n] for n in wanted if n in metadata.topics})
+        return metadata._replace(topics={n: metadata.topics[n] for n in wanted if n in metadata.topics})
 
     async def _metadata(self, topics: list[str] | None, timeout: float | None) -> ClusterMetadata:
         # refresh_metadata retries on its own, within request.timeout.ms.

@@ -2,29 +2,30 @@
 
 A ``ClusterMetadata`` is an immutable snapshot built from a Metadata response; the client swaps
 in a new one after each refresh, so a reader never sees half an update.
-"""
 
-from __future__ import annotations
+The four types are NamedTuples, as the client's other value types (kwire.client.types) and as
+kafka-python's BrokerMetadata and PartitionMetadata: immutable, ``_replace`` for a changed copy.
+They were frozen dataclasses, whose generated methods took ~5 ms of every client command line's
+start-up (issue 24).  No ``from __future__ import annotations`` either: NamedTuple would compile
+each text annotation into a ForwardRef.
+"""
 
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from kwire.protocol.messages import MetadataRequest, MetadataResponse
 
 __all__ = ["BrokerInfo", "ClusterMetadata", "PartitionInfo", "TopicInfo", "metadata_request"]
 
-# (Each dataclass below has a docstring: without one, @dataclass writes one from
-# inspect.signature, a few tenths of a ms of every client command line's start-up each.)
-
 NO_TOPIC_ID = uuid.UUID(int=0)
+_NONE: Mapping[Any, Any] = MappingProxyType({})  # the empty snapshot's brokers and topics (shared, read-only)
 
 
-@dataclass(frozen=True)
-class BrokerInfo:
+class BrokerInfo(NamedTuple):
     """A broker as a Metadata answer names it: node id, host, port and rack (None: none)."""
 
     node_id: int
@@ -37,8 +38,7 @@ class BrokerInfo:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-@dataclass(frozen=True)
-class PartitionInfo:
+class PartitionInfo(NamedTuple):
     """A partition as a Metadata answer describes it (leader -1: none right now)."""
 
     topic: str
@@ -51,8 +51,7 @@ class PartitionInfo:
     error_code: int = 0
 
 
-@dataclass(frozen=True)
-class TopicInfo:
+class TopicInfo(NamedTuple):
     """A topic as a Metadata answer describes it: its partitions by number."""
 
     name: str
@@ -62,19 +61,18 @@ class TopicInfo:
     error_code: int = 0
 
 
-@dataclass(frozen=True)
-class ClusterMetadata:
+class ClusterMetadata(NamedTuple):
     """A snapshot of the cluster (see the module's docstring): brokers by node id, topics by
     name, the cluster id, the controller, and when it was answered."""
 
-    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
-    topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+    brokers: Mapping[int, BrokerInfo] = _NONE
+    topics: Mapping[str, TopicInfo] = _NONE
     cluster_id: str | None = None
     controller_id: int = -1
     fetched_at: float = 0.0  # time.monotonic() of the response; 0 before the first
 
     @classmethod
-    def from_response(cls, response: MetadataResponse) -> ClusterMetadata:
+    def from_response(cls, response: "MetadataResponse") -> "ClusterMetadata":
         """A snapshot of everything a MetadataResponse (any version) says."""
         brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, getattr(b, "rack", None))
                    for b in response.brokers}
@@ -88,7 +86,7 @@ class ClusterMetadata:
             topics[t.name] = TopicInfo(t.name, parts, t.topic_id, t.is_internal, t.error_code)
         return cls(brokers, topics, response.cluster_id, response.controller_id, time.monotonic())
 
-    def merged(self, newer: ClusterMetadata, asked: Iterable[str] | None) -> ClusterMetadata:
+    def merged(self, newer: "ClusterMetadata", asked: Iterable[str] | None) -> "ClusterMetadata":
         """``newer`` (from a refresh of the ``asked`` topics, or of all topics when None) over self."""
         if asked is None:
             return newer
@@ -137,7 +135,7 @@ class ClusterMetadata:
         return None
 
 
-def metadata_request(version: int, topics: Iterable[str] | None, allow_auto_create: bool) -> MetadataRequest:
+def metadata_request(version: int, topics: Iterable[str] | None, allow_auto_create: bool) -> "MetadataRequest":
     """A Metadata request for ``topics`` (all topics when None) at ``version``; ``allow_auto_create``
     (v4+) lets the broker create a missing topic, as a producer asks (auto.create.topics.enable)."""
     from kwire.protocol import messages  # loaded already by whoever sends it
