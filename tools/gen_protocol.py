@@ -594,8 +594,10 @@ def render_python(data: dict, package: Path) -> dict[Path, str]:
 
 def render_api_keys(apis: dict[int, dict]) -> str:
     out = [f'"""Kafka\'s API keys and what the definitions say of each API.\n\n{DO_NOT_EDIT}\n"""', "",
-           "from __future__ import annotations", "", "from enum import IntEnum", "from typing import NamedTuple",
-           "", "", "class ApiKey(IntEnum):", '    """Kafka\'s API keys, by API name (``ApiKey.METADATA == 3``)."""', ""]
+           # (No ``from __future__ import annotations``: NamedTuple would compile each string annotation.)
+           "from typing import NamedTuple", "", "from ..fast_enum import IntEnumBody, int_enum",
+           "", "", "@int_enum  # an IntEnum, made as the standard library makes its large ones (see fast_enum)",
+           "class ApiKey(IntEnumBody):", '    """Kafka\'s API keys, by API name (``ApiKey.METADATA == 3``)."""', ""]
     for key in sorted(apis):
         out.append(f"    {enum_name(apis[key]['request']['name'][: -len('Request')])} = {key}")
     out += ["", "", "class ApiInfo(NamedTuple):",
@@ -646,8 +648,10 @@ HAND_WRITTEN_ERRORS = {"ProtocolError", "DecodeError", "EncodeError", "UnknownAp
 def render_error_codes(errors: list[tuple[int, str, bool]]) -> str:
     out = [f'"""Kafka\'s error codes: the ``ErrorCode`` enum and one ``KafkaError`` class per code.\n\n'
            f'{DO_NOT_EDIT}\n"""', "",
-           "from __future__ import annotations", "", "from enum import IntEnum", "", "from ..error_types import KafkaError",
-           "", "", "class ErrorCode(IntEnum):",
+           "from __future__ import annotations", "", "from ..error_types import KafkaError",
+           "from ..fast_enum import IntEnumBody, int_enum", "", "",
+           "@int_enum  # an IntEnum, made as the standard library makes its large ones (see fast_enum)",
+           "class ErrorCode(IntEnumBody):",
            '    """Kafka\'s error codes by name.  ``retriable``: Kafka\'s definitions let a client retry after',
            '    it; ``message``: a readable form of the name (``ErrorCode.NOT_COORDINATOR.message == "not',
            '    coordinator"``)."""',
