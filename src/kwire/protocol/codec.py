@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import DecodeError, EncodeError, ProtocolError
 from .primitives import INT8, INT16, INT32, Buffer, read_uvarint, uvarint
-from .schema import FIXED_TYPES, MessageSpec, message_spec
+from .schema import MessageSpec, message_spec
 from .splice import splice_records
 
 if TYPE_CHECKING:
@@ -54,8 +54,14 @@ _ENCODE_FAILURES = (struct.error, TypeError, AttributeError, ValueError, Overflo
 # Unpackers of primitive arrays by element count: building the format string and looking it up
 # in struct's cache for every array costs more than decoding a short array.
 _CACHED_ARRAY_LEN = 64
-_ARRAY_UNPACKERS = {fmt: [struct.Struct(f">{n}{fmt}").unpack_from for n in range(_CACHED_ARRAY_LEN)]
-                    for fmt, _ in FIXED_TYPES.values() if fmt != "16s"}
+
+
+@cache
+def _array_unpackers(fmt: str) -> list[Callable[[Buffer, int], tuple[Any, ...]]]:
+    """The unpackers of arrays of 0.._CACHED_ARRAY_LEN-1 elements of a format, made when a codec
+    first needs them (all formats at import were ~0.5 ms of every start-up; a command uses one
+    or two)."""
+    return [struct.Struct(f">{n}{fmt}").unpack_from for n in range(_CACHED_ARRAY_LEN)]
 
 
 def _array_unpacker(fmt: str, n: int) -> Callable[[Buffer, int], tuple[Any, ...]]:
@@ -169,7 +175,7 @@ def _made(recipe: Recipe) -> Any:
     if kind == "pack":
         return struct.Struct(recipe[1]).pack
     if kind == "arrays":
-        return _ARRAY_UNPACKERS[recipe[1]]
+        return _array_unpackers(recipe[1])
     if kind == "class":
         return _class_named(recipe[1])
     if kind == "new":

@@ -18,7 +18,7 @@ import struct
 import uuid
 from typing import Any, Protocol
 
-from .codec import _ARRAY_UNPACKERS, _CACHED_ARRAY_LEN, NOT_NULLABLE, Codec, Constants, Recipe, Written, codec
+from .codec import _CACHED_ARRAY_LEN, NOT_NULLABLE, Codec, Constants, Recipe, Written, _array_unpackers, codec
 from .schema import FIXED_TYPES, FieldSpec, MessageSpec, StructSpec
 
 __all__ = ["Codec", "codec", "write"]  # (Codec and codec live in kwire.protocol.codec, as before here)
@@ -186,7 +186,7 @@ class _Writer:
             out.append(f"{ind}    {app}({item})")
         elif t in FIXED_TYPES and t != "uuid":
             fmt, size = FIXED_TYPES[t]
-            arrays = self.const(_ARRAY_UNPACKERS[fmt], ("arrays", fmt))
+            arrays = self.const(_array_unpackers(fmt), ("arrays", fmt))
             # unpack_from checks the length itself; a long array is checked before its format is built.
             out.append(f"{ind}if {n} < {_CACHED_ARRAY_LEN}:")
             out.append(f"{ind}    {target} = list({arrays}[{n}](buf, pos))")
