@@ -265,7 +265,8 @@ def build(shared: Path, extra_dir: Path = EXTRA) -> dict:
             raise SystemExit(f"gen_protocol: {extra_errors}: codes {clash} are in the shared table already")
         errors = errors + added
     error_table = [(e["code"], e["name"], bool(e["retriable"])) for e in errors]
-    return {"messages": messages, "errors": error_table}
+    return {"messages": messages, "errors": error_table,
+            "coordinator_records": sorted(load_definition(p)["name"] for p in record_files.values())}
 
 
 HEADER = '''\
@@ -293,7 +294,7 @@ def render(data: dict) -> str:
 #
 # Besides the data schema above (read by the codec compiler), the generator writes readable,
 # typed Python: one module per API under ``protocol/generated/`` with its request and response
-# classes, one for the headers, one for the data messages, the ``ApiKey`` and ``ErrorCode``
+# classes, one for the headers, two for the data messages, the ``ApiKey`` and ``ErrorCode``
 # enums with the per-API facts, and ``protocol/messages.py``, the lazy facade that imports an
 # API's module the first time one of its classes is used (so ``import kwire.protocol`` stays cheap).
 
@@ -558,7 +559,7 @@ def render_python(data: dict, package: Path) -> dict[Path, str]:
         req, resp = apis[key]["request"], apis[key]["response"]
         api = req["name"][: -len("Request")]
         mod = api_module_name(api)
-        if mod in ("api_keys", "error_codes", "headers", "data"):
+        if mod in ("api_keys", "error_codes", "headers", "data", "coordinator_data"):
             raise SystemExit(f"gen_protocol: API {api} would replace the generated module {mod}")
         w = ModuleWriter()
         # A request class names its response class (Request's type parameter), so a client's
@@ -571,14 +572,22 @@ def render_python(data: dict, package: Path) -> dict[Path, str]:
             module_of[m["name"]] = mod
         files[GENERATED / f"{mod}.py"] = w.render(f"The {api} API (key {key}): {req['name']} and {resp['name']}.",
                                                   ["from .api_keys import ApiKey"])
-    for kind, mod, base, doc in (
-        ("header", "headers", "Header", "The request and response headers."),
-        ("data", "data", "Data", "Data messages: carried inside other messages or in the coordinators' internal topics."),
+    # The data messages in two modules: what clients carry inside requests (the consumer protocol,
+    # KRaft's records), and the coordinators' records, which only a broker reads; a consumer that
+    # needs two classes loads 9 messages, not 56.
+    records = set(data["coordinator_records"])
+    for kind, mod, base, doc, wanted in (
+        ("header", "headers", "Header", "The request and response headers.", None),
+        ("data", "data", "Data", "Data messages other than the coordinators' records: the consumer protocol's "
+         "(inside JoinGroup and SyncGroup), the principal of forwarded requests, KRaft's control records.", False),
+        ("data", "coordinator_data", "Data",
+         "The coordinators' records: the keys and values Kafka's group, transaction and share coordinators write "
+         "to their internal topics.", True),
     ):
         w = ModuleWriter()
         w.used.add(base)
         for name, m in sorted(messages.items()):
-            if m["type"] != kind:
+            if m["type"] != kind or (wanted is not None and (name in records) != wanted):
                 continue
             if w.lines:
                 w.lines += ["", ""]

@@ -104,23 +104,7 @@ if TYPE_CHECKING:
         ControllerRegistrationRequest,
         ControllerRegistrationResponse,
     )
-    from .generated.create_acls import (
-        CreateAclsRequest,
-        CreateAclsResponse,
-    )
-    from .generated.create_delegation_token import (
-        CreateDelegationTokenRequest,
-        CreateDelegationTokenResponse,
-    )
-    from .generated.create_partitions import (
-        CreatePartitionsRequest,
-        CreatePartitionsResponse,
-    )
-    from .generated.create_topics import (
-        CreateTopicsRequest,
-        CreateTopicsResponse,
-    )
-    from .generated.data import (
+    from .generated.coordinator_data import (
         ConsumerGroupCurrentMemberAssignmentKey,
         ConsumerGroupCurrentMemberAssignmentValue,
         ConsumerGroupMemberMetadataKey,
@@ -133,13 +117,8 @@ if TYPE_CHECKING:
         ConsumerGroupTargetAssignmentMemberValue,
         ConsumerGroupTargetAssignmentMetadataKey,
         ConsumerGroupTargetAssignmentMetadataValue,
-        ConsumerProtocolAssignment,
-        ConsumerProtocolSubscription,
-        DefaultPrincipalData,
         GroupMetadataKey,
         GroupMetadataValue,
-        KRaftVersionRecord,
-        LeaderChangeMessage,
         OffsetCommitKey,
         OffsetCommitValue,
         ShareGroupCurrentMemberAssignmentKey,
@@ -160,8 +139,6 @@ if TYPE_CHECKING:
         ShareSnapshotValue,
         ShareUpdateKey,
         ShareUpdateValue,
-        SnapshotFooterRecord,
-        SnapshotHeaderRecord,
         StreamsGroupCurrentMemberAssignmentKey,
         StreamsGroupCurrentMemberAssignmentValue,
         StreamsGroupMemberMetadataKey,
@@ -176,6 +153,31 @@ if TYPE_CHECKING:
         StreamsGroupTopologyValue,
         TransactionLogKey,
         TransactionLogValue,
+    )
+    from .generated.create_acls import (
+        CreateAclsRequest,
+        CreateAclsResponse,
+    )
+    from .generated.create_delegation_token import (
+        CreateDelegationTokenRequest,
+        CreateDelegationTokenResponse,
+    )
+    from .generated.create_partitions import (
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
+    )
+    from .generated.create_topics import (
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+    )
+    from .generated.data import (
+        ConsumerProtocolAssignment,
+        ConsumerProtocolSubscription,
+        DefaultPrincipalData,
+        KRaftVersionRecord,
+        LeaderChangeMessage,
+        SnapshotFooterRecord,
+        SnapshotHeaderRecord,
         VotersRecord,
     )
     from .generated.delete_acls import (
