@@ -131,3 +131,23 @@ def test_the_command_imports_dataclasses_without_inspect_until_inspect_is_used()
                               "print(type(sys.modules.get('inspect')).__name__)"],
                              capture_output=True, text=True, timeout=60, check=True)
     assert program.stdout.split() == ["NoneType"]  # a program importing kwire: no stand-in
+
+
+def test_consume_imports_its_consumer_before_the_collector_comes_back():
+    # kwire consume's handler imports the consumer as part of start-up (the collector off) and
+    # then turns the collector on, before it reads: the consumer's classes are in the frozen
+    # generation (gc.get_objects() leaves that generation out), and a long consume collects.
+    from kwire.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        subprocess.run([sys.executable, "-m", "kwire.cli.main", "produce", "startup-probe", "x", "-b", broker.bootstrap],
+                       capture_output=True, timeout=60, check=True)
+        code = ("import gc, sys\n"
+                "sys.argv = ['/usr/bin/kwire']\n"
+                "from kwire.cli.main import main\n"
+                f"code = main(['consume', 'startup-probe', '-o', 'beginning', '-e', '-b', {broker.bootstrap!r}])\n"
+                "from kwire.client.consumer import AsyncConsumer\n"
+                "tracked = {id(o) for o in gc.get_objects()}\n"
+                "print(code, gc.isenabled(), id(AsyncConsumer) in tracked)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["x", "0", "True", "False"], out.stdout + out.stderr  # (x: the record)

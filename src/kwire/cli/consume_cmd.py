@@ -59,6 +59,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from . import start_up
 from .arg_types import delimiter, positive_int, unescape
 from .client_options import add_client_options, client_command, client_settings
 from .output import fail
@@ -272,7 +273,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-Z", "--null", action="store_true",
                    help="write a null key or value as NULL (default: nothing, as kcat)")
     add_client_options(p, json_output=False)
-    p.set_defaults(func=client_command(run), consume_parser=p)
+    # The consumer's imports are start-up too (kwire.cli.start_up): run() says when they are done.
+    p.set_defaults(func=client_command(run), consume_parser=p, start_up_in_handler=True)
 
 
 # -- running --------------------------------------------------------------------------------------
@@ -543,7 +545,15 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings, group = _settings(args)
+    try:
+        settings, group = _settings(args)
+        # (imported here, as the rest of start-up, rather than on the loop in _main)
+        if args.share_group:
+            import kwire.client.share_consumer  # noqa: F401
+        else:
+            import kwire.client.consumer  # noqa: F401
+    finally:
+        start_up.over()  # the client's imports are done (a bad setting ends the command anyway)
     _show_client_warnings()
     session = _Session(args, settings, group)
     try:
