@@ -164,6 +164,9 @@ class CreatedTopic:
 
 @dataclass(frozen=True)
 class ClusterDescription:
+    """What DescribeCluster says: the cluster id, the controller (-1 when the broker does not
+    say) and the brokers."""
+
     cluster_id: str | None
     controller_id: int          # -1 when the broker does not say
     brokers: tuple[BrokerInfo, ...]
@@ -196,6 +199,10 @@ class ConfigResource(NamedTuple):
 
 @dataclass(frozen=True)
 class ConfigSynonym:
+    """One place a config's value may come from (DescribeConfigs with synonyms): the setting's
+    name there, its value, and which source it is (a topic's own config, a broker default...).
+    A ConfigEntry lists them in Kafka's order, the one in force first."""
+
     name: str
     value: str | None
     source: ConfigSource

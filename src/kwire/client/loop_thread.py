@@ -25,6 +25,9 @@ T = TypeVar("T")
 
 
 class LoopThread:
+    """The process's one event-loop thread, on which the synchronous clients run their async
+    twins (see the module's docstring); ``LoopThread.get()`` gives it."""
+
     _instance: LoopThread | None = None
     _lock = threading.Lock()
 

@@ -58,6 +58,9 @@ _AGAIN_NOW = "again now"
 
 @dataclass(frozen=True)
 class JoinResult:
+    """What one JoinGroup/SyncGroup round gave this member: the generation, its member id,
+    the assignor the coordinator chose, whether it leads the group, and its assignment."""
+
     generation_id: int
     member_id: str
     protocol_name: str | None  # the assignor the coordinator chose (null only in a refusal)

@@ -86,6 +86,9 @@ class ShareRecord(NamedTuple):
 
 @dataclass(frozen=True)
 class ShareConsumerConfig(CommonConfig):
+    """A share consumer's settings (KIP-932): the common ones and the share group, how records
+    are acknowledged, and fetching."""
+
     ROLE: ClassVar[str] = "share consumer"
 
     # The share group (required).

@@ -101,6 +101,9 @@ class TransactionAbortedError(TransactionError):
 
 
 class TxnState(enum.Enum):
+    """Where a transactional producer is in its transaction's life, with the names of Java's
+    TransactionManager.State."""
+
     UNINITIALIZED = "UNINITIALIZED"
     INITIALIZING = "INITIALIZING"
     READY = "READY"

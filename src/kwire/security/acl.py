@@ -74,6 +74,10 @@ SUPPORTED_RESOURCES = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUS
 
 @dataclass(frozen=True, order=True)
 class AclBinding:
+    """One ACL: ``principal`` connecting from ``host`` is allowed or denied (``permission``)
+    ``operation`` on the resources of ``resource_type`` that ``name`` matches as ``pattern``
+    says (LITERAL: that name; PREFIXED: names starting with it).  ``AclFilter`` selects them."""
+
     resource_type: ResourceType
     name: str
     pattern: PatternType

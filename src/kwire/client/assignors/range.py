@@ -26,6 +26,9 @@ __all__ = ["RangeAssignor"]
 
 
 class RangeAssignor(Assignor):
+    """Kafka's "range" assignor: per topic, consecutive ranges of partitions, one per
+    subscribed member (see the module's docstring)."""
+
     name = "range"
 
     def assign(self, cluster_partitions: Mapping[str, int],

@@ -20,6 +20,9 @@ __all__ = ["RoundRobinAssignor"]
 
 
 class RoundRobinAssignor(Assignor):
+    """Kafka's "roundrobin" assignor: every subscribed partition dealt to the members in turn
+    (see the module's docstring)."""
+
     name = "roundrobin"
 
     def assign(self, cluster_partitions: Mapping[str, int],
