@@ -10,7 +10,7 @@ commands (a broker, a consumer, a producer reading a pipe) collect as usual.
 
 ``dataclasses`` imports ``inspect`` (with ``ast``, ``dis`` and ``tokenize``: ~10 ms, the largest
 stdlib import of a client command line) for one use: writing a docstring for a dataclass that has
-none, which kwire's all have.  From ``pause()`` to ``over()``, ``inspect`` is a stand-in in
+none, which the client's all have.  From ``pause()`` to ``over()``, ``inspect`` is a stand-in in
 ``sys.modules`` that imports the real module at its first attribute read; ``over()`` takes it out
 again, so a later ``import inspect`` gets the real module.  A module imported meanwhile keeps the
 stand-in, which from its first use on reads the real module's names.
