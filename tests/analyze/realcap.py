@@ -640,10 +640,13 @@ def _scenario_kafka_python(workdir: Path, tool: str, *, api_version: tuple | Non
                     producer_facts.produced[(md.topic, md.partition)] += 1
             finally:
                 producer.close(10)
+            # metadata_max_age_ms: kafka-python 3.0 may take the answer to its bootstrap Metadata
+            # request for the one subscribe() asked, and leave the topic unknown (the assignment
+            # empty) until its next refresh, 5 minutes by default (seen once under load).
             consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group,
                                            client_id=consumer_facts.client_id, auto_offset_reset="earliest",
                                            enable_auto_commit=False, session_timeout_ms=10000,
-                                           heartbeat_interval_ms=300, **pinned)
+                                           heartbeat_interval_ms=300, metadata_max_age_ms=1000, **pinned)
 
             class Listener(kafka.ConsumerRebalanceListener):
                 def on_partitions_revoked(self, revoked):
