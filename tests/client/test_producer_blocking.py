@@ -218,9 +218,20 @@ def test_a_frame_in_pieces_is_written_whole_across_partial_writes():
     import socket
 
     from kwire.client.producer_blocking import _write_all
+    from kwire.protocol.records.bulk import SealedBatch
+    from kwire.protocol.splice import SplicedBytes
 
-    pieces = [b"head", bytes(range(256)) * 4096, b"mid", bytearray(b"x" * 3_000_001), memoryview(b"tail")]
-    expected = b"".join(pieces)
+    class Spliced(SplicedBytes):  # spliced bytes that are not in pieces: sent as read()
+        def __len__(self) -> int:
+            return 5
+
+        def read(self) -> bytes:
+            return b"spl" + b"ic"
+
+    sealed = SealedBatch([b"batch-", bytes(range(256)) * 512, b"", b"-end"])
+    pieces = [b"head", bytes(range(256)) * 4096, sealed, b"mid", bytearray(b"x" * 3_000_001), Spliced(),
+              memoryview(b"tail")]
+    expected = b"".join(p.read() if isinstance(p, SplicedBytes) else bytes(p) for p in pieces)
     writer, reader = socket.socketpair()
     writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     # With a timeout the socket is non-blocking underneath: each sendmsg takes what fits (a few

@@ -34,7 +34,7 @@ from kwire.protocol import ApiKey, messages
 from kwire.protocol.connection import ClientConnection, FrameError, ResponseReceived, UnawaitedResponse
 from kwire.protocol.errors import ProtocolError
 from kwire.protocol.primitives import Buffer
-from kwire.protocol.records.bulk import SealedBatch, encode_headers
+from kwire.protocol.records.bulk import encode_headers
 from kwire.protocol.schema import api_name
 from kwire.protocol.splice import SplicedBytes
 
@@ -247,13 +247,13 @@ _IOV_MAX = 1024
 
 def _write_all(sock: socket.socket, parts: Sequence[Buffer | SplicedBytes]) -> None:
     """``sendall`` of a frame in pieces: gather-written (``socket.sendmsg``), resumed where a
-    partial write stopped.  A record batch in its pieces (``SealedBatch``) goes piece by piece."""
+    partial write stopped.  Spliced bytes go as their pieces (a ``SealedBatch``'s, by reference)."""
     views = []
     for p in parts:
-        if type(p) is SealedBatch:
-            views += [memoryview(piece) for piece in p.parts]
+        if isinstance(p, SplicedBytes):
+            views += [memoryview(piece).cast("B") for piece in p.pieces()]
         else:
-            views.append(memoryview(p.read() if isinstance(p, SplicedBytes) else p).cast("B"))
+            views.append(memoryview(p).cast("B"))
     views = [v for v in views if v.nbytes]
     if not hasattr(sock, "sendmsg"):  # (Windows)
         sock.sendall(b"".join(views))

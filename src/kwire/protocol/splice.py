@@ -12,6 +12,7 @@ plain ``bytearray`` (``Message.encode``) reads the spliced bytes in, so every ca
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from .primitives import Buffer
 
@@ -29,6 +30,11 @@ class SplicedBytes(ABC):
     @abstractmethod
     def read(self) -> bytes:
         """The bytes themselves, for transports that cannot splice (TLS) and for tests."""
+
+    def pieces(self) -> Sequence[Buffer]:
+        """The bytes as buffers a gather-write (``socket.sendmsg``) sends in order: ``read()``'s
+        one, unless the run is held in pieces already (a sealed record batch's)."""
+        return [self.read()]
 
 
 class SpliceBuffer(bytearray):

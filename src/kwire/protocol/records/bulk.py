@@ -212,6 +212,9 @@ class SealedBatch(SplicedBytes):
     def read(self) -> bytes:
         return b"".join(self.parts)
 
+    def pieces(self) -> list[bytes]:
+        return self.parts
+
 
 def seal_batch(sections: Sequence[bytes], count: int, base_timestamp: int, max_timestamp: int, *,
                compression: int = Compression.NONE, producer_id: int = -1, producer_epoch: int = -1,
