@@ -138,13 +138,13 @@ class ProducerBatch:
             data = self.data
             return data if gathered or isinstance(data, bytes) else data.read()
         self.data_magic = magic
+        base_sequence = wire_sequence(self.sequence) if self.sequence >= 0 else -1
         if self.sections is not None:
             if magic != 2:
                 raise ValueError("bulk batches are record batches (magic 2)")
             sealed = seal_batch_parts(self.sections, self.count, self.base_ts, self.max_ts,
                                       compression=compression, producer_id=self.producer_id,
-                                      producer_epoch=self.epoch,
-                                      base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                      producer_epoch=self.epoch, base_sequence=base_sequence,
                                       transactional=transactional)
             self.data = sealed if gathered else sealed.read()
             return self.data
@@ -153,14 +153,14 @@ class ProducerBatch:
             self.data = seal_batch(_timestamp_runs(self.values, self.keys, timestamps), len(timestamps),
                                    timestamps[0], max(timestamps), compression=compression,
                                    producer_id=self.producer_id, producer_epoch=self.epoch,
-                                   base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                   base_sequence=base_sequence,
                                    transactional=transactional)
             return self.data
         builder: RecordBatchBuilder | LegacyMessageSetBuilder
         if magic == 2:
             builder = RecordBatchBuilder(compression=compression, producer_id=self.producer_id,
                                          producer_epoch=self.epoch,
-                                         base_sequence=wire_sequence(self.sequence) if self.sequence >= 0 else -1,
+                                         base_sequence=base_sequence,
                                          transactional=transactional)
             builder.extend(self.records())
         else:
